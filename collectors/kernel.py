@@ -1,0 +1,70 @@
+"""Kernel ring buffer: dmesg ``[secs.usecs]`` since boot, ``dmesg -T`` ctime, ``dmesg --time-format
+iso``, ``dmesg -x`` facility/level, relative ``[ +secs]``, ``/dev/kmsg`` records, unstamped lines and
+kernel lines with a syslog header (``journalctl -k``).
+
+Sample: ``[  170.053881] NVRM: Xid (PCI:0000:01:00): 31, Ch 00000013, engmask 00000101, intr 10000000``
+Boot-relative stamps become UTC given the boot time (``--boot-time``); otherwise ``ts`` stays null
+and the seconds since boot are kept in attrs.uptime.
+"""
+from __future__ import annotations
+
+import polars as pl
+
+from collectors.syslog import Syslog, severity_from_pri
+from observe import timeparse as tp
+from observe.collector import Collector, Context, register
+from observe.rules import attrs_json
+
+LEVELS = "emerg|alert|crit|err|warn|notice|info|debug"
+DMESG = (
+    r"(?s)^(?:<(?P<pri>\d{1,3})>)?(?:(?P<fac>kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|"
+    r"local\d)\s*:\s*(?P<lvl>" + LEVELS + r")\s*:\s)?"
+    r"(?:\[\s*(?P<up>\d+\.\d+)\]|\[\s*\+\s*(?P<rel>\d+\.\d+)\]|\[(?P<ct>\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4})\]|"
+    r"(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[,.]\d+(?:Z|[+-]\d\d:?\d\d)?))?\s?(?P<msg>.*)$"
+)
+KMSG = r"(?s)^(?P<kpri>\d{1,4}),(?P<seq>\d+),(?P<usec>\d+),[^;]*;(?P<kmsg>.*)$"
+STAMP = r"^(?:<\d{1,3}>)?(?:\[\s*\+?\s*\d+\.\d+\]|\[\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\]|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d,\d{6}|\d{1,4},\d+,\d+,[^;]*;)"
+_SYSLOG = Syslog()
+
+
+@register
+class Kernel(Collector):
+    name = "kernel"
+    source = "kernel"
+    priority = 20
+    sniff = STAMP + r"|^NVRM: |^(?:\p{L}{3} [ \d]\d \d\d:\d\d:\d\d \S+ kernel: )"
+
+    def continuation(self, line: pl.Expr) -> pl.Expr:
+        """Indented details (call traces, ``NVRM:     ...``, kmsg ``KEY=value`` dictionary lines)."""
+        return line.str.contains(r"^(?:\[[^\]]*\])?(?: {2,}\S|\s?NVRM: {2,}\S)|^ [A-Z_]+=")
+
+    def parse(self, records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
+        """Route syslog-framed lines to the syslog parser and parse the others' dmesg/kmsg prefix."""
+        framed = records.get_column("raw").str.contains(_SYSLOG.sniff)
+        parts = []
+        if framed.any():
+            parts.append(_SYSLOG.parse(records.filter(framed), ctx).with_columns(pl.lit("kernel").alias("source")))
+        if not framed.all():
+            parts.append(_dmesg(records.filter(~framed), ctx))
+        return pl.concat(parts, how="diagonal_relaxed")
+
+
+def _dmesg(records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
+    g = records.with_columns(
+        pl.col("raw").str.extract_groups(DMESG).alias("_d"), pl.col("raw").str.extract_groups(KMSG).alias("_k")
+    ).unnest("_d", "_k")
+    kmsg = pl.col("kmsg").is_not_null()
+    up = pl.when(kmsg).then(pl.col("usec").cast(pl.Float64) / 1e6).otherwise(pl.col("up").cast(pl.Float64))
+    ts = pl.coalesce(tp.iso(pl.col("iso"), ctx.tz), tp.ctime(pl.col("ct"), ctx.tz), tp.since_boot(up, ctx.boot_time))
+    severity = pl.coalesce(
+        severity_from_pri(pl.coalesce("kpri", "pri")),
+        pl.col("lvl").replace({"warn": "warning"}),
+    )
+    attrs = attrs_json([
+        ("uptime", up.round(6).cast(pl.String)), ("seq", pl.col("seq")), ("delta", pl.col("rel")),
+        ("facility", pl.col("fac")),
+    ])
+    return g.select(
+        "raw", "offset", ts.alias("ts"), severity.alias("severity"), pl.lit("kernel").alias("program"),
+        pl.coalesce("kmsg", "msg").alias("message"), attrs.alias("attrs"), pl.lit("kernel").alias("source"),
+    )

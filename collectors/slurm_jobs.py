@@ -1,0 +1,83 @@
+"""Slurm job records: ``jobcomp/filetxt`` lines and ``sacct --parsable2`` output (header line first).
+
+Sample: ``JobId=127441 UserId=alice(1001) GroupId=alice(1001) Name=train JobState=FAILED Partition=gpu
+TimeLimit=1440 StartTime=2026-11-22T10:00:00 EndTime=2026-11-22T11:00:00 NodeList=gpu[001-004] ...
+ExitCode=1:0``. Each record gives ``slurm_job_end`` (at its end, code = exit status) and
+``slurm_job_start`` (at its start, provenance offset + 1); attrs carry state, nodes, start, end.
+"""
+from __future__ import annotations
+
+import polars as pl
+
+from observe import timeparse as tp
+from observe.collector import Collector, Context, register
+from observe.rules import attrs_json
+
+JOBCOMP_KEYS = {
+    "job_id": "JobId", "user": "UserId", "name": "Name", "state": "JobState", "partition": "Partition",
+    "start": "StartTime", "end": "EndTime", "nodes": "NodeList", "exit": "ExitCode",
+}
+SACCT_KEYS = {
+    "job_id": "JobID", "user": "User", "name": "JobName", "state": "State", "partition": "Partition",
+    "start": "Start", "end": "End", "nodes": "NodeList", "exit": "ExitCode",
+}
+FAILED_STATES = ("FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED")
+
+
+def _jobcomp(records: pl.DataFrame) -> pl.DataFrame:
+    raw = pl.col("raw")
+    cols = [
+        raw.str.extract(rf"(?:^| ){key}=(.*?)(?: \w+=|$)", 1).alias(name) for name, key in JOBCOMP_KEYS.items()
+    ]
+    return records.with_columns(cols).with_columns(pl.col("user").str.replace(r"\(\d+\)$", ""))
+
+
+def _sacct(records: pl.DataFrame, header: str) -> pl.DataFrame:
+    names = header.strip().split("|")
+    fields = pl.col("raw").str.split("|")
+    cols = [
+        (fields.list.get(names.index(key), null_on_oob=True) if key in names else pl.lit(None, dtype=pl.String)).alias(name)
+        for name, key in SACCT_KEYS.items()
+    ]
+    is_header = pl.col("raw").str.strip_chars() == header.strip()
+    return records.with_columns(cols).with_columns(pl.when(~is_header).then(pl.col("job_id")).alias("job_id"))
+
+
+@register
+class SlurmJobs(Collector):
+    name = "slurm_jobs"
+    source = "slurm"
+    priority = 40
+    sniff = r"^JobId=\d\S* UserId=|^JobID\|"
+
+    def parse(self, records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
+        """One end and one start event per job record; other lines are left unparsed."""
+        header = ctx.header or ""
+        sacct = header.startswith("JobID|") or "|JobID|" in header
+        g = _sacct(records, header) if sacct else _jobcomp(records)
+        state = pl.col("state").str.extract(r"^(\w+)", 1)
+        exit_code = pl.col("exit").str.extract(r"^(\d+)", 1).cast(pl.Int32, strict=False)
+        signal = pl.col("exit").str.extract(r":(\d+)$", 1)
+        attrs = attrs_json([
+            ("state", state), ("nodes", pl.col("nodes")), ("start", pl.col("start")), ("end", pl.col("end")),
+            ("partition", pl.col("partition")), ("user", pl.col("user")), ("name", pl.col("name")),
+            ("signal", pl.when(signal != "0").then(signal)),
+        ])
+        ok = pl.col("job_id").is_not_null()
+        severity = pl.when(state.is_in(FAILED_STATES)).then(pl.lit("err")).otherwise(pl.lit("info"))
+        common = [
+            "raw", pl.col("job_id"), attrs.alias("attrs"), pl.lit("slurm").alias("source"),
+            pl.lit("slurmctld").alias("program"),
+        ]
+        end = g.select(
+            *common, "offset", tp.iso(pl.col("end"), ctx.tz).alias("ts"),
+            pl.when(ok).then(pl.lit("slurm_job_end")).alias("kind"), severity.alias("severity"),
+            exit_code.alias("code"),
+            pl.when(ok).then(pl.format("job {} {} exit {}", pl.col("job_id"), state, pl.col("exit"))).alias("message"),
+        )
+        start = g.filter(ok).select(
+            *common, (pl.col("offset") + 1).alias("offset"), tp.iso(pl.col("start"), ctx.tz).alias("ts"),
+            pl.lit("slurm_job_start").alias("kind"), pl.lit("info").alias("severity"),
+            pl.format("job {} started on {}", pl.col("job_id"), pl.col("nodes")).alias("message"),
+        )
+        return pl.concat([end, start], how="diagonal_relaxed")

@@ -1,0 +1,143 @@
+"""Syslog: RFC 3164 (localized months, space-padded days), RFC 5424, RFC 3339 / journald short-iso,
+``journalctl -o json``, and the Sandia archive prefix (``- 1131566461 2005.11.09 dn228 ...``).
+
+Sample: ``Apr 29 19:24:11 EVE kernel: NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.``
+Kernel lines become source ``kernel`` (their ``[uptime]`` kept in attrs), Slurm daemons ``slurm``.
+"""
+from __future__ import annotations
+
+import polars as pl
+
+from observe import timeparse as tp
+from observe.collector import Collector, Context, register
+from observe.rules import attrs_json
+
+TAG = r"(?:(?P<tag>[^\s:\[\]]+(?:\([^)\s]*\))?)(?:\[(?P<pid>\d+)\])?: ?)?"
+RFC3164 = (
+    r"(?s)^(?:(?P<tb_label>\S+) (?P<tb_epoch>\d{9,11}) (?P<tb_date>\d{4}\.\d\d\.\d\d) (?P<tb_node>\S+) )?"
+    r"(?:<(?P<pri>\d{1,3})>)?(?P<mon>\p{L}{3,5}\.?) {1,2}(?P<day>\d{1,2}) (?P<clock>\d\d:\d\d:\d\d(?:\.\d+)?) "
+    r"(?:(?P<year>\d{4}) )?(?P<host>\S+) " + TAG + r"(?P<msg>.*)$"
+)
+RFC3339 = (
+    r"(?s)^(?:<(?P<pri>\d{1,3})>)?(?P<stamp>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?) "
+    r"(?P<host>\S+) " + TAG + r"(?P<msg>.*)$"
+)
+RFC5424 = (
+    r"(?s)^<(?P<pri>\d{1,3})>1 (?P<stamp>\S+) (?P<host>\S+) (?P<tag>\S+) (?P<pid>\S+) (?P<msgid>\S+) "
+    r"(?P<sd>-|(?:\[(?:[^\]\\]|\\.)*\])+)(?: \x{FEFF}?(?P<msg>.*))?$"
+)
+SLURM_DAEMONS = r"^slurm(?:ctld|d|stepd|dbd|restd)?$"
+UPTIME = r"^\[\s*(\d+\.\d+)\]\s?"
+SEVERITY_BY_PRI = ["emerg", "alert", "crit", "err", "warning", "notice", "info", "debug"]
+
+
+def severity_from_pri(pri: pl.Expr) -> pl.Expr:
+    """Syslog PRI (facility*8+level) or bare level to a severity name."""
+    return (pri.cast(pl.Int32, strict=False) % 8).replace_strict(
+        dict(enumerate(SEVERITY_BY_PRI)), default=None, return_dtype=pl.String)
+
+
+def source_of(program: pl.Expr) -> pl.Expr:
+    """Schema source for a syslog program name."""
+    return (
+        pl.when(program == "kernel").then(pl.lit("kernel"))
+        .when(program.str.contains(SLURM_DAEMONS)).then(pl.lit("slurm"))
+        .otherwise(pl.lit("syslog"))
+    )
+
+
+def _nil(e: pl.Expr) -> pl.Expr:
+    return pl.when(e != "-").then(e)
+
+
+@register
+class Syslog(Collector):
+    name = "syslog"
+    source = "syslog"
+    priority = 10
+    sniff = (
+        r"^(?:\S+ \d{9,11} \d{4}\.\d\d\.\d\d \S+ )?(?:<\d{1,3}>)?\p{L}{3,5}\.? {1,2}\d{1,2} \d\d:\d\d:\d\d |"
+        r"^(?:<\d{1,3}>1? ?)?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d\S* \S+ [^\s:]+: |"
+        r"^\{.*\"__REALTIME_TIMESTAMP\""
+    )
+
+    def parse(self, records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
+        """Split headers by format; the rest of each record is the message."""
+        raw = pl.col("raw")
+        kinds = records.with_columns(
+            pl.when(raw.str.starts_with("{")).then(pl.lit("json"))
+            .when(raw.str.contains(r"^<\d{1,3}>1 ")).then(pl.lit("5424"))
+            .when(raw.str.contains(r"^(?:<\d{1,3}>)?\d{4}-\d\d-\d\d[T ]")).then(pl.lit("3339"))
+            .otherwise(pl.lit("3164")).alias("_fmt")
+        )
+        parts = []
+        for (fmt,), part in kinds.group_by("_fmt"):
+            part = part.drop("_fmt")
+            parts.append({"json": _json, "5424": _rfc5424, "3339": _rfc3339, "3164": _rfc3164}[fmt](part, ctx))
+        out = pl.concat(parts, how="diagonal_relaxed")
+        return kernel_uptime(out.with_columns(source_of(pl.col("program")).alias("source")))
+
+
+def kernel_uptime(df: pl.DataFrame) -> pl.DataFrame:
+    """Move a kernel message's leading ``[ 12.345678]`` into attrs.uptime."""
+    msg = pl.col("message")
+    up = pl.when(pl.col("source") == "kernel").then(msg.str.extract(UPTIME, 1))
+    return df.with_columns(up.alias("_up")).with_columns(
+        pl.when(pl.col("_up").is_not_null()).then(msg.str.replace(UPTIME, "")).otherwise(msg).alias("message"),
+        attrs_json([("uptime", pl.col("_up"))]).alias("attrs"),
+    ).drop("_up")
+
+
+def _header(part: pl.DataFrame, pattern: str) -> pl.DataFrame:
+    return part.with_columns(pl.col("raw").str.extract_groups(pattern).alias("_h")).unnest("_h")
+
+
+def _common(g: pl.DataFrame, ts: pl.Expr, host: pl.Expr, severity: pl.Expr) -> pl.DataFrame:
+    return g.select(
+        "raw", "offset", ts.alias("ts"), host.alias("node"), severity.alias("severity"),
+        pl.col("tag").alias("program"), pl.col("pid").cast(pl.Int64, strict=False).alias("pid"),
+        pl.col("msg").alias("message"),
+    )
+
+
+def _rfc3164(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
+    g = _header(part, RFC3164)
+    year = pl.coalesce(pl.col("year"), pl.col("tb_date").str.slice(0, 4))
+    has_year = g.get_column("year").is_not_null().any() or g.get_column("tb_date").is_not_null().any()
+    ts = tp.yearless(pl.col("mon"), pl.col("day"), pl.col("clock"), ctx.reference_time, ctx.tz)
+    if has_year:
+        ts = pl.coalesce(tp.yearless(pl.col("mon"), pl.col("day"), pl.col("clock"), ctx.reference_time, ctx.tz, year=year), ts)
+    host = pl.coalesce(pl.col("tb_node"), pl.col("host").str.extract(r"^([^/]+)", 1))
+    ok = pl.col("msg").is_not_null() & tp.month_number(pl.col("mon")).is_not_null()
+    g = g.with_columns(pl.when(ok).then(pl.col("msg")).alias("msg"))
+    return _common(g, ts, host, severity_from_pri(pl.col("pri")))
+
+
+def _rfc3339(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
+    g = _header(part, RFC3339)
+    return _common(g, tp.iso(pl.col("stamp"), ctx.tz), pl.col("host"), severity_from_pri(pl.col("pri")))
+
+
+def _rfc5424(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
+    g = _header(part, RFC5424).with_columns(
+        _nil(pl.col("tag")).alias("tag"), _nil(pl.col("pid")).alias("pid"),
+        pl.coalesce(pl.col("msg"), pl.when(pl.col("pri").is_not_null()).then(pl.lit(""))).alias("msg"),
+    )
+    return _common(g, tp.iso(pl.col("stamp")), _nil(pl.col("host")), severity_from_pri(pl.col("pri")))
+
+
+def _json(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
+    raw = pl.col("raw")
+
+    def field(name: str) -> pl.Expr:
+        return raw.str.json_path_match(f"$.{name}")
+
+    usec = field("__REALTIME_TIMESTAMP").cast(pl.Int64, strict=False)
+    ts = pl.from_epoch(usec, time_unit="us").dt.replace_time_zone("UTC")
+    tag = pl.coalesce(field("SYSLOG_IDENTIFIER"), pl.when(field("_TRANSPORT") == "kernel").then(pl.lit("kernel")), field("_COMM"))
+    return part.select(
+        "raw", "offset", ts.alias("ts"), field("_HOSTNAME").alias("node"),
+        severity_from_pri(field("PRIORITY")).alias("severity"), tag.alias("program"),
+        pl.coalesce(field("_PID"), field("SYSLOG_PID")).cast(pl.Int64, strict=False).alias("pid"),
+        field("MESSAGE").alias("message"),
+    )

@@ -1,0 +1,207 @@
+"""The ``observe`` command line: thin commands over the library, one clear line on bad input."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Optional
+
+import polars as pl
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+from rich.table import Table
+
+from observe import rules
+from observe.ingest import InputError, Summary, ingest
+from observe.reader import input_files
+from observe.schema import DESCRIPTIONS, FIELDS
+from observe.store import Store
+from queries.search import expand_nodes, parse_time, search
+
+app = typer.Typer(
+    help="Log aggregation and failure analysis for GPU training clusters run by Slurm.\n\n"
+    "The store is --store, else $OBSERVE_STORE, else ./observe-store.",
+    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+)
+out = Console()
+err = Console(stderr=True)
+
+StoreOpt = Annotated[Optional[str], typer.Option("--store", help="Store directory (default $OBSERVE_STORE or ./observe-store).")]
+
+
+def _store(path: str | None) -> Store:
+    return Store(path or os.environ.get("OBSERVE_STORE") or "observe-store")
+
+
+def _fail(message: str) -> None:
+    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def _time(text: str | None) -> datetime | None:
+    try:
+        return parse_time(text) if text else None
+    except ValueError as exc:
+        _fail(str(exc))
+    return None
+
+
+def _summary(s: Summary) -> None:
+    mb = s.bytes / 1e6
+    rate = mb / s.seconds if s.seconds else 0.0
+    out.print(
+        f"[bold]{s.files}[/bold] file(s), {mb:.1f} MB in {s.seconds:.1f}s ({rate:.1f} MB/s): "
+        f"{s.records} records, {s.parsed_pct:.1f}% parsed, {s.unparsed} unparsed, "
+        f"{s.stored} stored, {s.duplicates} already in the store, {s.blank} blank lines skipped",
+        highlight=False,
+    )
+    table = Table("kind", "records", box=None, pad_edge=False)
+    for kind, n in s.kinds.most_common():
+        table.add_row(kind, str(n))
+    out.print(table)
+
+
+@app.command("ingest")
+def ingest_cmd(
+    paths: Annotated[list[str], typer.Argument(help="Files, directories, globs, or - for stdin.")],
+    source: Annotated[str, typer.Option(help="Input format: auto, kernel, syslog, slurm, slurm_jobs, nccl, nvidia_smi, dcgm.")] = "auto",
+    node: Annotated[Optional[str], typer.Option(help="Node the input came from (when lines do not name it, e.g. dmesg).")] = None,
+    job: Annotated[Optional[str], typer.Option(help="Job id of job output (else taken from names like slurm-1234.out).")] = None,
+    boot_time: Annotated[Optional[str], typer.Option(help="Boot time (ISO) to turn dmesg [seconds] stamps into wall-clock UTC.")] = None,
+    tz: Annotated[str, typer.Option(help="Time zone of stamps that carry none (syslog, slurmctld).")] = "UTC",
+    store: StoreOpt = None,
+) -> None:
+    """Parse log files into the store; re-ingesting the same bytes adds nothing.
+
+    Example: observe ingest /var/log/slurm/slurmctld.log --node ctl1; dmesg | observe ingest - --source kernel --node gpu001
+    """
+    try:
+        files = input_files(paths)
+        boot = parse_time(boot_time) if boot_time else None
+        opts = dict(source=source, node=node, job=job, boot_time=boot, tz=tz)
+        total = sum(Path(f).stat().st_size for f in files if f != "-")
+        if sys.stderr.isatty() and total > 10_000_000:
+            with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+                          TransferSpeedColumn(), console=err, transient=True) as bar:
+                task = bar.add_task("ingesting", total=total)
+                summary = ingest(files, _store(store), progress=lambda n: bar.advance(task, n), **opts)
+        else:
+            summary = ingest(files, _store(store), **opts)
+    except (InputError, ValueError, FileNotFoundError, rules.RuleError) as exc:
+        _fail(str(exc))
+    except OSError as exc:
+        _fail(f"{exc.filename or ''}: {exc.strerror or exc}")
+    _summary(summary)
+    for line in summary.failed:
+        err.print(f"[red]error:[/red] {line}", highlight=False, soft_wrap=True)
+    if summary.failed:
+        raise typer.Exit(2)
+
+
+@app.command("query")
+def query_cmd(
+    since: Annotated[Optional[str], typer.Option(help="Start: ISO time or span before now (30m, 2h, 7d).")] = None,
+    until: Annotated[Optional[str], typer.Option(help="End (exclusive): ISO time or span before now.")] = None,
+    node: Annotated[Optional[str], typer.Option(help="Slurm hostlist, e.g. gpu[001-004,010].")] = None,
+    source: Annotated[Optional[list[str]], typer.Option(help="Source (repeatable): slurm, syslog, kernel, nccl, gpu, health.")] = None,
+    kind: Annotated[Optional[list[str]], typer.Option(help="Event kind (repeatable), e.g. gpu_xid.")] = None,
+    job: Annotated[Optional[str], typer.Option(help="Job id.")] = None,
+    grep: Annotated[Optional[str], typer.Option(help="Regex on the message (Rust syntax).")] = None,
+    limit: Annotated[int, typer.Option(help="Most rows to print (0 = all).")] = 100,
+    fmt: Annotated[str, typer.Option("--format", help="table, json (one object per line) or csv.")] = "table",
+    store: StoreOpt = None,
+) -> None:
+    """Search events.
+
+    Example: observe query --since 2h --node 'gpu[001-016]' --kind gpu_xid --format json
+    """
+    if fmt not in ("table", "json", "csv"):
+        _fail(f"unknown format {fmt!r}: use table, json or csv")
+    try:
+        lf = search(_store(store), since=_time(since), until=_time(until), nodes=expand_nodes(node) if node else None,
+                    sources=source, kinds=kind, job=job, grep=grep)
+        df = (lf.head(limit) if limit else lf).collect()
+    except ValueError as exc:
+        _fail(str(exc))
+    if fmt == "json":
+        for row in df.with_columns(pl.col("ts").dt.strftime("%Y-%m-%dT%H:%M:%S%.6fZ")).iter_rows(named=True):
+            row["attrs"] = json.loads(row["attrs"]) if row["attrs"] else None
+            sys.stdout.write(json.dumps(row) + "\n")
+    elif fmt == "csv":
+        sys.stdout.write(df.write_csv())
+    else:
+        table = Table(box=None, pad_edge=False)
+        for col in ("ts", "node", "kind", "sev", "job", "gpu", "code", "message"):
+            table.add_column(col, no_wrap=True, overflow="ellipsis")
+        for r in df.iter_rows(named=True):
+            ts = r["ts"].strftime("%Y-%m-%d %H:%M:%S") if r["ts"] else "-"
+            table.add_row(ts, r["node"] or "-", r["kind"], r["severity"], r["job_id"] or "", r["gpu"] or "",
+                          "" if r["code"] is None else str(r["code"]), (r["message"] or "").splitlines()[0][:160])
+        out.print(table)
+        err.print(f"{df.height} row(s)", style="dim")
+
+
+@app.command("stats")
+def stats_cmd(store: StoreOpt = None) -> None:
+    """What the store holds, per source and day (segments, rows, bytes)."""
+    s = _store(store)
+    df = s.stats()
+    if df.is_empty():
+        out.print(f"{s.root}: empty store")
+        return
+    table = Table("source", "date", "segments", "rows", "MB", box=None, pad_edge=False)
+    for r in df.iter_rows(named=True):
+        table.add_row(r["source"], r["date"], str(r["segments"]), str(r["rows"]), f"{r['bytes'] / 1e6:.2f}")
+    out.print(table)
+    out.print(f"{s.root}: {df['rows'].sum()} events, {df['segments'].sum()} segments, {df['bytes'].sum() / 1e6:.2f} MB")
+
+
+@app.command("compact")
+def compact_cmd(store: StoreOpt = None) -> None:
+    """Merge each partition's small segments into one file sorted by time (atomic, duplicates dropped)."""
+    s = _store(store)
+    merged = 0
+    for part in s.partitions():
+        done = s.compact(part)
+        if done:
+            merged += done[0]
+            out.print(f"{part.source}/{part.date}: {done[0]} segments -> 1 ({done[1]} rows)")
+    out.print(f"compacted {merged} segment(s)")
+
+
+@app.command("rules")
+def rules_cmd(check: Annotated[bool, typer.Option(help="Check every rule's examples; exit 1 on a failure.")] = False) -> None:
+    """List the detection rules (built-in plus $OBSERVE_RULES directories), or check their examples."""
+    try:
+        listed = rules.describe()
+        problems = rules.examples_report() if check else []
+    except rules.RuleError as exc:
+        _fail(str(exc))
+    if check:
+        for p in problems:
+            err.print(p, highlight=False)
+        out.print(f"{len(listed)} rules, {len(problems)} problem(s)")
+        raise typer.Exit(1 if problems else 0)
+    table = Table("source", "kind", "severity", "defined in", box=None, pad_edge=False)
+    for r in listed:
+        table.add_row(r["source"], r["kind"], r["severity"], r["where"])
+    out.print(table)
+
+
+@app.command("schema")
+def schema_cmd() -> None:
+    """The event schema: every stored field and what it holds."""
+    for name in FIELDS:
+        out.print(f"[bold]{name:10}[/bold] {DESCRIPTIONS[name]}", highlight=False)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""Collector contract and registry: one module per source in ``collectors/``, each a pure parser."""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+import polars as pl
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a parser may know besides the lines: hints from the command line or the file."""
+
+    node: str | None = None
+    job_id: str | None = None
+    boot_time: datetime | None = None
+    reference_time: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    tz: str = "UTC"
+    header: str | None = None  # the input's first line (column headers of sacct output)
+
+
+class Collector:
+    """A pure, vectorised parser for one input format.
+
+    Subclasses set ``name`` (the ``--source`` value), ``source`` (the schema's default source),
+    ``sniff`` (a regex that matches typical lines, for ``--source auto``) and implement ``parse``.
+    """
+
+    name: str = ""
+    source: str = ""
+    sniff: str = ""
+    priority: int = 0
+    # Record-level formats (XML documents, tables) set this: the reader hands whole records.
+    whole_file: bool = False
+
+    def continuation(self, line: pl.Expr) -> pl.Expr:
+        """True for lines that continue the previous record (joined to it with a newline)."""
+        return pl.lit(False)
+
+    def parse(self, records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
+        """Turn records (``raw``, ``offset``) into schema columns; ``message`` null means unparsed."""
+        raise NotImplementedError
+
+    def score(self, sample: pl.Series) -> float:
+        """Share of sample lines that look like this format."""
+        lines = sample.filter(sample.str.strip_chars() != "")
+        if lines.is_empty() or not self.sniff:
+            return 0.0
+        return float(lines.str.contains(self.sniff).mean())
+
+
+_REGISTRY: dict[str, Collector] = {}
+
+
+def register(cls: type[Collector]) -> type[Collector]:
+    """Class decorator: make a collector available under its ``name``."""
+    _REGISTRY[cls.name] = cls()
+    return cls
+
+
+def collectors() -> dict[str, Collector]:
+    """All registered collectors, importing every module in the ``collectors`` package once."""
+    if not _REGISTRY:
+        import collectors as pkg
+
+        for mod in pkgutil.iter_modules(pkg.__path__):
+            importlib.import_module(f"collectors.{mod.name}")
+    return _REGISTRY
+
+
+def get(name: str) -> Collector:
+    """The collector called ``name``; ValueError listing the known ones otherwise."""
+    known = collectors()
+    if name not in known:
+        raise ValueError(f"unknown source {name!r}; known: {', '.join(sorted(known))}, auto")
+    return known[name]
+
+
+def detect(sample: pl.Series) -> tuple[Collector | None, float]:
+    """The collector whose format best matches ``sample`` and its score."""
+    best, best_score = None, 0.0
+    for c in sorted(collectors().values(), key=lambda c: -c.priority):
+        s = c.score(sample)
+        if s > best_score:
+            best, best_score = c, s
+    return best, best_score

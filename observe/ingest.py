@@ -1,0 +1,209 @@
+"""Ingest: inputs -> collector -> records -> rules -> store, streamed in bounded chunks."""
+from __future__ import annotations
+
+import re
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import polars as pl
+
+from observe import collector as registry
+from observe import rules
+from observe.collector import Collector, Context
+from observe.reader import fingerprint, open_input, read_lines
+from observe.schema import FIELDS, POLARS_SCHEMA, conform
+from observe.store import Store
+
+MAX_RECORD_LINES = 500
+JOB_FILE = re.compile(r"slurm-(\d+(?:_\d+)?(?:\+\d+)?)(?:\.\d+)?\.(?:out|err|log)$")
+DETECT_MIN_SCORE = 0.3
+PCI = r"^(?:[0-9a-f]*?)([0-9a-f]{4}):([0-9a-f]{2}):([0-9a-f]{2})(?:\.[0-7])?$"
+
+
+class InputError(ValueError):
+    """An input cannot be ingested (unknown format, unreadable); the message is one line."""
+
+
+@dataclass
+class Summary:
+    """What an ingest run did."""
+
+    files: int = 0
+    bytes: int = 0
+    records: int = 0
+    stored: int = 0
+    duplicates: int = 0
+    unparsed: int = 0
+    blank: int = 0
+    seconds: float = 0.0
+    kinds: Counter = field(default_factory=Counter)
+    sources: dict[str, str] = field(default_factory=dict)
+    failed: list[str] = field(default_factory=list)
+
+    @property
+    def parsed_pct(self) -> float:
+        return 100.0 * (self.records - self.unparsed) / self.records if self.records else 100.0
+
+
+def job_from_name(path: str) -> str | None:
+    """Job id from a Slurm output file name such as ``slurm-1234.out`` or ``slurm-1234_7.out``."""
+    m = JOB_FILE.search(Path(path).name)
+    return m.group(1) if m else None
+
+
+def short_host(expr: pl.Expr) -> pl.Expr:
+    """Host names to short node names (``gpu001.cluster.local`` -> ``gpu001``); IPs kept."""
+    return pl.when(expr.str.contains(r"^[0-9.:]+$")).then(expr).otherwise(expr.str.extract(r"^([^.]+)", 1))
+
+
+def finalize(df: pl.DataFrame, c: Collector, ctx: Context, file_id: str) -> pl.DataFrame:
+    """Fill defaults and hints, run the rules and catalogs, classify the rest as log/unparsed."""
+    df = df.with_columns(pl.lit(None, dtype=POLARS_SCHEMA[n]).alias(n) for n in FIELDS if n not in df.columns)
+    parsed = pl.col("message").is_not_null()
+    df = df.with_columns(
+        parsed.alias("_ok"),
+        pl.coalesce("message", "raw").alias("message"),
+        short_host(pl.coalesce(pl.col("node"), pl.lit(ctx.node, dtype=pl.String))).alias("node"),
+        pl.coalesce(pl.col("job_id").cast(pl.String), pl.lit(ctx.job_id, dtype=pl.String)).alias("job_id"),
+        pl.coalesce(pl.col("source"), pl.lit(c.source)).alias("source"),
+        pl.lit(file_id).alias("file_id"),
+    )
+    df = rules.apply(df)
+    df = df.with_columns(
+        pl.when(pl.col("kind").is_not_null()).then("kind")
+        .when("_ok").then(pl.lit("log")).otherwise(pl.lit("unparsed")).alias("kind"),
+        pl.coalesce("severity", pl.lit("info")).alias("severity"),
+        pl.col("gpu").str.to_lowercase().str.replace(PCI, "${1}:${2}:${3}").alias("gpu"),
+    ).drop("_ok")
+    return conform(rules.enrich(df))
+
+
+def records(lines: Iterator[pl.DataFrame], c: Collector) -> Iterator[pl.DataFrame]:
+    """Join continuation lines to their record, holding the last record back across chunks."""
+    carry: pl.DataFrame | None = None
+    for chunk in lines:
+        if carry is not None:
+            chunk = pl.concat([carry, chunk])
+        rid = _record_ids(chunk, c)
+        keep = rid < rid.max()
+        carry = chunk.filter(~keep)
+        yield _join(chunk.filter(keep), rid.filter(keep))
+    if carry is not None and carry.height:
+        yield _join(carry, _record_ids(carry, c))
+
+
+def _record_ids(chunk: pl.DataFrame, c: Collector) -> pl.Series:
+    """Record number of each line; a record holds at most MAX_RECORD_LINES lines."""
+    idx = pl.int_range(pl.len(), dtype=pl.Int64)
+    cont = c.continuation(pl.col("raw")).fill_null(False)
+    first = pl.when(~cont).then(idx).forward_fill().fill_null(0)
+    start = (~cont) | ((idx - first) % MAX_RECORD_LINES == 0)
+    return chunk.select(start.cum_sum().alias("rid")).to_series()
+
+
+def _join(lines: pl.DataFrame, rid: pl.Series) -> pl.DataFrame:
+    if lines.height == rid.n_unique():
+        return lines
+    return (
+        lines.with_columns(rid.alias("_r"))
+        .group_by("_r", maintain_order=True)
+        .agg(pl.col("raw").str.join("\n"), pl.col("offset").first())
+        .drop("_r")
+    )
+
+
+def _whole(stream) -> Iterator[pl.DataFrame]:
+    data = stream.read()
+    if data:
+        yield pl.DataFrame({"raw": [data.decode("utf-8", "replace")], "offset": [0]}, schema={"raw": pl.String, "offset": pl.Int64})
+
+
+def choose(source: str, sample: pl.Series, path: str) -> Collector:
+    """The collector for an input: the named one, or the best match for its first lines."""
+    if source != "auto":
+        return registry.get(source)
+    best, score = registry.detect(sample)
+    if best is None or score < DETECT_MIN_SCORE:
+        if job_from_name(path):
+            return registry.get("nccl")
+        raise InputError(f"{path}: cannot tell the log format from its first lines; pass --source "
+                         f"({', '.join(sorted(registry.collectors()))})")
+    return best
+
+
+def ingest_file(path: str, store: Store, source: str = "auto", node: str | None = None,
+                job: str | None = None, boot_time: datetime | None = None, tz: str = "UTC",
+                summary: Summary | None = None, progress: Callable[[int], None] | None = None) -> Summary:
+    """Ingest one file (or ``-``) into ``store``; re-ingesting the same bytes stores nothing new."""
+    summary = summary or Summary()
+    try:
+        stream = open_input(path)
+    except OSError as exc:
+        raise InputError(f"{path}: {exc.strerror or exc}") from None
+    with stream:
+        try:
+            head = stream.peek(64 * 1024)[: 64 * 1024] if hasattr(stream, "peek") else b""
+        except OSError as exc:
+            raise InputError(f"{path}: {exc.strerror or exc}") from None
+        sample = pl.Series(head.decode("utf-8", "replace").splitlines()[:200], dtype=pl.String)
+        c = choose(source, sample, path)
+        mtime = Path(path).stat().st_mtime if path != "-" else time.time()
+        ctx = Context(node=node, job_id=job or job_from_name(path), boot_time=boot_time,
+                      reference_time=datetime.fromtimestamp(mtime, timezone.utc), tz=tz,
+                      header=sample[0] if len(sample) else None)
+        file_id = fingerprint(head, node)
+        known = store.offsets(file_id).unique()
+        summary.files += 1
+        summary.sources[path] = c.name
+        chunks = _whole(stream) if c.whole_file else read_lines(stream)
+        for recs in records(_counted(chunks, summary, progress), c) if not c.whole_file else chunks:
+            blank = recs.get_column("raw").str.strip_chars() == ""
+            summary.blank += int(blank.sum())
+            recs = recs.filter(~blank)
+            if recs.is_empty():
+                continue
+            out = finalize(c.parse(recs, ctx), c, ctx, file_id)
+            summary.records += out.height
+            summary.unparsed += int((out.get_column("kind") == "unparsed").sum())
+            summary.kinds.update(dict(out.get_column("kind").value_counts().iter_rows()))
+            if known.len():
+                fresh = out.join(known.to_frame(), on="offset", how="anti")
+                summary.duplicates += out.height - fresh.height
+                out = fresh
+            store.write(out)
+            summary.stored += out.height
+        if c.whole_file and path != "-":
+            summary.bytes += Path(path).stat().st_size
+            if progress:
+                progress(Path(path).stat().st_size)
+    return summary
+
+
+def _counted(chunks: Iterator[pl.DataFrame], summary: Summary,
+             progress: Callable[[int], None] | None) -> Iterator[pl.DataFrame]:
+    for chunk in chunks:
+        n = int(chunk.get_column("raw").str.len_bytes().sum()) + chunk.height
+        summary.bytes += n
+        if progress:
+            progress(n)
+        yield chunk
+
+
+def ingest(paths: list[str], store: Store, progress: Callable[[int], None] | None = None, **opts) -> Summary:
+    """Ingest every file in ``paths`` (see :func:`ingest_file` for ``opts``).
+
+    An input that cannot be ingested is recorded in ``summary.failed`` and the others go on.
+    """
+    summary = Summary()
+    start = time.perf_counter()
+    for path in paths:
+        try:
+            ingest_file(path, store, summary=summary, progress=progress, **opts)
+        except InputError as exc:
+            summary.failed.append(str(exc))
+    summary.seconds = time.perf_counter() - start
+    return summary

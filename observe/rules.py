@@ -1,0 +1,261 @@
+"""Detection rules and catalogs, read from TOML data files and applied as vectorised polars passes.
+
+A rule file holds ``source = "kernel"`` and ``[[rule]]`` tables: ``kind``, ``severity``, ``pattern``
+(Rust regex with named groups), optional ``literal`` (cheap prefilter), ``attrs`` (static extras),
+``examples`` (must match) and ``counterexamples`` (must not). Within a source the first matching rule
+wins, files taken in name order. Named groups called like schema fields (``gpu``, ``code``, ``rank``,
+``job_id``, ``pid``, ``node``, ``program``) fill those fields; other groups go to ``attrs``.
+
+A catalog file holds ``catalog = "<kind>"``, ``key = "<field>"`` and ``[[entry]]`` tables; events of
+that kind get the matching entry's other keys merged into ``attrs`` (``severity`` sets the field).
+"""
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+import polars as pl
+
+from observe.schema import POLARS_SCHEMA, SEVERITIES, SOURCES
+
+BUILTIN_DIR = Path(__file__).resolve().parent.parent / "collectors" / "rules"
+FIELD_GROUPS = ("gpu", "code", "rank", "job_id", "pid", "node", "program")
+
+
+class RuleError(ValueError):
+    """A rule or catalog file is invalid; the message names the file and the rule."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    kind: str
+    severity: str
+    source: str
+    pattern: str
+    where: str
+    literal: str | None = None
+    attrs: tuple[tuple[str, str], ...] = ()
+    examples: tuple[str, ...] = ()
+    counterexamples: tuple[str, ...] = ()
+    groups: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class Catalog:
+    kind: str
+    key: str
+    entries: pl.DataFrame
+    where: str
+
+
+def _check_pattern(pattern: str, where: str) -> tuple[str, ...]:
+    try:
+        pl.Series([""]).str.contains(pattern)
+        groups = pl.Series([""]).str.extract_groups(pattern).struct.fields
+    except Exception as exc:  # polars reports regex syntax errors as ComputeError
+        raise RuleError(f"{where}: bad pattern: {str(exc).splitlines()[0]}") from None
+    return tuple(g for g in groups if not g.isdigit())
+
+
+def _rule(raw: dict, source: str, where: str) -> Rule:
+    for key in ("kind", "pattern"):
+        if not isinstance(raw.get(key), str):
+            raise RuleError(f"{where}: missing {key!r}")
+    severity = raw.get("severity", "info")
+    if severity not in SEVERITIES:
+        raise RuleError(f"{where}: severity {severity!r} not one of {', '.join(SEVERITIES)}")
+    where = f"{where} ({raw['kind']})"
+    return Rule(
+        kind=raw["kind"],
+        severity=severity,
+        source=raw.get("source", source),
+        pattern=raw["pattern"],
+        where=where,
+        literal=raw.get("literal"),
+        attrs=tuple((k, str(v)) for k, v in raw.get("attrs", {}).items()),
+        examples=tuple(raw.get("examples", ())),
+        counterexamples=tuple(raw.get("counterexamples", ())),
+        groups=_check_pattern(raw["pattern"], where),
+    )
+
+
+def rule_dirs() -> list[Path]:
+    """Built-in rules first, then directories listed in ``OBSERVE_RULES`` (os.pathsep separated)."""
+    extra = [Path(p) for p in os.environ.get("OBSERVE_RULES", "").split(os.pathsep) if p]
+    return [BUILTIN_DIR, *extra]
+
+
+@cache
+def _load(dirs: tuple[Path, ...]) -> tuple[tuple[Rule, ...], tuple[Catalog, ...]]:
+    rules: list[Rule] = []
+    catalogs: list[Catalog] = []
+    for d in dirs:
+        if not d.is_dir():
+            raise RuleError(f"{d}: rule directory not found")
+        for path in sorted(d.glob("*.toml")):
+            try:
+                doc = tomllib.loads(path.read_text())
+            except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+                raise RuleError(f"{path}: {exc}") from None
+            if "catalog" in doc:
+                catalogs.append(_catalog(doc, str(path)))
+                continue
+            source = doc.get("source", "")
+            for i, raw in enumerate(doc.get("rule", [])):
+                rule = _rule(raw, source, f"{path}:rule {i + 1}")
+                if rule.source not in SOURCES:
+                    raise RuleError(f"{rule.where}: source {rule.source!r} not one of {', '.join(SOURCES)}")
+                rules.append(rule)
+    return tuple(rules), tuple(_merge(catalogs))
+
+
+def _merge(catalogs: list[Catalog]) -> list[Catalog]:
+    """One catalog per kind: entries of later files override earlier ones with the same key."""
+    merged: dict[str, Catalog] = {}
+    for cat in catalogs:
+        if cat.kind in merged:
+            prev = merged[cat.kind]
+            entries = pl.concat([prev.entries, cat.entries], how="diagonal_relaxed")
+            cat = Catalog(cat.kind, cat.key, entries.unique(subset=cat.key, keep="last", maintain_order=True), cat.where)
+        merged[cat.kind] = cat
+    return list(merged.values())
+
+
+def _catalog(doc: dict, where: str) -> Catalog:
+    key = doc.get("key", "code")
+    entries = doc.get("entry", [])
+    if not entries or any(key not in e for e in entries):
+        raise RuleError(f"{where}: every [[entry]] needs {key!r}")
+    frame = pl.DataFrame(entries, infer_schema_length=None)
+    return Catalog(kind=doc["catalog"], key=key, entries=frame, where=where)
+
+
+def load() -> tuple[tuple[Rule, ...], tuple[Catalog, ...]]:
+    """All rules and catalogs from :func:`rule_dirs`, validated."""
+    return _load(tuple(rule_dirs()))
+
+
+def catalog(kind: str) -> pl.DataFrame | None:
+    """The catalog entries for events of ``kind``, or None."""
+    return next((c.entries for c in load()[1] if c.kind == kind), None)
+
+
+def attrs_json(cols: list[tuple[str, pl.Expr]]) -> pl.Expr:
+    """A JSON object from named expressions (values as strings), leaving out nulls; null if empty."""
+    obj = pl.struct([e.cast(pl.String).alias(k) for k, e in cols]).struct.json_encode()
+    obj = obj.str.replace_all(r'"\w+":null,?', "").str.replace(r",\}$", "}")
+    return pl.when(obj != "{}").then(obj)
+
+
+def merge_attrs(left: pl.Expr, right: pl.Expr) -> pl.Expr:
+    """Merge two JSON-object columns (right's keys appended; both may be null)."""
+    both = pl.format("{},{}", left.str.head(-1), right.str.tail(-1))
+    return pl.when(left.is_null()).then(right).when(right.is_null()).then(left).otherwise(both)
+
+
+def apply(df: pl.DataFrame, rules: tuple[Rule, ...] | None = None) -> pl.DataFrame:
+    """Set ``kind``/``severity`` and rule-extracted fields on rows whose ``kind`` is still null.
+
+    ``df`` needs ``source``, ``message``, ``kind``, ``severity``, ``attrs`` and the field columns.
+    """
+    rules = load()[0] if rules is None else rules
+    df = df.with_row_index("_i")
+    free = df.get_column("kind").is_null()
+    source = df.get_column("source")
+    message = df.get_column("message").fill_null("")
+    hits: list[pl.DataFrame] = []
+    prefilter: dict[str, pl.Series] = {}
+    for rule in rules:
+        mask = free & (source == rule.source)
+        if rule.literal:
+            if rule.literal not in prefilter:
+                prefilter[rule.literal] = message.str.contains(rule.literal, literal=True)
+            mask = mask & prefilter[rule.literal]
+        if not mask.any():
+            continue
+        cand = df.filter(mask).select("_i", pl.col("message").fill_null(""))
+        cand = cand.filter(pl.col("message").str.contains(rule.pattern))
+        if cand.is_empty():
+            continue
+        free = free.scatter(cand.get_column("_i"), False)
+        hits.append(_extract(cand, rule))
+    if not hits:
+        return df.drop("_i")
+    found = pl.concat(hits, how="diagonal_relaxed")
+    for name in FIELD_GROUPS:
+        if name not in found.columns:
+            found = found.with_columns(pl.lit(None, dtype=pl.String).alias(name))
+    df = df.join(found, on="_i", how="left", suffix="_rule")
+    fills = [pl.coalesce(pl.col(f"{n}_rule").cast(POLARS_SCHEMA[n], strict=False), pl.col(n)).alias(n) for n in FIELD_GROUPS]
+    return df.with_columns(
+        pl.coalesce("kind_rule", "kind").alias("kind"),
+        pl.coalesce("severity_rule", "severity").alias("severity"),
+        merge_attrs(pl.col("attrs"), pl.col("attrs_rule")).alias("attrs"),
+        *fills,
+    ).drop("_i", "kind_rule", "severity_rule", "attrs_rule", *(f"{n}_rule" for n in FIELD_GROUPS))
+
+
+def _extract(cand: pl.DataFrame, rule: Rule) -> pl.DataFrame:
+    cols = [pl.col("_i"), pl.lit(rule.kind).alias("kind"), pl.lit(rule.severity).alias("severity")]
+    extra: list[tuple[str, pl.Expr]] = [(k, pl.lit(v)) for k, v in rule.attrs]
+    if rule.groups:
+        cand = cand.with_columns(pl.col("message").str.extract_groups(rule.pattern).alias("_g"))
+        for g in rule.groups:
+            value = pl.col("_g").struct.field(g)
+            if g in FIELD_GROUPS:
+                cols.append(value.alias(g))
+            else:
+                extra.append((g, value))
+    cols.append(attrs_json(extra).alias("attrs") if extra else pl.lit(None, dtype=pl.String).alias("attrs"))
+    return cand.select(cols)
+
+
+def enrich(df: pl.DataFrame) -> pl.DataFrame:
+    """Merge catalog entries into ``attrs`` (and ``severity``) of events of each catalog's kind."""
+    for cat in load()[1]:
+        if cat.kind not in set(df.get_column("kind").unique().to_list()):
+            continue
+        entries = cat.entries
+        key_dtype = POLARS_SCHEMA.get(cat.key, pl.String)
+        info = [c for c in entries.columns if c not in (cat.key, "severity")]
+        entries = entries.select(
+            pl.col(cat.key).cast(key_dtype).alias("_key"),
+            (pl.col("severity") if "severity" in entries.columns else pl.lit(None, dtype=pl.String)).alias("_sev"),
+            attrs_json([(c, pl.col(c)) for c in info]).alias("_cat"),
+        )
+        df = df.with_columns(pl.when(pl.col("kind") == cat.kind).then(pl.col(cat.key)).alias("_key"))
+        df = df.join(entries, on="_key", how="left").with_columns(
+            pl.coalesce("_sev", "severity").alias("severity"),
+            merge_attrs(pl.col("attrs"), pl.col("_cat")).alias("attrs"),
+        ).drop("_key", "_sev", "_cat")
+    return df
+
+
+def describe() -> list[dict]:
+    """Every rule as a plain dict (for ``observe rules`` and the docs)."""
+    return [
+        {"source": r.source, "kind": r.kind, "severity": r.severity, "pattern": r.pattern, "where": r.where}
+        for r in load()[0]
+    ]
+
+
+def examples_report() -> list[str]:
+    """Problems with rule examples: an example that misses its rule, or a counterexample that hits."""
+    problems = []
+    for rule in load()[0]:
+        for ex in rule.examples:
+            if not pl.Series([ex]).str.contains(rule.pattern)[0]:
+                problems.append(f"{rule.where}: example does not match: {ex}")
+        for ex in rule.counterexamples:
+            if pl.Series([ex]).str.contains(rule.pattern)[0]:
+                problems.append(f"{rule.where}: counterexample matches: {ex}")
+    return problems
+
+
+def to_json(value: object) -> str:
+    """Compact JSON (shared by collectors that build ``attrs`` from Python values)."""
+    return json.dumps(value, separators=(",", ":"), default=str)

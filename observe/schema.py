@@ -1,0 +1,53 @@
+"""The one event schema: every record observe stores has exactly these columns."""
+from __future__ import annotations
+
+import polars as pl
+import pyarrow as pa
+
+SOURCES = ("slurm", "syslog", "kernel", "nccl", "gpu", "health")
+SEVERITIES = ("emerg", "alert", "crit", "err", "warning", "notice", "info", "debug")
+
+_FIELDS: list[tuple[str, pa.DataType, str]] = [
+    ("ts", pa.timestamp("us", tz="UTC"), "event time in UTC, microseconds; null when truly unknown"),
+    ("node", pa.string(), "Slurm node name or short host name"),
+    ("source", pa.string(), "one of: " + ", ".join(SOURCES)),
+    ("severity", pa.string(), "syslog level: " + ", ".join(SEVERITIES)),
+    ("kind", pa.string(), "snake_case event kind (rule files document each); log or unparsed otherwise"),
+    ("job_id", pa.string(), "Slurm job id as text: 123, 123_4 and 123+1 are all real"),
+    ("rank", pa.int32(), "distributed rank (NCCL / PyTorch)"),
+    ("gpu", pa.string(), "GPU PCI bus id (0000:3b:00) or index"),
+    ("code", pa.int32(), "numeric code of the event, e.g. the Xid number or an exit code"),
+    ("program", pa.string(), "emitting program or component (syslog tag, daemon, kernel)"),
+    ("pid", pa.int64(), "process id of the emitting program"),
+    ("message", pa.string(), "the record's text without its header"),
+    ("raw", pa.string(), "the original record, continuation lines joined with newlines"),
+    ("attrs", pa.string(), "source-specific extras as a JSON object"),
+    ("file_id", pa.string(), "provenance: fingerprint of the input the record came from"),
+    ("offset", pa.int64(), "provenance: byte offset of the record in that input"),
+]
+
+EVENT_SCHEMA = pa.schema(
+    [pa.field(n, t, metadata={"description": d}) for n, t, d in _FIELDS]
+)
+FIELDS: tuple[str, ...] = tuple(n for n, _, _ in _FIELDS)
+DESCRIPTIONS: dict[str, str] = {n: d for n, _, d in _FIELDS}
+POLARS_SCHEMA: dict[str, pl.DataType] = dict(pl.Schema(pl.from_arrow(EVENT_SCHEMA.empty_table()).schema))
+KEY = ("file_id", "offset")
+
+
+def conform(df: pl.DataFrame) -> pl.DataFrame:
+    """Cast and order ``df`` to the event schema; missing columns become null, unknown ones are an error."""
+    unknown = set(df.columns) - set(FIELDS)
+    if unknown:
+        raise ValueError(f"columns not in the event schema: {sorted(unknown)}")
+    return df.select(
+        [
+            pl.col(n).cast(t, strict=False) if n in df.columns else pl.lit(None, dtype=t).alias(n)
+            for n, t in POLARS_SCHEMA.items()
+        ]
+    )
+
+
+def empty() -> pl.DataFrame:
+    """An empty frame with the event schema."""
+    return pl.DataFrame(schema=POLARS_SCHEMA)

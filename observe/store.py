@@ -1,0 +1,189 @@
+"""The Parquet event store: ``<root>/events/source=<s>/date=<YYYY-MM-DD|unknown>/<segment>.parquet``.
+
+Every write is a new uniquely named segment written to a hidden temporary name, fsync'd and renamed
+into place, so readers never see a partial file and writers never collide. Compaction writes one
+sorted file per partition plus a small JSON note naming the segments it replaces; readers skip
+replaced segments while the note exists, so a query sees each record exactly once throughout.
+"""
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import polars as pl
+import pyarrow.parquet as pq
+
+from observe.schema import EVENT_SCHEMA, KEY, conform
+
+ROW_GROUP_ROWS = 128 * 1024
+UNKNOWN_DATE = "unknown"
+
+
+@dataclass(frozen=True)
+class Partition:
+    source: str
+    date: str
+    path: Path
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Store:
+    """A store rooted at a local directory (created on first write)."""
+
+    def __init__(self, root: str | os.PathLike[str]):
+        self.root = Path(root).expanduser()
+        self.events = self.root / "events"
+
+    def __repr__(self) -> str:
+        return f"Store({str(self.root)!r})"
+
+    # -- writing -------------------------------------------------------------------------------
+    def write(self, df: pl.DataFrame) -> list[Path]:
+        """Write ``df`` (conformed to the schema) as one new segment per partition it touches."""
+        df = conform(df)
+        if df.is_empty():
+            return []
+        date = df.get_column("ts").dt.strftime("%Y-%m-%d").fill_null(UNKNOWN_DATE)
+        written = []
+        for (source, day), part in df.with_columns(date.alias("_date")).group_by("source", "_date"):
+            part = part.drop("_date").sort("ts", "offset", nulls_last=True)
+            directory = self.events / f"source={source}" / f"date={day}"
+            written.append(self._write_file(part, directory, f"s-{uuid.uuid4().hex}.parquet"))
+        return written
+
+    def _write_file(self, df: pl.DataFrame, directory: Path, name: str) -> Path:
+        directory.mkdir(parents=True, exist_ok=True)
+        final = directory / name
+        tmp = directory / f".{name}.tmp"
+        table = df.to_arrow().cast(EVENT_SCHEMA)
+        with open(tmp, "wb") as f:
+            pq.write_table(
+                table, f, compression="zstd", compression_level=6, row_group_size=ROW_GROUP_ROWS,
+                use_dictionary=["node", "source", "severity", "kind", "job_id", "gpu", "program", "file_id"],
+                write_statistics=True,
+            )
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+        _fsync_dir(directory)
+        return final
+
+    # -- reading -------------------------------------------------------------------------------
+    def partitions(self, sources: Iterable[str] | None = None, since: datetime | None = None,
+                   until: datetime | None = None) -> list[Partition]:
+        """Partitions that can hold events of ``sources`` between ``since`` and ``until``."""
+        if not self.events.is_dir():
+            return []
+        wanted = set(sources) if sources else None
+        lo = since.strftime("%Y-%m-%d") if since else None
+        hi = until.strftime("%Y-%m-%d") if until else None
+        out = []
+        for sdir in sorted(self.events.glob("source=*")):
+            source = sdir.name.split("=", 1)[1]
+            if wanted is not None and source not in wanted:
+                continue
+            for ddir in sorted(sdir.glob("date=*")):
+                day = ddir.name.split("=", 1)[1]
+                if day == UNKNOWN_DATE:
+                    if lo or hi:
+                        continue
+                elif (lo and day < lo) or (hi and day > hi):
+                    continue
+                out.append(Partition(source, day, ddir))
+        return out
+
+    @staticmethod
+    def segments(directory: Path) -> list[Path]:
+        """The live segment files of one partition directory (replaced ones left out)."""
+        files = {p.name: p for p in directory.glob("*.parquet")}
+        for note in directory.glob("c-*.json"):
+            if note.with_suffix(".parquet").name in files:
+                try:
+                    replaced = json.loads(note.read_text())["replaces"]
+                except (OSError, ValueError, KeyError):
+                    continue
+                for name in replaced:
+                    files.pop(name, None)
+        return sorted(files.values())
+
+    def files(self, sources: Iterable[str] | None = None, since: datetime | None = None,
+              until: datetime | None = None) -> list[Path]:
+        """Segment files to read for the given filters (partition pruning)."""
+        return [f for p in self.partitions(sources, since, until) for f in self.segments(p.path)]
+
+    def scan(self, sources: Iterable[str] | None = None, since: datetime | None = None,
+             until: datetime | None = None) -> pl.LazyFrame:
+        """A LazyFrame of events; ``since``/``until`` prune partitions here and row groups in polars."""
+        files = self.files(sources, since, until)
+        if not files:
+            return pl.LazyFrame(schema=pl.from_arrow(EVENT_SCHEMA.empty_table()).schema)
+        lf = pl.scan_parquet([str(f) for f in files], hive_partitioning=False)
+        if since is not None:
+            lf = lf.filter(pl.col("ts") >= since)
+        if until is not None:
+            lf = lf.filter(pl.col("ts") < until)
+        return lf
+
+    def offsets(self, file_id: str) -> pl.Series:
+        """Offsets already stored for one input (for idempotent re-ingest)."""
+        files = self.files()
+        if not files:
+            return pl.Series("offset", [], dtype=pl.Int64)
+        lf = pl.scan_parquet([str(f) for f in files]).filter(pl.col("file_id") == file_id)
+        return lf.select("offset").collect().get_column("offset")
+
+    # -- maintenance ---------------------------------------------------------------------------
+    def compact(self, partition: Partition, min_segments: int = 2) -> tuple[int, int] | None:
+        """Merge a partition's segments into one file sorted by time, dropping duplicate keys.
+
+        Returns (segments replaced, rows written), or None when there was nothing to do.
+        """
+        directory = partition.path
+        for note in directory.glob("c-*.json"):  # finish a compaction that was interrupted
+            self._finish(note)
+        segs = self.segments(directory)
+        if len(segs) < min_segments:
+            return None
+        df = pl.read_parquet([str(s) for s in segs]).unique(subset=list(KEY), keep="first", maintain_order=True)
+        df = df.sort("ts", "offset", nulls_last=True)
+        name = f"c-{uuid.uuid4().hex}"
+        note = directory / f"{name}.json"
+        tmp = directory / f".{name}.json.tmp"
+        tmp.write_text(json.dumps({"replaces": [s.name for s in segs]}))
+        os.replace(tmp, note)
+        self._write_file(df, directory, f"{name}.parquet")
+        self._finish(note)
+        return len(segs), df.height
+
+    @staticmethod
+    def _finish(note: Path) -> None:
+        """Delete the segments a compaction replaced, then its note (or the note alone if it failed)."""
+        if note.with_suffix(".parquet").exists():
+            for name in json.loads(note.read_text())["replaces"]:
+                (note.parent / name).unlink(missing_ok=True)
+        note.unlink(missing_ok=True)
+
+    def stats(self) -> pl.DataFrame:
+        """Per partition: segments, rows, bytes, first and last event time."""
+        rows = []
+        for p in self.partitions():
+            segs = self.segments(p.path)
+            meta = [pq.read_metadata(s) for s in segs]
+            rows.append({
+                "source": p.source, "date": p.date, "segments": len(segs),
+                "rows": sum(m.num_rows for m in meta), "bytes": sum(s.stat().st_size for s in segs),
+            })
+        return pl.DataFrame(rows, schema={"source": pl.String, "date": pl.String, "segments": pl.Int64,
+                                          "rows": pl.Int64, "bytes": pl.Int64})

@@ -1,0 +1,60 @@
+"""Search: events filtered by time, node (Slurm hostlist), source, kind, job and a message regex."""
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta, timezone
+
+import hostlist
+import polars as pl
+
+from observe.store import Store
+
+RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$")
+UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_time(text: str, now: datetime | None = None) -> datetime:
+    """An ISO time (UTC unless it says otherwise) or a relative one like ``2h``/``7d`` (before now)."""
+    now = now or datetime.now(timezone.utc)
+    m = RELATIVE.match(text.strip())
+    if m:
+        return now - timedelta(**{UNITS[m.group(2)]: float(m.group(1))})
+    try:
+        ts = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"bad time {text!r}: use ISO 8601 (2026-11-22T10:00) or a span like 30m, 2h, 7d") from None
+    return ts if ts.tzinfo else ts.replace(tzinfo=timezone.utc)
+
+
+def expand_nodes(expr: str) -> list[str]:
+    """Expand a Slurm hostlist (``gpu[001-004,010],login1``) into node names."""
+    try:
+        return hostlist.expand_hostlist(expr)
+    except hostlist.BadHostlist as exc:
+        raise ValueError(f"bad node list {expr!r}: {exc}") from None
+
+
+def check_regex(pattern: str) -> str:
+    """Return ``pattern`` if polars (Rust regex) accepts it; ValueError with the reason otherwise."""
+    try:
+        pl.Series([""]).str.contains(pattern)
+    except Exception as exc:  # polars raises ComputeError for a bad pattern
+        detail = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+        raise ValueError(f"bad regex {pattern!r}: {detail}") from None
+    return pattern
+
+
+def search(store: Store, since: datetime | None = None, until: datetime | None = None,
+           nodes: list[str] | None = None, sources: list[str] | None = None, kinds: list[str] | None = None,
+           job: str | None = None, grep: str | None = None) -> pl.LazyFrame:
+    """Matching events, oldest first; partitions and row groups outside the filters are not read."""
+    lf = store.scan(sources=sources, since=since, until=until)
+    if nodes:
+        lf = lf.filter(pl.col("node").is_in(nodes))
+    if kinds:
+        lf = lf.filter(pl.col("kind").is_in(kinds))
+    if job:
+        lf = lf.filter(pl.col("job_id") == job)
+    if grep:
+        lf = lf.filter(pl.col("message").str.contains(check_regex(grep)))
+    return lf.sort("ts", "node", "offset", nulls_last=True)

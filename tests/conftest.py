@@ -1,0 +1,42 @@
+"""Shared fixtures: paths, a temporary store, the golden-file switch, a parse helper."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from observe.collector import Context, get
+from observe.ingest import finalize, records
+from observe.reader import read_lines
+from observe.store import Store
+
+FIXTURES = Path(__file__).parent / "fixtures"
+CORPUS = FIXTURES / "corpus"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--update-golden", action="store_true", help="rewrite golden .jsonl files")
+
+
+@pytest.fixture
+def update_golden(request: pytest.FixtureRequest) -> bool:
+    return bool(request.config.getoption("--update-golden"))
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    return Store(tmp_path / "store")
+
+
+def parse_file(path: Path, collector: str, ctx: Context | None = None) -> pl.DataFrame:
+    """Run one collector over a file the way ingest does, without a store."""
+    c = get(collector)
+    ctx = ctx or Context()
+    with open(path, "rb") as f:
+        if c.whole_file:
+            recs = [pl.DataFrame({"raw": [f.read().decode("utf-8", "replace")], "offset": [0]})]
+        else:
+            recs = list(records(read_lines(f), c))
+    frames = [finalize(c.parse(r, ctx), c, ctx, "test") for r in recs]
+    return pl.concat(frames).sort("offset")

@@ -1,0 +1,67 @@
+"""The CLI: help that teaches, one clear error line and exit 2 on bad input, search filters work."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import CORPUS
+from observe.cli import app
+
+runner = CliRunner()
+README = Path(__file__).resolve().parent.parent / "README.md"
+COMMANDS = [c.name for c in app.registered_commands]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_has_help_and_is_in_readme(command: str) -> None:
+    result = runner.invoke(app, [command, "--help"])
+    assert result.exit_code == 0 and len(result.output) > 80
+    assert f"observe {command}" in README.read_text()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["ingest", "/nonexistent.log"], "no such file"),
+    (["ingest", str(CORPUS / "real" / "SOURCES.md")], "cannot tell the log format"),
+    (["ingest", str(CORPUS / "real" / "xid.log"), "--source", "bogus"], "unknown source 'bogus'"),
+    (["ingest", str(CORPUS / "real" / "xid.log"), "--boot-time", "yesterday-ish"], "bad time"),
+    (["query", "--since", "last tuesday"], "bad time"),
+    (["query", "--grep", "("], "bad regex"),
+    (["query", "--node", "gpu[001-"], "bad node list"),
+    (["query", "--format", "xml"], "unknown format"),
+])
+def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str, tmp_path: Path) -> None:
+    result = runner.invoke(app, [*args, "--store", str(tmp_path / "s")])
+    assert result.exit_code == 2
+    assert message in result.output and "Traceback" not in result.output
+    assert len([line for line in result.output.splitlines() if line.startswith("error:")]) == 1
+
+
+def test_bad_file_does_not_lose_good_ones(tmp_path: Path) -> None:
+    store = str(tmp_path / "s")
+    result = runner.invoke(app, ["ingest", str(CORPUS / "real" / "SOURCES.md"), str(CORPUS / "real" / "xid.log"), "--store", store])
+    assert result.exit_code == 2
+    q = runner.invoke(app, ["query", "--kind", "gpu_xid", "--limit", "0", "--format", "json", "--store", store])
+    assert len(q.output.splitlines()) == 48
+
+
+def test_query_filters_and_json(tmp_path: Path) -> None:
+    store = str(tmp_path / "s")
+    assert runner.invoke(app, ["ingest", str(CORPUS / "real" / "nccl.log"), "--store", store]).exit_code == 0
+    result = runner.invoke(app, ["query", "--node", "H100-[1-2]", "--kind", "nccl_net_error", "--format", "json",
+                                 "--store", store])
+    rows = [json.loads(line) for line in result.output.splitlines()]
+    assert {r["node"] for r in rows} == {"H100-1", "H100-2"}
+    assert all(r["code"] == 4 and r["source"] == "nccl" for r in rows)
+    grep = runner.invoke(app, ["query", "--grep", r"ibv_create_qp", "--format", "csv", "--store", store])
+    assert len(grep.output.strip().splitlines()) == 3
+    stats = runner.invoke(app, ["stats", "--store", store])
+    assert re.search(r"\d+ events", stats.output)
+
+
+def test_rules_check_passes() -> None:
+    result = runner.invoke(app, ["rules", "--check"])
+    assert result.exit_code == 0 and "0 problem(s)" in result.output

@@ -1,0 +1,102 @@
+"""Store guarantees: idempotent ingest, atomic segments, compaction keeps rows, partition pruning."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import polars as pl
+import pyarrow.parquet as pq
+
+from conftest import CORPUS, parse_file
+from observe.ingest import ingest
+from observe.schema import FIELDS
+from observe.store import Store
+
+REAL = CORPUS / "real"
+LOGS = [str(REAL / n) for n in ("xid.log", "nccl.log", "slurm.log", "oom.log", "ib_pcie.log")]
+
+
+def _rows(store: Store) -> pl.DataFrame:
+    return store.scan().collect().sort("file_id", "offset")
+
+
+def test_ingest_twice_adds_nothing(store: Store) -> None:
+    first = ingest(LOGS, store)
+    before = _rows(store)
+    second = ingest(LOGS, store)
+    assert first.stored == before.height > 300
+    assert second.stored == 0 and second.duplicates == first.records
+    assert _rows(store).equals(before)
+    assert before.columns == list(FIELDS)
+
+
+def test_appended_bytes_are_ingested_once(store: Store, tmp_path: Path) -> None:
+    log = tmp_path / "dmesg"
+    lines = (REAL / "xid.log").read_text().splitlines(keepends=True)
+    log.write_text("".join(lines[:40]))
+    ingest([str(log)], store, source="kernel", node="gpu001")
+    log.write_text("".join(lines))
+    s = ingest([str(log)], store, source="kernel", node="gpu001")
+    assert s.duplicates > 0 and s.stored > 0
+    assert _rows(store).height == parse_file(log, "kernel").height
+
+
+def test_compaction_keeps_rows_identical(store: Store) -> None:
+    for log in LOGS:
+        ingest([log], store)
+    ingest([LOGS[0]], store)  # a second pass adds nothing
+    before = _rows(store)
+    part = next(p for p in store.partitions() if len(store.segments(p.path)) > 1)
+    replaced, rows = store.compact(part)
+    assert replaced > 1 and len(store.segments(part.path)) == 1
+    after = _rows(store)
+    assert after.equals(before)
+    assert not list(part.path.glob("c-*.json"))
+
+
+def test_interrupted_compaction_never_double_counts(store: Store) -> None:
+    ingest(LOGS[:2], store)
+    ingest(LOGS[2:], store)
+    before = _rows(store).height
+    part = max(store.partitions(), key=lambda p: len(store.segments(p.path)))
+    segs = store.segments(part.path)
+    df = pl.read_parquet([str(s) for s in segs])
+    (part.path / "c-crash.json").write_text(json.dumps({"replaces": [s.name for s in segs]}))
+    store._write_file(df, part.path, "c-crash.parquet")  # crashed after the rename, before deleting
+    assert _rows(store).height == before
+    store.compact(part, min_segments=1)
+    assert _rows(store).height == before and not (part.path / "c-crash.json").exists()
+
+
+def test_killed_writer_leaves_no_partial_file(store: Store, tmp_path: Path) -> None:
+    big = tmp_path / "big.log"
+    line = "[2024-10-22T12:26:42.994] sched: Allocate JobId=127441 NodeList=c014 #CPUs=2 Partition=gpu\n"
+    big.write_text(line * 400_000)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    for delay in (0.5, 1.0, 1.5, 2.5):
+        proc = subprocess.Popen([sys.executable, "-m", "observe.cli", "ingest", str(big), "--store", str(store.root)],
+                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        for f in store.files():
+            pq.read_metadata(f)  # every visible segment is complete
+        assert all(p.name.startswith(".") for p in store.events.rglob("*.tmp"))
+    ingest([str(big)], store)
+    assert _rows(store).height == 400_000
+
+
+def test_time_filter_prunes_partitions(store: Store) -> None:
+    ingest(LOGS, store)
+    since = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    files = store.files(since=since)
+    assert files and all("date=2026" in str(f) for f in files)
+    got = store.scan(since=since).collect()
+    assert got.height and got.get_column("ts").min() >= since
+    assert store.files(sources=["nccl"]) and all("source=nccl" in str(f) for f in store.files(sources=["nccl"]))
