@@ -6,11 +6,13 @@ Kernel lines become source ``kernel`` (their ``[uptime]`` kept in attrs), Slurm 
 """
 from __future__ import annotations
 
+from datetime import datetime
+
 import polars as pl
 
 from observe import timeparse as tp
 from observe.collector import Collector, Context, register
-from observe.rules import attrs_json
+from observe.rules import attrs_json, merge_attrs
 
 TAG = r"(?:(?P<tag>[^\s:\[\]]+(?:\([^)\s]*\))?)(?:\[(?P<pid>\d+)\])?: ?)?"
 RFC3164 = (
@@ -80,12 +82,16 @@ class Syslog(Collector):
 
 def kernel_uptime(df: pl.DataFrame) -> pl.DataFrame:
     """Move a kernel message's leading ``[ 12.345678]`` into attrs.uptime."""
+    has = (pl.col("source") == "kernel") & pl.col("message").str.starts_with("[")
+    mask = df.select(has.fill_null(False)).to_series()
+    if not mask.any():
+        return df
     msg = pl.col("message")
-    up = pl.when(pl.col("source") == "kernel").then(msg.str.extract(UPTIME, 1))
-    return df.with_columns(up.alias("_up")).with_columns(
+    fixed = df.filter(mask).with_columns(msg.str.extract(UPTIME, 1).alias("_up")).with_columns(
         pl.when(pl.col("_up").is_not_null()).then(msg.str.replace(UPTIME, "")).otherwise(msg).alias("message"),
-        attrs_json([("uptime", pl.col("_up"))]).alias("attrs"),
+        merge_attrs(pl.col("attrs"), attrs_json([("uptime", pl.col("_up"))])).alias("attrs"),
     ).drop("_up")
+    return pl.concat([df.filter(~mask), fixed], how="diagonal_relaxed")
 
 
 def _header(part: pl.DataFrame, pattern: str) -> pl.DataFrame:
@@ -96,17 +102,64 @@ def _common(g: pl.DataFrame, ts: pl.Expr, host: pl.Expr, severity: pl.Expr) -> p
     return g.select(
         "raw", "offset", ts.alias("ts"), host.alias("node"), severity.alias("severity"),
         pl.col("tag").alias("program"), pl.col("pid").cast(pl.Int64, strict=False).alias("pid"),
-        pl.col("msg").alias("message"),
+        pl.col("msg").alias("message"), pl.lit(None, dtype=pl.String).alias("attrs"),
     )
 
 
 def _rfc3164(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
+    raw = pl.col("raw")
+    fixed = (
+        (raw.str.slice(3, 1) == " ") & (raw.str.slice(6, 1) == " ") & (raw.str.slice(9, 1) == ":")
+        & (raw.str.slice(12, 1) == ":") & (raw.str.slice(15, 1) == " ")
+    )
+    mask = part.select(fixed.fill_null(False)).to_series()
+    fast = _rfc3164_fast(part.filter(mask), ctx)
+    if mask.all():
+        return fast
+    return pl.concat([fast, _rfc3164_regex(part.filter(~mask), ctx)], how="diagonal_relaxed")
+
+
+def _rollover(ts: pl.Expr, reference: datetime) -> pl.Expr:
+    limit = pl.lit(reference).dt.convert_time_zone("UTC").dt.cast_time_unit("us") + pl.duration(days=1)
+    return pl.when(ts > limit).then(ts.dt.offset_by("-1y")).otherwise(ts)
+
+
+def _rfc3164_fast(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
+    """``Mmm dd hh:mm:ss host tag[pid]: msg`` by fixed positions and splits, no regex captures."""
+    raw = pl.col("raw")
+    stamp = pl.concat_str([pl.lit(str(ctx.reference_time.year)), raw.str.slice(0, 15)], separator=" ")
+    english = tp.localize(stamp.str.to_datetime("%Y %b %e %H:%M:%S", time_unit="us", strict=False), ctx.tz)
+    part = part.with_columns(_rollover(english, ctx.reference_time).alias("_ts"))
+    missing = part.get_column("_ts").is_null()
+    if missing.any():  # localized month names: the slower path, only for those rows
+        localized = tp.yearless(raw.str.slice(0, 3), raw.str.slice(4, 2), raw.str.slice(7, 8), ctx.reference_time, ctx.tz)
+        part = pl.concat([part.filter(~missing), part.filter(missing).with_columns(localized.alias("_ts"))])
+    ts = pl.col("_ts")
+    g = part.with_columns(
+        raw.str.slice(16).str.splitn(" ", 2).struct.rename_fields(["host", "body"]).alias("_h")
+    ).unnest("_h").with_columns(
+        pl.col("body").str.splitn(": ", 2).struct.rename_fields(["tagpart", "msg"]).alias("_t")
+    ).unnest("_t")
+    tagged = pl.col("msg").is_not_null() & (pl.col("tagpart") != "") & ~pl.col("tagpart").str.contains(" ", literal=True)
+    g = g.with_columns(
+        pl.when(tagged).then(pl.col("tagpart").str.splitn("[", 2)).alias("_p")
+    ).unnest("_p")
+    g = g.with_columns(
+        pl.col("field_0").alias("tag"),
+        pl.col("field_1").str.strip_suffix("]").alias("pid"),
+        pl.when(tagged).then(pl.col("msg")).otherwise(pl.col("body")).alias("msg"),
+    )
+    return _common(g, ts, pl.col("host"), pl.lit(None, dtype=pl.String))
+
+
+def _rfc3164_regex(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
+    """The general RFC 3164 shape: PRI, archive prefix, localized months, optional year."""
     g = _header(part, RFC3164)
     year = pl.coalesce(pl.col("year"), pl.col("tb_date").str.slice(0, 4))
-    has_year = g.get_column("year").is_not_null().any() or g.get_column("tb_date").is_not_null().any()
-    ts = tp.yearless(pl.col("mon"), pl.col("day"), pl.col("clock"), ctx.reference_time, ctx.tz)
-    if has_year:
-        ts = pl.coalesce(tp.yearless(pl.col("mon"), pl.col("day"), pl.col("clock"), ctx.reference_time, ctx.tz, year=year), ts)
+    ts = pl.coalesce(
+        tp.yearless(pl.col("mon"), pl.col("day"), pl.col("clock"), ctx.reference_time, ctx.tz, year=year),
+        tp.yearless(pl.col("mon"), pl.col("day"), pl.col("clock"), ctx.reference_time, ctx.tz),
+    )
     host = pl.coalesce(pl.col("tb_node"), pl.col("host").str.extract(r"^([^/]+)", 1))
     ok = pl.col("msg").is_not_null() & tp.month_number(pl.col("mon")).is_not_null()
     g = g.with_columns(pl.when(ok).then(pl.col("msg")).alias("msg"))
@@ -139,5 +192,5 @@ def _json(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
         "raw", "offset", ts.alias("ts"), field("_HOSTNAME").alias("node"),
         severity_from_pri(field("PRIORITY")).alias("severity"), tag.alias("program"),
         pl.coalesce(field("_PID"), field("SYSLOG_PID")).cast(pl.Int64, strict=False).alias("pid"),
-        field("MESSAGE").alias("message"),
+        field("MESSAGE").alias("message"), pl.lit(None, dtype=pl.String).alias("attrs"),
     )

@@ -1,7 +1,8 @@
 """Detection rules and catalogs, read from TOML data files and applied as vectorised polars passes.
 
 A rule file holds ``source = "kernel"`` and ``[[rule]]`` tables: ``kind``, ``severity``, ``pattern``
-(Rust regex with named groups), optional ``literal`` (cheap prefilter), ``attrs`` (static extras),
+(Rust regex with named groups), optional ``literal`` (a string or list of strings, one of which
+every match contains: a cheap prefilter), ``attrs`` (static extras),
 ``examples`` (must match) and ``counterexamples`` (must not). Within a source the first matching rule
 wins, files taken in name order. Named groups called like schema fields (``gpu``, ``code``, ``rank``,
 ``job_id``, ``pid``, ``node``, ``program``) fill those fields; other groups go to ``attrs``.
@@ -37,7 +38,7 @@ class Rule:
     source: str
     pattern: str
     where: str
-    literal: str | None = None
+    literals: tuple[str, ...] = ()
     attrs: tuple[tuple[str, str], ...] = ()
     examples: tuple[str, ...] = ()
     counterexamples: tuple[str, ...] = ()
@@ -75,12 +76,21 @@ def _rule(raw: dict, source: str, where: str) -> Rule:
         source=raw.get("source", source),
         pattern=raw["pattern"],
         where=where,
-        literal=raw.get("literal"),
+        literals=_literals(raw.get("literal"), where),
         attrs=tuple((k, str(v)) for k, v in raw.get("attrs", {}).items()),
         examples=tuple(raw.get("examples", ())),
         counterexamples=tuple(raw.get("counterexamples", ())),
         groups=_check_pattern(raw["pattern"], where),
     )
+
+
+def _literals(value: object, where: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    values = [value] if isinstance(value, str) else value
+    if not isinstance(values, list) or not all(isinstance(v, str) and v for v in values):
+        raise RuleError(f"{where}: literal must be a non-empty string or a list of them")
+    return tuple(values)
 
 
 def rule_dirs() -> list[Path]:
@@ -161,28 +171,29 @@ def apply(df: pl.DataFrame, rules: tuple[Rule, ...] | None = None) -> pl.DataFra
     """Set ``kind``/``severity`` and rule-extracted fields on rows whose ``kind`` is still null.
 
     ``df`` needs ``source``, ``message``, ``kind``, ``severity``, ``attrs`` and the field columns.
+    Per source, one Aho-Corasick pass over the rules' literals picks the candidate rows; only those
+    meet the regexes.
     """
     rules = load()[0] if rules is None else rules
     df = df.with_row_index("_i")
-    free = df.get_column("kind").is_null()
-    source = df.get_column("source")
-    message = df.get_column("message").fill_null("")
     hits: list[pl.DataFrame] = []
-    prefilter: dict[str, pl.Series] = {}
+    by_source: dict[str, list[Rule]] = {}
     for rule in rules:
-        mask = free & (source == rule.source)
-        if rule.literal:
-            if rule.literal not in prefilter:
-                prefilter[rule.literal] = message.str.contains(rule.literal, literal=True)
-            mask = mask & prefilter[rule.literal]
-        if not mask.any():
-            continue
-        cand = df.filter(mask).select("_i", pl.col("message").fill_null(""))
-        cand = cand.filter(pl.col("message").str.contains(rule.pattern))
-        if cand.is_empty():
-            continue
-        free = free.scatter(cand.get_column("_i"), False)
-        hits.append(_extract(cand, rule))
+        by_source.setdefault(rule.source, []).append(rule)
+    todo = df.filter(pl.col("kind").is_null()).select("_i", "source", pl.col("message").fill_null(""))
+    for source, group in by_source.items():
+        cand = todo.filter(pl.col("source") == source)
+        if all(r.literals for r in group):
+            cand = cand.filter(pl.col("message").str.contains_any(sorted({x for r in group for x in r.literals})))
+        for rule in group:
+            if cand.is_empty():
+                break
+            sub = cand.filter(pl.col("message").str.contains_any(list(rule.literals))) if rule.literals else cand
+            sub = sub.filter(pl.col("message").str.contains(rule.pattern))
+            if sub.is_empty():
+                continue
+            hits.append(_extract(sub, rule))
+            cand = cand.join(sub.select("_i"), on="_i", how="anti")
     if not hits:
         return df.drop("_i")
     found = pl.concat(hits, how="diagonal_relaxed")

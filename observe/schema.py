@@ -29,6 +29,11 @@ _FIELDS: list[tuple[str, pa.DataType, str]] = [
 EVENT_SCHEMA = pa.schema(
     [pa.field(n, t, metadata={"description": d}) for n, t, d in _FIELDS]
 )
+# Files hold one more column: ``message`` is left null where it is the tail of ``raw`` (nearly
+# always), and ``message_at`` says from which character of ``raw`` it starts. Readers restore it:
+# message = coalesce(message, substr(raw, message_at + 1)). This keeps each line's text stored once.
+STORED_SCHEMA = EVENT_SCHEMA.append(pa.field(
+    "message_at", pa.int32(), metadata={"description": "message = raw from this character on, where message is null"}))
 FIELDS: tuple[str, ...] = tuple(n for n, _, _ in _FIELDS)
 DESCRIPTIONS: dict[str, str] = {n: d for n, _, d in _FIELDS}
 POLARS_SCHEMA: dict[str, pl.DataType] = dict(pl.Schema(pl.from_arrow(EVENT_SCHEMA.empty_table()).schema))
@@ -51,3 +56,16 @@ def conform(df: pl.DataFrame) -> pl.DataFrame:
 def empty() -> pl.DataFrame:
     """An empty frame with the event schema."""
     return pl.DataFrame(schema=POLARS_SCHEMA)
+
+
+def to_stored(df: pl.DataFrame) -> pl.DataFrame:
+    """The on-disk layout of a conformed frame: messages that are a tail of ``raw`` are not repeated."""
+    tail = pl.col("raw").str.ends_with(pl.col("message"))
+    at = pl.when(tail).then(pl.col("raw").str.len_chars() - pl.col("message").str.len_chars()).cast(pl.Int32)
+    return df.with_columns(pl.when(~tail | tail.is_null()).then(pl.col("message")).alias("message"), at.alias("message_at"))
+
+
+def from_stored(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """The event schema from the on-disk layout (inverse of :func:`to_stored`)."""
+    restored = pl.coalesce(pl.col("message"), pl.col("raw").str.slice(pl.col("message_at")))
+    return lf.with_columns(restored.alias("message")).drop("message_at")

@@ -18,9 +18,12 @@ from pathlib import Path
 import polars as pl
 import pyarrow.parquet as pq
 
-from observe.schema import EVENT_SCHEMA, KEY, conform
+from observe.schema import EVENT_SCHEMA, KEY, STORED_SCHEMA, conform, from_stored, to_stored
 
 ROW_GROUP_ROWS = 128 * 1024
+ZSTD_LEVEL = 3
+DICTIONARY_COLUMNS = ["node", "source", "severity", "kind", "job_id", "gpu", "program", "file_id", "code", "rank"]
+STATISTICS_COLUMNS = ["ts", "node", "source", "severity", "kind", "job_id", "code", "offset", "file_id"]
 UNKNOWN_DATE = "unknown"
 
 
@@ -55,6 +58,7 @@ class Store:
         df = conform(df)
         if df.is_empty():
             return []
+        df = to_stored(df)
         date = df.get_column("ts").dt.strftime("%Y-%m-%d").fill_null(UNKNOWN_DATE)
         written = []
         for (source, day), part in df.with_columns(date.alias("_date")).group_by("source", "_date"):
@@ -67,12 +71,11 @@ class Store:
         directory.mkdir(parents=True, exist_ok=True)
         final = directory / name
         tmp = directory / f".{name}.tmp"
-        table = df.to_arrow().cast(EVENT_SCHEMA)
+        table = df.to_arrow().cast(STORED_SCHEMA)
         with open(tmp, "wb") as f:
             pq.write_table(
-                table, f, compression="zstd", compression_level=6, row_group_size=ROW_GROUP_ROWS,
-                use_dictionary=["node", "source", "severity", "kind", "job_id", "gpu", "program", "file_id"],
-                write_statistics=True,
+                table, f, compression="zstd", compression_level=ZSTD_LEVEL, row_group_size=ROW_GROUP_ROWS,
+                use_dictionary=DICTIONARY_COLUMNS, write_statistics=STATISTICS_COLUMNS,
             )
             f.flush()
             os.fsync(f.fileno())
@@ -129,7 +132,7 @@ class Store:
         files = self.files(sources, since, until)
         if not files:
             return pl.LazyFrame(schema=pl.from_arrow(EVENT_SCHEMA.empty_table()).schema)
-        lf = pl.scan_parquet([str(f) for f in files], hive_partitioning=False)
+        lf = from_stored(pl.scan_parquet([str(f) for f in files], hive_partitioning=False))
         if since is not None:
             lf = lf.filter(pl.col("ts") >= since)
         if until is not None:

@@ -25,7 +25,7 @@ MONTH_RE = "|".join(sorted(MONTHS, key=len, reverse=True))
 _UTC = "UTC"
 
 
-def _localize(naive: pl.Expr, tz: str) -> pl.Expr:
+def localize(naive: pl.Expr, tz: str) -> pl.Expr:
     if tz == _UTC:
         return naive.dt.replace_time_zone(_UTC)
     return naive.dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null").dt.convert_time_zone(_UTC)
@@ -42,13 +42,13 @@ def iso(s: pl.Expr, tz: str = _UTC) -> pl.Expr:
     )
     aware = norm.str.to_datetime("%Y-%m-%dT%H:%M:%S%.f%z", time_unit="us", time_zone=_UTC, strict=False)
     naive = norm.str.to_datetime("%Y-%m-%dT%H:%M:%S%.f", time_unit="us", strict=False)
-    return pl.coalesce(aware, _localize(naive, tz))
+    return pl.coalesce(aware, localize(naive, tz))
 
 
 def ctime(s: pl.Expr, tz: str = _UTC) -> pl.Expr:
     """``Sat Oct 12 18:35:32 2024`` (dmesg -T, nvidia-smi) to UTC."""
     norm = s.str.strip_chars().str.replace_all(r"\s+", " ")
-    return _localize(norm.str.to_datetime("%a %b %d %H:%M:%S %Y", time_unit="us", strict=False), tz)
+    return localize(norm.str.to_datetime("%a %b %d %H:%M:%S %Y", time_unit="us", strict=False), tz)
 
 
 def month_number(name: pl.Expr) -> pl.Expr:
@@ -67,7 +67,7 @@ def yearless(month: pl.Expr, day: pl.Expr, clock: pl.Expr, reference: datetime, 
     y = year if year is not None else pl.lit(reference.year)
     text = pl.format("{}-{}-{}T{}", y, month_number(month), day.str.strip_chars(), clock)
     naive = text.str.to_datetime("%Y-%m-%dT%H:%M:%S%.f", time_unit="us", strict=False)
-    ts = _localize(naive, tz)
+    ts = localize(naive, tz)
     if year is not None:
         return ts
     limit = pl.lit(reference).dt.replace_time_zone(_UTC) if reference.tzinfo is None else pl.lit(reference)
