@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import polars as pl
 
-from collectors.slurm import HEADER as SLURM_HEADER
 from collectors.slurm import slurm_severity
 from observe import timeparse as tp
 from observe.collector import Collector, Context, register
@@ -24,6 +23,10 @@ TORCH = (
 )
 RANK_PREFIX = r"^\s*\[(?:rank|default)(\d+)\]:\s?"
 RECORD_START = r"^\s*(?:\[(?:rank|default)\d+\]|\[[EWIF][\d ]|\[\d+\]\s*[\w.-]+:\d+:\d+ |[\w.-]+:\d+:\d+ \[\d+\])"
+TORCH_LITERALS = ["ProcessGroup", ".cpp:", ".cc:", ".py:", ".h:"]
+SLURM_LITERALS = ["slurmstepd", "srun:", "salloc:", "sbatch:", "slurmd:"]
+SLURM_PROGRAM = r"^(srun|slurmstepd|salloc|sbatch|slurmd)(?:-\S+)?: "
+MONTHS = {i: m for i, m in enumerate(["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"], 1)}
 GLOG_SEVERITY = {"E": "err", "W": "warning", "I": "info", "F": "crit"}
 NCCL_SEVERITY = {"WARN": "warning", "INFO": "info", "TRACE": "debug", "ABORT": "crit", "ERROR": "err"}
 
@@ -40,40 +43,69 @@ class Nccl(Collector):
         return line.str.contains(r"^\s") & ~line.str.contains(RECORD_START)
 
     def parse(self, records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
-        """NCCL, PyTorch and Slurm client prefixes; any other text is a valid message."""
+        """NCCL, PyTorch and Slurm client prefixes; any other text is a valid message.
+
+        Cheap literal tests route each record to the one header regex that can match it.
+        """
         raw = pl.col("raw")
-        g = records.with_columns(
-            raw.str.extract_groups(NCCL).alias("_n"),
-            raw.str.extract_groups(TORCH).alias("_t"),
-            raw.str.replace(RANK_PREFIX, "").str.extract_groups(SLURM_HEADER).struct.field("prog").alias("_prog"),
-        ).unnest("_n", "_t", separator="_")
-        torch_ts = tp.yearless(
-            pl.col("_t_md").str.head(-2).cast(pl.Int32, strict=False).replace_strict(
-                {i: m for i, m in enumerate(["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"], 1)},
-                default=None, return_dtype=pl.String),
-            pl.col("_t_md").str.tail(2), pl.col("_t_clock"), ctx.reference_time, ctx.tz,
+        route = records.with_columns(
+            pl.when(raw.str.contains("NCCL ", literal=True)).then(pl.lit("nccl"))
+            .when(raw.str.contains_any(TORCH_LITERALS)).then(pl.lit("torch"))
+            .when(raw.str.contains_any(SLURM_LITERALS)).then(pl.lit("slurm"))
+            .otherwise(pl.lit("text")).alias("_route")
         )
-        nccl = pl.col("_n_msg").is_not_null()
-        torch = pl.col("_t_msg").is_not_null()
-        slurm = pl.col("_prog").is_not_null()
-        rank = pl.coalesce(pl.col("_t_rank"), raw.str.extract(RANK_PREFIX, 1), pl.col("_n_tag"))
-        message = (
-            pl.when(nccl).then(pl.col("_n_msg"))
-            .when(torch).then(pl.format("[{}] {}", pl.col("_t_src"), pl.col("_t_msg")))
-            .otherwise(raw.str.replace(RANK_PREFIX, "").str.strip_chars())
-        )
-        severity = (
-            pl.when(nccl).then(pl.col("_n_level").replace_strict(NCCL_SEVERITY, default=None, return_dtype=pl.String))
-            .when(torch).then(pl.col("_t_lvl").replace_strict(GLOG_SEVERITY, default=None, return_dtype=pl.String))
-            .when(slurm).then(slurm_severity(message))
-        )
-        return g.select(
-            "raw", "offset", torch_ts.alias("ts"),
-            pl.when(nccl).then(pl.col("_n_host")).alias("node"),
-            pl.when(slurm).then(pl.lit("slurm")).otherwise(pl.lit("nccl")).alias("source"),
-            severity.alias("severity"), rank.cast(pl.Int32, strict=False).alias("rank"),
-            pl.when(nccl).then(pl.col("_n_dev")).alias("gpu"),
-            pl.coalesce(pl.when(nccl).then(pl.col("_n_pid")), pl.lit(None, dtype=pl.String)).cast(pl.Int64, strict=False).alias("pid"),
-            pl.when(nccl).then(pl.lit("nccl")).when(torch).then(pl.lit("torch")).otherwise(pl.col("_prog")).alias("program"),
-            message.alias("message"),
-        )
+        parsers = {"nccl": _nccl, "torch": _torch, "slurm": _slurm, "text": _text}
+        parts = [parsers[r](p.drop("_route"), ctx) for (r,), p in route.group_by("_route")]
+        return pl.concat(parts, how="diagonal_relaxed")
+
+
+def _rank(raw: pl.Expr) -> pl.Expr:
+    return raw.str.extract(RANK_PREFIX, 1).cast(pl.Int32, strict=False)
+
+
+def _text(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
+    raw = pl.col("raw")
+    return part.select("raw", "offset", _rank(raw).alias("rank"),
+                       raw.str.replace(RANK_PREFIX, "").str.strip_chars().alias("message"))
+
+
+def _nccl(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
+    g = part.with_columns(pl.col("raw").str.extract_groups(NCCL).alias("_n")).unnest("_n")
+    ok = pl.col("msg").is_not_null()
+    if not part.height or g.get_column("msg").null_count() == part.height:
+        return _text(part, ctx)
+    return pl.concat([
+        g.filter(ok).select(
+            "raw", "offset", pl.col("host").alias("node"), pl.col("tag").cast(pl.Int32).alias("rank"),
+            pl.col("dev").alias("gpu"), pl.col("pid").cast(pl.Int64).alias("pid"), pl.lit("nccl").alias("program"),
+            pl.col("level").replace_strict(NCCL_SEVERITY, default=None, return_dtype=pl.String).alias("severity"),
+            pl.col("msg").alias("message"),
+        ),
+        _text(part.filter(g.get_column("msg").is_null()), ctx),
+    ], how="diagonal_relaxed")
+
+
+def _torch(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
+    g = part.with_columns(pl.col("raw").str.extract_groups(TORCH).alias("_t")).unnest("_t")
+    month = pl.col("md").str.head(-2).cast(pl.Int32, strict=False).replace_strict(MONTHS, default=None, return_dtype=pl.String)
+    ts = tp.yearless(month, pl.col("md").str.tail(2), pl.col("clock"), ctx.reference_time, ctx.tz)
+    ok = g.get_column("msg").is_not_null()
+    return pl.concat([
+        g.filter(ok).select(
+            "raw", "offset", ts.alias("ts"), pl.col("rank").cast(pl.Int32).alias("rank"), pl.lit("torch").alias("program"),
+            pl.col("lvl").replace_strict(GLOG_SEVERITY, default=None, return_dtype=pl.String).alias("severity"),
+            pl.format("[{}] {}", pl.col("src"), pl.col("msg")).alias("message"),
+        ),
+        _text(part.filter(~ok), ctx),
+    ], how="diagonal_relaxed")
+
+
+def _slurm(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
+    text = _text(part, ctx)
+    prog = text.get_column("message").str.extract(SLURM_PROGRAM, 1)
+    ok = prog.is_not_null()
+    slurm = text.filter(ok).with_columns(
+        prog.filter(ok).alias("program"), pl.lit("slurm").alias("source"),
+        slurm_severity(pl.col("message")).alias("severity"),
+    )
+    return pl.concat([slurm, text.filter(~ok)], how="diagonal_relaxed")

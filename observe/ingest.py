@@ -16,7 +16,7 @@ from observe import rules
 from observe.collector import Collector, Context
 from observe.reader import fingerprint, open_input, read_lines
 from observe.schema import FIELDS, POLARS_SCHEMA, conform
-from observe.store import Store
+from observe.store import SegmentWriter, Store
 
 MAX_RECORD_LINES = 500
 JOB_FILE = re.compile(r"slurm-(\d+(?:_\d+)?(?:\+\d+)?)(?:\.\d+)?\.(?:out|err|log)$")
@@ -160,27 +160,34 @@ def ingest_file(path: str, store: Store, source: str = "auto", node: str | None 
         summary.files += 1
         summary.sources[path] = c.name
         chunks = _whole(stream) if c.whole_file else read_lines(stream)
-        for recs in records(_counted(chunks, summary, progress), c) if not c.whole_file else chunks:
-            blank = recs.get_column("raw").str.strip_chars() == ""
-            summary.blank += int(blank.sum())
-            recs = recs.filter(~blank)
-            if recs.is_empty():
-                continue
-            out = finalize(c.parse(recs, ctx), c, ctx, file_id)
-            summary.records += out.height
-            summary.unparsed += int((out.get_column("kind") == "unparsed").sum())
-            summary.kinds.update(dict(out.get_column("kind").value_counts().iter_rows()))
-            if known.len():
-                fresh = out.join(known.to_frame(), on="offset", how="anti")
-                summary.duplicates += out.height - fresh.height
-                out = fresh
-            store.write(out)
-            summary.stored += out.height
+        with store.writer() as writer:
+            _ingest_records(records(_counted(chunks, summary, progress), c) if not c.whole_file else chunks,
+                            c, ctx, file_id, known, writer, summary)
         if c.whole_file and path != "-":
             summary.bytes += Path(path).stat().st_size
             if progress:
                 progress(Path(path).stat().st_size)
     return summary
+
+
+def _ingest_records(chunks: Iterator[pl.DataFrame], c: Collector, ctx: Context, file_id: str, known: pl.Series,
+                    writer: SegmentWriter, summary: Summary) -> None:
+    for recs in chunks:
+        blank = recs.get_column("raw").str.strip_chars() == ""
+        summary.blank += int(blank.sum())
+        recs = recs.filter(~blank)
+        if recs.is_empty():
+            continue
+        out = finalize(c.parse(recs, ctx), c, ctx, file_id)
+        summary.records += out.height
+        summary.unparsed += int((out.get_column("kind") == "unparsed").sum())
+        summary.kinds.update(dict(out.get_column("kind").value_counts().iter_rows()))
+        if known.len():
+            fresh = out.join(known.to_frame(), on="offset", how="anti")
+            summary.duplicates += out.height - fresh.height
+            out = fresh
+        writer.add(out)
+        summary.stored += out.height
 
 
 def _counted(chunks: Iterator[pl.DataFrame], summary: Summary,

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 from observe.schema import EVENT_SCHEMA, KEY, STORED_SCHEMA, conform, from_stored, to_stored
 
 ROW_GROUP_ROWS = 128 * 1024
+SEGMENT_ROWS = 1_000_000
 ZSTD_LEVEL = 3
 DICTIONARY_COLUMNS = ["node", "source", "severity", "kind", "job_id", "gpu", "program", "file_id", "code", "rank"]
 STATISTICS_COLUMNS = ["ts", "node", "source", "severity", "kind", "job_id", "code", "offset", "file_id"]
@@ -66,6 +67,10 @@ class Store:
             directory = self.events / f"source={source}" / f"date={day}"
             written.append(self._write_file(part, directory, f"s-{uuid.uuid4().hex}.parquet"))
         return written
+
+    def writer(self, max_rows: int = SEGMENT_ROWS) -> SegmentWriter:
+        """A buffered writer: one segment per partition per ``max_rows`` rows (bounded memory)."""
+        return SegmentWriter(self, max_rows)
 
     def _write_file(self, df: pl.DataFrame, directory: Path, name: str) -> Path:
         directory.mkdir(parents=True, exist_ok=True)
@@ -190,3 +195,45 @@ class Store:
             })
         return pl.DataFrame(rows, schema={"source": pl.String, "date": pl.String, "segments": pl.Int64,
                                           "rows": pl.Int64, "bytes": pl.Int64})
+
+
+class SegmentWriter:
+    """Collects frames and writes them as few, large segments; ``close`` writes the rest.
+
+    At most ``max_rows`` rows are held in memory; the largest buffered partition is written first.
+    """
+
+    def __init__(self, store: Store, max_rows: int):
+        self.store = store
+        self.max_rows = max_rows
+        self.parts: dict[tuple[str, str], list[pl.DataFrame]] = {}
+        self.rows = 0
+
+    def add(self, df: pl.DataFrame) -> None:
+        """Buffer ``df`` (any schema-conformable frame)."""
+        df = conform(df)
+        date = df.get_column("ts").dt.strftime("%Y-%m-%d").fill_null(UNKNOWN_DATE)
+        for (source, day), part in df.with_columns(date.alias("_d")).group_by("source", "_d"):
+            self.parts.setdefault((source, day), []).append(part.drop("_d"))
+        self.rows += df.height
+        while self.rows > self.max_rows:
+            key = max(self.parts, key=lambda k: sum(f.height for f in self.parts[k]))
+            self._flush(key)
+
+    def _flush(self, key: tuple[str, str]) -> None:
+        frames = self.parts.pop(key)
+        df = pl.concat(frames)
+        self.rows -= df.height
+        self.store.write(df)
+
+    def close(self) -> None:
+        """Write everything still buffered."""
+        for key in list(self.parts):
+            self._flush(key)
+
+    def __enter__(self) -> SegmentWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is None:
+            self.close()
