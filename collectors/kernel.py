@@ -8,6 +8,9 @@ and the seconds since boot are kept in attrs.uptime.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+from datetime import datetime
+
 import polars as pl
 
 from collectors.syslog import Syslog, severity_from_pri
@@ -44,9 +47,17 @@ class Kernel(Collector):
         parts = []
         if framed.any():
             parts.append(_SYSLOG.parse(records.filter(framed), ctx).with_columns(pl.lit("kernel").alias("source")))
+            if ctx.boot_time is None:  # lines carrying both stamps tell the boot time for the others
+                ctx = replace(ctx, boot_time=_boot_from(parts[0]))
         if not framed.all():
             parts.append(_dmesg(records.filter(~framed), ctx))
         return pl.concat(parts, how="diagonal_relaxed")
+
+
+def _boot_from(framed: pl.DataFrame) -> datetime | None:
+    up = pl.col("attrs").str.json_path_match("$.uptime").cast(pl.Float64)
+    boot = framed.select((pl.col("ts") - pl.duration(microseconds=(up * 1e6).cast(pl.Int64))).median()).item()
+    return boot
 
 
 def _dmesg(records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
@@ -61,7 +72,7 @@ def _dmesg(records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
         pl.col("lvl").replace({"warn": "warning"}),
     )
     attrs = attrs_json([
-        ("uptime", up.round(6).cast(pl.String)), ("seq", pl.col("seq")), ("delta", pl.col("rel")),
+        ("uptime", pl.coalesce(pl.col("up"), (pl.col("usec").cast(pl.Float64) / 1e6).cast(pl.String))), ("seq", pl.col("seq")), ("delta", pl.col("rel")),
         ("facility", pl.col("fac")),
     ])
     return g.select(

@@ -5,7 +5,7 @@ import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -14,7 +14,7 @@ import polars as pl
 from observe import collector as registry
 from observe import rules
 from observe.collector import Collector, Context
-from observe.reader import fingerprint, open_input, read_lines
+from observe.reader import fingerprint, open_input, peek_head, read_lines
 from observe.schema import FIELDS, POLARS_SCHEMA, conform
 from observe.store import SegmentWriter, Store
 
@@ -43,6 +43,7 @@ class Summary:
     kinds: Counter = field(default_factory=Counter)
     sources: dict[str, str] = field(default_factory=dict)
     failed: list[str] = field(default_factory=list)
+    boot_times: dict[str, datetime] = field(default_factory=dict)
 
     @property
     def parsed_pct(self) -> float:
@@ -151,6 +152,7 @@ def ingest_file(path: str, store: Store, source: str = "auto", node: str | None 
             raise InputError(f"{path}: {exc.strerror or exc}") from None
         sample = pl.Series(head.decode("utf-8", "replace").splitlines()[:200], dtype=pl.String)
         c = choose(source, sample, path)
+        boot_time = boot_time or (summary.boot_times.get(node) if node else None)
         mtime = Path(path).stat().st_mtime if path != "-" else time.time()
         ctx = Context(node=node, job_id=job or job_from_name(path), boot_time=boot_time,
                       reference_time=datetime.fromtimestamp(mtime, timezone.utc), tz=tz,
@@ -188,6 +190,40 @@ def _ingest_records(chunks: Iterator[pl.DataFrame], c: Collector, ctx: Context, 
             out = fresh
         writer.add(out)
         summary.stored += out.height
+        learn_boot_times(out, summary.boot_times)
+        if ctx.boot_time is None and c.source == "kernel":  # later records of this file use it too
+            mine: dict[str, datetime] = {}
+            learn_boot_times(out, mine)
+            if mine:
+                ctx = replace(ctx, boot_time=mine.get(ctx.node or "") or next(iter(mine.values())))
+
+
+def learn_boot_times(events: pl.DataFrame, known: dict[str, datetime]) -> None:
+    """Record each node's boot time from kernel events that carry both wall-clock time and uptime."""
+    both = events.filter(pl.col("source") == "kernel", pl.col("ts").is_not_null(), pl.col("node").is_not_null(),
+                         pl.col("attrs").str.contains('"uptime"', literal=True))
+    if both.is_empty():
+        return
+    up = pl.col("attrs").str.json_path_match("$.uptime").cast(pl.Float64)
+    boots = both.group_by("node").agg(
+        (pl.col("ts") - pl.duration(microseconds=(up * 1e6).cast(pl.Int64))).median().alias("boot"))
+    for node, boot in boots.iter_rows():
+        known.setdefault(node, boot)
+
+
+def _boot_relative(path: str, source: str) -> bool:
+    """True for kernel logs: ingested last, once other files have told the nodes' boot times."""
+    if path == "-":
+        return False
+    if source != "auto":
+        return source == "kernel"
+    try:
+        sample = pl.Series(peek_head(path).decode("utf-8", "replace").splitlines()[:200], dtype=pl.String)
+    except OSError:
+        return False
+    best, score = registry.detect(sample)
+    framed = registry.get("syslog").score(sample)
+    return best is not None and best.name == "kernel" and score >= DETECT_MIN_SCORE and framed < 0.5
 
 
 def _counted(chunks: Iterator[pl.DataFrame], summary: Summary,
@@ -207,7 +243,7 @@ def ingest(paths: list[str], store: Store, progress: Callable[[int], None] | Non
     """
     summary = Summary()
     start = time.perf_counter()
-    for path in paths:
+    for path in sorted(paths, key=lambda p: _boot_relative(p, opts.get("source", "auto"))):
         try:
             ingest_file(path, store, summary=summary, progress=progress, **opts)
         except InputError as exc:

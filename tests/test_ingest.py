@@ -1,0 +1,85 @@
+"""Ingest behaviour: boot-time learning, job ids from file names, stdin, gzip, multi-line records."""
+from __future__ import annotations
+
+import gzip
+import io
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from observe.ingest import ingest, job_from_name
+from observe.store import Store
+
+UTC = timezone.utc
+
+
+def _events(store: Store) -> pl.DataFrame:
+    return store.scan().collect().sort("offset")
+
+
+def test_boot_time_learned_from_syslog_of_same_node(store: Store, tmp_path: Path) -> None:
+    (tmp_path / "dmesg").write_text("[  200.000000] NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n")
+    (tmp_path / "syslog").write_text("Nov 22 10:00:00 gpu002 kernel: [  100.000000] usb 1-1: new device\n")
+    ingest([str(tmp_path / "dmesg"), str(tmp_path / "syslog")], store, node="gpu002")
+    xid = _events(store).filter(pl.col("kind") == "gpu_xid").row(0, named=True)
+    assert xid["ts"].replace(year=2000) == datetime(2000, 11, 22, 10, 1, 40, tzinfo=UTC)
+    assert xid["node"] == "gpu002"
+
+
+def test_boot_time_learned_within_one_file(store: Store, tmp_path: Path) -> None:
+    (tmp_path / "kern.log").write_text(
+        "Nov 22 10:00:00 gpu001 kernel: [  100.000000] usb 1-1: new device\n"
+        "[  170.053881] NVRM: Xid (PCI:0000:01:00): 31, Ch 00000013, engmask 00000101, intr 10000000\n")
+    ingest([str(tmp_path / "kern.log")], store)
+    xid = _events(store).filter(pl.col("kind") == "gpu_xid").row(0, named=True)
+    assert (xid["ts"].hour, xid["ts"].minute, xid["ts"].second) == (10, 1, 10)
+
+
+def test_explicit_boot_time_and_unknown_boot(store: Store, tmp_path: Path) -> None:
+    (tmp_path / "dmesg").write_text("[   10.500000] mlx5_core 0000:ab:00.0 mlx5_5: Port: 1 Link DOWN\n")
+    ingest([str(tmp_path / "dmesg")], store, node="a")
+    ingest([str(tmp_path / "dmesg")], store, node="b", boot_time=datetime(2026, 11, 22, tzinfo=UTC))
+    rows = {r["node"]: r for r in _events(store).iter_rows(named=True)}
+    assert rows["a"]["ts"] is None and '"uptime":"10.500000"' in rows["a"]["attrs"]
+    assert rows["b"]["ts"] == datetime(2026, 11, 22, 0, 0, 10, 500000, tzinfo=UTC)
+    assert rows["b"]["kind"] == "ib_link_down"
+
+
+@pytest.mark.parametrize("name, job", [("slurm-1234.out", "1234"), ("slurm-99_7.out", "99_7"),
+                                        ("slurm-5+1.err", "5+1"), ("train.log", None)])
+def test_job_from_file_name(name: str, job: str | None) -> None:
+    assert job_from_name(f"/jobs/{name}") == job
+
+
+def test_job_output_gets_job_id_and_stdin_works(store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "slurm-4242.out"
+    out.write_text("epoch 1 loss 2.3\nTraceback (most recent call last):\n  File \"train.py\", line 3, in <module>\n"
+                   "    main()\nValueError: bad shape\n")
+    ingest([str(out)], store)
+    rows = _events(store)
+    assert set(rows.get_column("job_id")) == {"4242"}
+    assert rows.get_column("kind").to_list() == ["log", "python_traceback", "python_exception"]
+    assert "main()" in rows.row(1, named=True)["raw"]
+    data = b"[  1.000000] Kernel panic - not syncing: Fatal exception\n"
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(io.BytesIO(data))))
+    ingest(["-"], store, source="kernel", node="n9")
+    assert _events(store).filter(pl.col("node") == "n9").get_column("kind").to_list() == ["kernel_panic"]
+
+
+def test_gzip_rotated_log(store: Store, tmp_path: Path) -> None:
+    path = tmp_path / "syslog.2.gz"
+    with gzip.open(path, "wt") as f:
+        f.write("Nov 22 10:00:00 gpu003 kernel: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n")
+    ingest([str(path)], store)
+    row = _events(store).row(0, named=True)
+    assert (row["node"], row["kind"], row["code"]) == ("gpu003", "gpu_xid", 79)
+
+
+def test_invalid_utf8_kept(store: Store, tmp_path: Path) -> None:
+    path = tmp_path / "dmesg"
+    path.write_bytes(b"[  1.0] ok line\n[  2.0] bad \xff\xfe bytes\n[  3.0] after\n")
+    s = ingest([str(path)], store, source="kernel", node="n1")
+    assert s.records == 3 and _events(store).get_column("offset").to_list() == [0, 16, 37]
