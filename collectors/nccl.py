@@ -22,7 +22,11 @@ TORCH = (
     r"(?P<clock>\d\d:\d\d:\d\d\.\d+)(?: \d+)?)? ?(?P<src>[\w.]+\.(?:cpp|cc|h|hpp|py):\d+)\] (?P<msg>.*)$"
 )
 RANK_PREFIX = r"^\s*\[(?:rank|default)(\d+)\]:\s?"
-RECORD_START = r"^\s*(?:\[(?:rank|default)\d+\]|\[[EWIF][\d ]|\[\d+\]\s*[\w.-]+:\d+:\d+ |[\w.-]+:\d+:\d+ \[\d+\])"
+RANKED_INDENT = r"^(?:\[(?:rank|default)\d+\]:\s)?\s"
+RECORD_START = (
+    r"^\s*(?:\[(?:rank|default)\d+\]:\s?\S|(?:\[(?:rank|default)\d+\]:\s?)?"
+    r"(?:\[[EWIF][\d ]|\[\d+\]\s*[\w.-]+:\d+:\d+ |[\w.-]+:\d+:\d+ \[\d+\]))"
+)
 TORCH_LITERALS = ["ProcessGroup", ".cpp:", ".cc:", ".py:", ".h:"]
 SLURM_LITERALS = ["slurmstepd", "srun:", "salloc:", "sbatch:", "slurmd:"]
 SLURM_PROGRAM = r"^(srun|slurmstepd|salloc|sbatch|slurmd)(?:-\S+)?: "
@@ -40,7 +44,7 @@ class Nccl(Collector):
 
     def continuation(self, line: pl.Expr) -> pl.Expr:
         """Indented lines (tracebacks, wrapped messages) that do not start a record themselves."""
-        return line.str.contains(r"^\s") & ~line.str.contains(RECORD_START)
+        return line.str.contains(RANKED_INDENT) & ~line.str.contains(RECORD_START)
 
     def parse(self, records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
         """NCCL, PyTorch and Slurm client prefixes; any other text is a valid message.
@@ -73,7 +77,7 @@ def _nccl(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
     g = part.with_columns(pl.col("raw").str.extract_groups(NCCL).alias("_n")).unnest("_n")
     ok = pl.col("msg").is_not_null()
     if not part.height or g.get_column("msg").null_count() == part.height:
-        return _text(part, ctx)
+        return _torch(part, ctx)
     return pl.concat([
         g.filter(ok).select(
             "raw", "offset", pl.col("host").alias("node"), pl.col("tag").cast(pl.Int32).alias("rank"),
@@ -81,7 +85,7 @@ def _nccl(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
             pl.col("level").replace_strict(NCCL_SEVERITY, default=None, return_dtype=pl.String).alias("severity"),
             pl.col("msg").alias("message"),
         ),
-        _text(part.filter(g.get_column("msg").is_null()), ctx),
+        _torch(part.filter(g.get_column("msg").is_null()), ctx),
     ], how="diagonal_relaxed")
 
 

@@ -4,6 +4,7 @@ Sample: ``JobId=127441 UserId=alice(1001) GroupId=alice(1001) Name=train JobStat
 TimeLimit=1440 StartTime=2026-11-22T10:00:00 EndTime=2026-11-22T11:00:00 NodeList=gpu[001-004] ...
 ExitCode=1:0``. Each record gives ``slurm_job_end`` (at its end, code = exit status) and
 ``slurm_job_start`` (at its start, provenance offset + 1); attrs carry state, nodes, start, end.
+Step records (``5001.batch``) give ``slurm_step_end`` with attrs.step.
 """
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ def _sacct(records: pl.DataFrame, header: str) -> pl.DataFrame:
         for name, key in SACCT_KEYS.items()
     ]
     is_header = pl.col("raw").str.strip_chars() == header.strip()
-    return records.with_columns(cols).with_columns(pl.when(~is_header).then(pl.col("job_id")).alias("job_id"))
+    return records.with_columns(cols).with_columns(
+        pl.when(~is_header).then(pl.col(name)).alias(name) for name in SACCT_KEYS)
 
 
 @register
@@ -55,13 +57,20 @@ class SlurmJobs(Collector):
         header = ctx.header or ""
         sacct = header.startswith("JobID|") or "|JobID|" in header
         g = _sacct(records, header) if sacct else _jobcomp(records)
+        g = g.with_columns(
+            [pl.when(pl.col(n) != "").then(pl.col(n)).alias(n) for n in SACCT_KEYS],
+        ).with_columns(
+            pl.col("job_id").str.extract(r"^([^.]+)", 1).alias("job_id"),
+            pl.col("job_id").str.extract(r"\.(.+)$", 1).alias("step"),
+        )
+        step = pl.col("step").is_not_null()
         state = pl.col("state").str.extract(r"^(\w+)", 1)
         exit_code = pl.col("exit").str.extract(r"^(\d+)", 1).cast(pl.Int32, strict=False)
         signal = pl.col("exit").str.extract(r":(\d+)$", 1)
         attrs = attrs_json([
             ("state", state), ("nodes", pl.col("nodes")), ("start", pl.col("start")), ("end", pl.col("end")),
             ("partition", pl.col("partition")), ("user", pl.col("user")), ("name", pl.col("name")),
-            ("signal", pl.when(signal != "0").then(signal)),
+            ("signal", pl.when(signal != "0").then(signal)), ("step", pl.col("step")),
         ])
         ok = pl.col("job_id").is_not_null()
         severity = pl.when(state.is_in(FAILED_STATES)).then(pl.lit("err")).otherwise(pl.lit("info"))
@@ -71,11 +80,12 @@ class SlurmJobs(Collector):
         ]
         end = g.select(
             *common, "offset", tp.iso(pl.col("end"), ctx.tz).alias("ts"),
-            pl.when(ok).then(pl.lit("slurm_job_end")).alias("kind"), severity.alias("severity"),
-            exit_code.alias("code"),
-            pl.when(ok).then(pl.format("job {} {} exit {}", pl.col("job_id"), state, pl.col("exit"))).alias("message"),
+            pl.when(ok & step).then(pl.lit("slurm_step_end")).when(ok).then(pl.lit("slurm_job_end")).alias("kind"),
+            severity.alias("severity"), exit_code.alias("code"),
+            pl.when(ok).then(pl.format("job {} {} exit {}", pl.col("job_id"), state, pl.col("exit")))
+            .when(pl.col("raw") == header).then(pl.col("raw")).alias("message"),
         )
-        start = g.filter(ok).select(
+        start = g.filter(ok & ~step).select(
             *common, (pl.col("offset") + 1).alias("offset"), tp.iso(pl.col("start"), ctx.tz).alias("ts"),
             pl.lit("slurm_job_start").alias("kind"), pl.lit("info").alias("severity"),
             pl.format("job {} started on {}", pl.col("job_id"), pl.col("nodes")).alias("message"),

@@ -47,8 +47,8 @@ def iso(s: pl.Expr, tz: str = _UTC) -> pl.Expr:
 
 def ctime(s: pl.Expr, tz: str = _UTC) -> pl.Expr:
     """``Sat Oct 12 18:35:32 2024`` (dmesg -T, nvidia-smi) to UTC."""
-    norm = s.str.strip_chars().str.replace_all(r"\s+", " ")
-    return localize(norm.str.to_datetime("%a %b %d %H:%M:%S %Y", time_unit="us", strict=False), tz)
+    norm = s.str.strip_chars().str.replace_all(r"\s+", " ").str.replace(r"^[A-Za-z]{3} ", "")  # weekday not checked
+    return localize(norm.str.to_datetime("%b %d %H:%M:%S %Y", time_unit="us", strict=False), tz)
 
 
 def month_number(name: pl.Expr) -> pl.Expr:

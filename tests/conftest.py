@@ -1,6 +1,7 @@
 """Shared fixtures: paths, a temporary store, the golden-file switch, a parse helper."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
@@ -32,7 +33,7 @@ def store(tmp_path: Path) -> Store:
 def parse_file(path: Path, collector: str, ctx: Context | None = None) -> pl.DataFrame:
     """Run one collector over a file the way ingest does, without a store."""
     c = get(collector)
-    ctx = ctx or Context()
+    ctx = replace(ctx or Context(), header=path.read_text(errors="replace").split("\n", 1)[0])
     with open(path, "rb") as f:
         if c.whole_file:
             recs = [pl.DataFrame({"raw": [f.read().decode("utf-8", "replace")], "offset": [0]})]
