@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import re
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -19,6 +21,7 @@ from observe.schema import FIELDS, POLARS_SCHEMA, conform
 from observe.store import SegmentWriter, Store
 
 MAX_RECORD_LINES = 500
+PARSE_THREADS = 2
 JOB_FILE = re.compile(r"slurm-(\d+(?:_\d+)?(?:\+\d+)?)(?:\.\d+)?\.(?:out|err|log)$")
 DETECT_MIN_SCORE = 0.3
 PCI = r"^(?:[0-9a-f]*?)([0-9a-f]{4}):([0-9a-f]{2}):([0-9a-f]{2})(?:\.[0-7])?$"
@@ -174,28 +177,46 @@ def ingest_file(path: str, store: Store, source: str = "auto", node: str | None 
 
 def _ingest_records(chunks: Iterator[pl.DataFrame], c: Collector, ctx: Context, file_id: str, known: pl.Series,
                     writer: SegmentWriter, summary: Summary) -> None:
-    for recs in chunks:
-        blank = recs.get_column("raw").str.strip_chars() == ""
-        summary.blank += int(blank.sum())
-        recs = recs.filter(~blank)
-        if recs.is_empty():
-            continue
-        out = finalize(c.parse(recs, ctx), c, ctx, file_id)
-        summary.records += out.height
-        summary.unparsed += int((out.get_column("kind") == "unparsed").sum())
-        summary.kinds.update(dict(out.get_column("kind").value_counts().iter_rows()))
-        if known.len():
-            fresh = out.join(known.to_frame(), on="offset", how="anti")
-            summary.duplicates += out.height - fresh.height
-            out = fresh
-        writer.add(out)
-        summary.stored += out.height
-        learn_boot_times(out, summary.boot_times)
-        if ctx.boot_time is None and c.source == "kernel":  # later records of this file use it too
-            mine: dict[str, datetime] = {}
-            learn_boot_times(out, mine)
-            if mine:
-                ctx = replace(ctx, boot_time=mine.get(ctx.node or "") or next(iter(mine.values())))
+    """Parse chunks two at a time on worker threads (polars releases the GIL), store them in order."""
+    with ThreadPoolExecutor(max_workers=PARSE_THREADS, thread_name_prefix="observe-parse") as pool:
+        window: deque[Future] = deque()
+        for recs in chunks:
+            window.append(pool.submit(_parse_chunk, recs, c, ctx, file_id))
+            if len(window) >= PARSE_THREADS:
+                ctx = _store_chunk(window.popleft().result(), c, ctx, known, writer, summary)
+        while window:
+            ctx = _store_chunk(window.popleft().result(), c, ctx, known, writer, summary)
+
+
+def _parse_chunk(recs: pl.DataFrame, c: Collector, ctx: Context, file_id: str) -> tuple[pl.DataFrame, int]:
+    blank = recs.get_column("raw").str.strip_chars() == ""
+    recs = recs.filter(~blank)
+    out = finalize(c.parse(recs, ctx), c, ctx, file_id) if recs.height else None
+    return out, int(blank.sum())
+
+
+def _store_chunk(parsed: tuple[pl.DataFrame | None, int], c: Collector, ctx: Context, known: pl.Series,
+                 writer: SegmentWriter, summary: Summary) -> Context:
+    out, blank = parsed
+    summary.blank += blank
+    if out is None:
+        return ctx
+    summary.records += out.height
+    summary.unparsed += int((out.get_column("kind") == "unparsed").sum())
+    summary.kinds.update(dict(out.get_column("kind").value_counts().iter_rows()))
+    if known.len():
+        fresh = out.join(known.to_frame(), on="offset", how="anti")
+        summary.duplicates += out.height - fresh.height
+        out = fresh
+    writer.add(out)
+    summary.stored += out.height
+    learn_boot_times(out, summary.boot_times)
+    if ctx.boot_time is None and c.source == "kernel":  # later records of this file use it too
+        mine: dict[str, datetime] = {}
+        learn_boot_times(out, mine)
+        if mine:
+            ctx = replace(ctx, boot_time=mine.get(ctx.node or "") or next(iter(mine.values())))
+    return ctx
 
 
 def learn_boot_times(events: pl.DataFrame, known: dict[str, datetime]) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -21,7 +22,7 @@ import pyarrow.parquet as pq
 from observe.schema import EVENT_SCHEMA, KEY, STORED_SCHEMA, conform, from_stored, to_stored
 
 ROW_GROUP_ROWS = 128 * 1024
-SEGMENT_ROWS = 1_000_000
+SEGMENT_ROWS = 250_000
 ZSTD_LEVEL = 3
 DICTIONARY_COLUMNS = ["node", "source", "severity", "kind", "job_id", "gpu", "program", "file_id", "code", "rank"]
 STATISTICS_COLUMNS = ["ts", "node", "source", "severity", "kind", "job_id", "code", "offset", "file_id"]
@@ -200,7 +201,9 @@ class Store:
 class SegmentWriter:
     """Collects frames and writes them as few, large segments; ``close`` writes the rest.
 
-    At most ``max_rows`` rows are held in memory; the largest buffered partition is written first.
+    At most ``max_rows`` rows wait in memory (the largest partition is written first). Segments are
+    written on a background thread while the caller parses the next input (at most one write in
+    flight); an error in a write is raised by the next ``add`` or by ``close``.
     """
 
     def __init__(self, store: Store, max_rows: int):
@@ -208,6 +211,8 @@ class SegmentWriter:
         self.max_rows = max_rows
         self.parts: dict[tuple[str, str], list[pl.DataFrame]] = {}
         self.rows = 0
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="observe-writer")
+        self.pending: Future | None = None
 
     def add(self, df: pl.DataFrame) -> None:
         """Buffer ``df`` (any schema-conformable frame)."""
@@ -221,15 +226,24 @@ class SegmentWriter:
             self._flush(key)
 
     def _flush(self, key: tuple[str, str]) -> None:
-        frames = self.parts.pop(key)
-        df = pl.concat(frames)
+        df = pl.concat(self.parts.pop(key))
         self.rows -= df.height
-        self.store.write(df)
+        self._wait()
+        self.pending = self.pool.submit(self.store.write, df)
+
+    def _wait(self) -> None:
+        if self.pending is not None:
+            pending, self.pending = self.pending, None
+            pending.result()
 
     def close(self) -> None:
-        """Write everything still buffered."""
-        for key in list(self.parts):
-            self._flush(key)
+        """Write everything still buffered and wait for it to be durable."""
+        try:
+            for key in list(self.parts):
+                self._flush(key)
+            self._wait()
+        finally:
+            self.pool.shutdown(wait=True)
 
     def __enter__(self) -> SegmentWriter:
         return self
@@ -237,3 +251,5 @@ class SegmentWriter:
     def __exit__(self, *exc: object) -> None:
         if exc[0] is None:
             self.close()
+        else:
+            self.pool.shutdown(wait=True)
