@@ -177,12 +177,17 @@ def ingest_file(path: str, store: Store, source: str = "auto", node: str | None 
 
 def _ingest_records(chunks: Iterator[pl.DataFrame], c: Collector, ctx: Context, file_id: str, known: pl.Series,
                     writer: SegmentWriter, summary: Summary) -> None:
-    """Parse chunks two at a time on worker threads (polars releases the GIL), store them in order."""
-    with ThreadPoolExecutor(max_workers=PARSE_THREADS, thread_name_prefix="observe-parse") as pool:
+    """Parse chunks two at a time on worker threads (polars releases the GIL), store them in order.
+
+    A kernel log whose boot time is still unknown goes one chunk at a time, so that a boot time
+    learned from one chunk dates the next.
+    """
+    threads = 1 if c.source == "kernel" and ctx.boot_time is None else PARSE_THREADS
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="observe-parse") as pool:
         window: deque[Future] = deque()
         for recs in chunks:
             window.append(pool.submit(_parse_chunk, recs, c, ctx, file_id))
-            if len(window) >= PARSE_THREADS:
+            if len(window) >= threads:
                 ctx = _store_chunk(window.popleft().result(), c, ctx, known, writer, summary)
         while window:
             ctx = _store_chunk(window.popleft().result(), c, ctx, known, writer, summary)
