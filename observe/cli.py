@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Optional
@@ -26,8 +27,8 @@ app = typer.Typer(
     "The store is --store, else $OBSERVE_STORE, else ./observe-store.",
     no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
 )
-out = Console()
-err = Console(stderr=True)
+out = Console(emoji=False, highlight=False, soft_wrap=True)
+err = Console(stderr=True, emoji=False, highlight=False, soft_wrap=True)
 
 StoreOpt = Annotated[Optional[str], typer.Option("--store", help="Store directory (default $OBSERVE_STORE or ./observe-store).")]
 
@@ -99,6 +100,41 @@ def ingest_cmd(
         err.print(f"[red]error:[/red] {line}", highlight=False, soft_wrap=True)
     if summary.failed:
         raise typer.Exit(2)
+
+
+@app.command("demo")
+def demo_cmd(
+    directory: Annotated[Path, typer.Option("--dir", help="Where the logs (DIR/logs) and the store (DIR/store) go.")] = Path("observe-demo"),
+    nodes: Annotated[int, typer.Option(help="Nodes in the cluster.")] = 16,
+    hours: Annotated[float, typer.Option(help="Hours of logs.")] = 24,
+    seed: Annotated[int, typer.Option(help="Random seed (same seed, same logs).")] = 0,
+) -> None:
+    """Generate a small GPU cluster's logs with injected incidents, ingest them, show what is there.
+
+    Example: observe demo --nodes 16 --hours 24 && observe query --store observe-demo/store --kind gpu_xid
+    """
+    from observe.demo import generate
+    from observe.ingest import ingest_file
+
+    logs, store = directory / "logs", _store(str(directory / "store"))
+    err.print(f"generating {nodes} nodes x {hours:g} h of logs in {logs} ...", highlight=False)
+    manifest = generate(logs, nodes=nodes, hours=hours, seed=seed)
+    summary = Summary()
+    start = time.perf_counter()
+    for f in manifest.files:
+        ingest_file(str(f.path), store, source=f.format, node=f.node, job=f.job, summary=summary)
+    summary.seconds = time.perf_counter() - start
+    _summary(summary)
+    out.print(f"\n[bold]Injected incidents[/bold] (ground truth, {len(manifest.incidents)}):")
+    for inc in manifest.incidents:
+        out.print(f"  {inc['ts'][:19]}  job {inc['job_id']:>6}  {inc['type']:13} node={inc['node'] or '-'} gpu={inc['gpu'] or '-'}",
+                  highlight=False)
+    found = search(store, kinds=["gpu_xid", "gpu_fell_off_bus", "ib_link_down", "oom_kill", "slurm_node_not_responding"]).collect()
+    out.print(f"\n[bold]What the store shows[/bold] (hardware and node events, {found.height}):")
+    for r in found.head(30).iter_rows(named=True):
+        ts = r["ts"].strftime("%Y-%m-%d %H:%M:%S") if r["ts"] else "-"
+        out.print(f"  {ts}  {r['node'] or '-':8} {r['kind']:26} {r['message'].splitlines()[0][:90]}", highlight=False)
+    out.print(f"\nTry: observe query --store {store.root} --kind nccl_timeout --limit 5")
 
 
 @app.command("query")

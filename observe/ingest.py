@@ -47,6 +47,7 @@ class Summary:
     sources: dict[str, str] = field(default_factory=dict)
     failed: list[str] = field(default_factory=list)
     boot_times: dict[str, datetime] = field(default_factory=dict)
+    file_ids: set[str] = field(default_factory=set)
 
     @property
     def parsed_pct(self) -> float:
@@ -141,9 +142,17 @@ def choose(source: str, sample: pl.Series, path: str) -> Collector:
 
 def ingest_file(path: str, store: Store, source: str = "auto", node: str | None = None,
                 job: str | None = None, boot_time: datetime | None = None, tz: str = "UTC",
-                summary: Summary | None = None, progress: Callable[[int], None] | None = None) -> Summary:
-    """Ingest one file (or ``-``) into ``store``; re-ingesting the same bytes stores nothing new."""
+                summary: Summary | None = None, progress: Callable[[int], None] | None = None,
+                writer: SegmentWriter | None = None) -> Summary:
+    """Ingest one file (or ``-``) into ``store``; re-ingesting the same bytes stores nothing new.
+
+    With ``writer``, records join that writer's buffers (the caller closes it); else they are
+    written before this returns.
+    """
     summary = summary or Summary()
+    if writer is None:
+        with store.writer() as own:
+            return ingest_file(path, store, source, node, job, boot_time, tz, summary, progress, own)
     try:
         stream = open_input(path)
     except OSError as exc:
@@ -161,13 +170,15 @@ def ingest_file(path: str, store: Store, source: str = "auto", node: str | None 
                       reference_time=datetime.fromtimestamp(mtime, timezone.utc), tz=tz,
                       header=sample[0] if len(sample) else None)
         file_id = fingerprint(head, node)
+        if file_id in summary.file_ids:  # the same input twice in one run: make the first one visible
+            writer.flush()
+        summary.file_ids.add(file_id)
         known = store.offsets(file_id).unique()
         summary.files += 1
         summary.sources[path] = c.name
         chunks = _whole(stream) if c.whole_file else read_lines(stream)
-        with store.writer() as writer:
-            _ingest_records(records(_counted(chunks, summary, progress), c) if not c.whole_file else chunks,
-                            c, ctx, file_id, known, writer, summary)
+        _ingest_records(records(_counted(chunks, summary, progress), c) if not c.whole_file else chunks,
+                        c, ctx, file_id, known, writer, summary)
         if c.whole_file and path != "-":
             summary.bytes += Path(path).stat().st_size
             if progress:
@@ -269,10 +280,11 @@ def ingest(paths: list[str], store: Store, progress: Callable[[int], None] | Non
     """
     summary = Summary()
     start = time.perf_counter()
-    for path in sorted(paths, key=lambda p: _boot_relative(p, opts.get("source", "auto"))):
-        try:
-            ingest_file(path, store, summary=summary, progress=progress, **opts)
-        except InputError as exc:
-            summary.failed.append(str(exc))
+    with store.writer() as writer:
+        for path in sorted(paths, key=lambda p: _boot_relative(p, opts.get("source", "auto"))):
+            try:
+                ingest_file(path, store, summary=summary, progress=progress, writer=writer, **opts)
+            except InputError as exc:
+                summary.failed.append(str(exc))
     summary.seconds = time.perf_counter() - start
     return summary

@@ -50,6 +50,7 @@ class Store:
     def __init__(self, root: str | os.PathLike[str]):
         self.root = Path(root).expanduser()
         self.events = self.root / "events"
+        self.inputs = self.root / "inputs"
 
     def __repr__(self) -> str:
         return f"Store({str(self.root)!r})"
@@ -61,6 +62,9 @@ class Store:
         if df.is_empty():
             return []
         df = to_stored(df)
+        self.inputs.mkdir(parents=True, exist_ok=True)
+        for file_id in df.get_column("file_id").unique().drop_nulls():
+            (self.inputs / file_id).touch()  # before the data: a marker never lags its records
         date = df.get_column("ts").dt.strftime("%Y-%m-%d").fill_null(UNKNOWN_DATE)
         written = []
         for (source, day), part in df.with_columns(date.alias("_date")).group_by("source", "_date"):
@@ -146,8 +150,11 @@ class Store:
         return lf
 
     def offsets(self, file_id: str) -> pl.Series:
-        """Offsets already stored for one input (for idempotent re-ingest)."""
-        files = self.files()
+        """Offsets already stored for one input (for idempotent re-ingest).
+
+        Inputs never seen have no marker in ``<root>/inputs/`` and cost no scan.
+        """
+        files = self.files() if (self.inputs / file_id).exists() else []
         if not files:
             return pl.Series("offset", [], dtype=pl.Int64)
         lf = pl.scan_parquet([str(f) for f in files]).filter(pl.col("file_id") == file_id)
@@ -236,12 +243,16 @@ class SegmentWriter:
             pending, self.pending = self.pending, None
             pending.result()
 
+    def flush(self) -> None:
+        """Write everything buffered so far and wait until it is durable."""
+        for key in list(self.parts):
+            self._flush(key)
+        self._wait()
+
     def close(self) -> None:
-        """Write everything still buffered and wait for it to be durable."""
+        """Write everything still buffered and stop the writer thread."""
         try:
-            for key in list(self.parts):
-                self._flush(key)
-            self._wait()
+            self.flush()
         finally:
             self.pool.shutdown(wait=True)
 
