@@ -35,6 +35,7 @@ class Kernel(Collector):
     name = "kernel"
     source = "kernel"
     priority = 20
+    batchable = False  # each node's dmesg has its own boot time
     sniff = STAMP + r"|^NVRM: |^(?:\p{L}{3} [ \d]\d \d\d:\d\d:\d\d \S+ kernel: )"
 
     def continuation(self, line: pl.Expr) -> pl.Expr:

@@ -50,6 +50,7 @@ class SlurmJobs(Collector):
     name = "slurm_jobs"
     source = "slurm"
     priority = 40
+    batchable = False  # sacct output is read with its own header line
     sniff = r"^JobId=\d\S* UserId=|^JobID\|"
 
     def parse(self, records: pl.DataFrame, ctx: Context) -> pl.DataFrame:

@@ -235,8 +235,14 @@ def schema_cmd() -> None:
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point; an unexpected error is one line (OBSERVE_DEBUG=1 shows the traceback)."""
+    try:
+        app()
+    except Exception as exc:  # a bug, not bad input: say so in one line and exit non-zero
+        if os.environ.get("OBSERVE_DEBUG"):
+            raise
+        err.print(f"[red]internal error:[/red] {type(exc).__name__}: {exc} (set OBSERVE_DEBUG=1 for the traceback)")
+        sys.exit(1)
 
 
 if __name__ == "__main__":

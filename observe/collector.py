@@ -34,6 +34,8 @@ class Collector:
     priority: int = 0
     # Record-level formats (XML documents, tables) set this: the reader hands whole records.
     whole_file: bool = False
+    # Small files of this format may be parsed together (False when a file's header matters).
+    batchable: bool = True
 
     def continuation(self, line: pl.Expr) -> pl.Expr:
         """True for lines that continue the previous record (joined to it with a newline)."""

@@ -2,10 +2,9 @@
 from __future__ import annotations
 
 import re
-from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
 import time
-from collections import Counter
+from collections import Counter, deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -16,12 +15,15 @@ import polars as pl
 from observe import collector as registry
 from observe import rules
 from observe.collector import Collector, Context
-from observe.reader import fingerprint, open_input, peek_head, read_lines
+from observe.reader import CHUNK_BYTES, fingerprint, lines_of, open_input, peek_head, read_lines
 from observe.schema import FIELDS, POLARS_SCHEMA, conform
 from observe.store import SegmentWriter, Store
 
 MAX_RECORD_LINES = 500
 PARSE_THREADS = 2
+SMALL_FILE_BYTES = 2 << 20
+INPUT_BITS = 40
+SAMPLE_LINES = 100
 JOB_FILE = re.compile(r"slurm-(\d+(?:_\d+)?(?:\+\d+)?)(?:\.\d+)?\.(?:out|err|log)$")
 DETECT_MIN_SCORE = 0.3
 PCI = r"^(?:[0-9a-f]*?)([0-9a-f]{4}):([0-9a-f]{2}):([0-9a-f]{2})(?:\.[0-7])?$"
@@ -65,17 +67,22 @@ def short_host(expr: pl.Expr) -> pl.Expr:
     return pl.when(expr.str.contains(r"^[0-9.:]+$")).then(expr).otherwise(expr.str.extract(r"^([^.]+)", 1))
 
 
-def finalize(df: pl.DataFrame, c: Collector, ctx: Context, file_id: str) -> pl.DataFrame:
-    """Fill defaults and hints, run the rules and catalogs, classify the rest as log/unparsed."""
+def finalize(df: pl.DataFrame, c: Collector, ctx: Context, file_id: str | None = None) -> pl.DataFrame:
+    """Fill defaults and hints, run the rules and catalogs, classify the rest as log/unparsed.
+
+    ``file_id`` names the input; batches of inputs carry ``file_id`` and ``_job`` columns instead.
+    """
+    if "file_id" not in df.columns:
+        df = df.with_columns(pl.lit(file_id, dtype=pl.String).alias("file_id"))
+    job_hint = pl.col("_job") if "_job" in df.columns else pl.lit(ctx.job_id, dtype=pl.String)
     df = df.with_columns(pl.lit(None, dtype=POLARS_SCHEMA[n]).alias(n) for n in FIELDS if n not in df.columns)
     parsed = pl.col("message").is_not_null()
     df = df.with_columns(
         parsed.alias("_ok"),
         pl.coalesce("message", "raw").alias("message"),
         short_host(pl.coalesce(pl.col("node"), pl.lit(ctx.node, dtype=pl.String))).alias("node"),
-        pl.coalesce(pl.col("job_id").cast(pl.String), pl.lit(ctx.job_id, dtype=pl.String)).alias("job_id"),
+        pl.coalesce(pl.col("job_id").cast(pl.String), job_hint).alias("job_id"),
         pl.coalesce(pl.col("source"), pl.lit(c.source)).alias("source"),
-        pl.lit(file_id).alias("file_id"),
     )
     df = rules.apply(df)
     df = df.with_columns(
@@ -83,7 +90,7 @@ def finalize(df: pl.DataFrame, c: Collector, ctx: Context, file_id: str) -> pl.D
         .when("_ok").then(pl.lit("log")).otherwise(pl.lit("unparsed")).alias("kind"),
         pl.coalesce("severity", pl.lit("info")).alias("severity"),
         pl.col("gpu").str.to_lowercase().str.replace(PCI, "${1}:${2}:${3}").alias("gpu"),
-    ).drop("_ok")
+    ).drop("_ok", *(["_job"] if "_job" in df.columns else []))
     return conform(rules.enrich(df))
 
 
@@ -121,12 +128,6 @@ def _join(lines: pl.DataFrame, rid: pl.Series) -> pl.DataFrame:
     )
 
 
-def _whole(stream) -> Iterator[pl.DataFrame]:
-    data = stream.read()
-    if data:
-        yield pl.DataFrame({"raw": [data.decode("utf-8", "replace")], "offset": [0]}, schema={"raw": pl.String, "offset": pl.Int64})
-
-
 def choose(source: str, sample: pl.Series, path: str) -> Collector:
     """The collector for an input: the named one, or the best match for its first lines."""
     if source != "auto":
@@ -140,18 +141,37 @@ def choose(source: str, sample: pl.Series, path: str) -> Collector:
     return best
 
 
+@dataclass(frozen=True)
+class _Input:
+    """One input inside a parse unit: its identity, job hint and offsets already stored."""
+
+    file_id: str
+    job: str | None
+    known: pl.Series
+
+
+def _open(path: str, summary: Summary, node: str | None, store: Store, pipe: _Pipeline,
+          head: bytes, job: str | None) -> _Input:
+    file_id = fingerprint(head, node)
+    if file_id in summary.file_ids:  # the same input twice in one run: make the first one visible
+        pipe.flush()
+    summary.file_ids.add(file_id)
+    summary.files += 1
+    return _Input(file_id, job or job_from_name(path), store.offsets(file_id).unique())
+
+
 def ingest_file(path: str, store: Store, source: str = "auto", node: str | None = None,
                 job: str | None = None, boot_time: datetime | None = None, tz: str = "UTC",
                 summary: Summary | None = None, progress: Callable[[int], None] | None = None,
-                writer: SegmentWriter | None = None) -> Summary:
+                pipe: _Pipeline | None = None) -> Summary:
     """Ingest one file (or ``-``) into ``store``; re-ingesting the same bytes stores nothing new.
 
-    With ``writer``, records join that writer's buffers (the caller closes it); else they are
-    written before this returns.
+    With ``pipe`` (a run's shared pipeline) its records may still be in flight when this returns;
+    without, they are written before it returns.
     """
     summary = summary or Summary()
-    if writer is None:
-        with store.writer() as own:
+    if pipe is None:
+        with store.writer() as writer, _Pipeline(writer, summary) as own:
             return ingest_file(path, store, source, node, job, boot_time, tz, summary, progress, own)
     try:
         stream = open_input(path)
@@ -162,66 +182,157 @@ def ingest_file(path: str, store: Store, source: str = "auto", node: str | None 
             head = stream.peek(64 * 1024)[: 64 * 1024] if hasattr(stream, "peek") else b""
         except OSError as exc:
             raise InputError(f"{path}: {exc.strerror or exc}") from None
-        sample = pl.Series(head.decode("utf-8", "replace").splitlines()[:200], dtype=pl.String)
+        sample = pl.Series(head.decode("utf-8", "replace").splitlines()[:SAMPLE_LINES], dtype=pl.String)
         c = choose(source, sample, path)
         boot_time = boot_time or (summary.boot_times.get(node) if node else None)
         mtime = Path(path).stat().st_mtime if path != "-" else time.time()
         ctx = Context(node=node, job_id=job or job_from_name(path), boot_time=boot_time,
                       reference_time=datetime.fromtimestamp(mtime, timezone.utc), tz=tz,
                       header=sample[0] if len(sample) else None)
-        file_id = fingerprint(head, node)
-        if file_id in summary.file_ids:  # the same input twice in one run: make the first one visible
-            writer.flush()
-        summary.file_ids.add(file_id)
-        known = store.offsets(file_id).unique()
-        summary.files += 1
+        one = _open(path, summary, node, store, pipe, head, job)
         summary.sources[path] = c.name
-        chunks = _whole(stream) if c.whole_file else read_lines(stream)
-        _ingest_records(records(_counted(chunks, summary, progress), c) if not c.whole_file else chunks,
-                        c, ctx, file_id, known, writer, summary)
-        if c.whole_file and path != "-":
-            summary.bytes += Path(path).stat().st_size
-            if progress:
-                progress(Path(path).stat().st_size)
+        if c.whole_file:
+            chunks = _whole(stream, summary, progress)
+        else:
+            chunks = records(_counted(read_lines(stream), summary, progress), c)
+        holder = _Holder(ctx)
+        for recs in chunks:
+            pipe.submit(recs, [one], c, holder)
     return summary
 
 
-def _ingest_records(chunks: Iterator[pl.DataFrame], c: Collector, ctx: Context, file_id: str, known: pl.Series,
-                    writer: SegmentWriter, summary: Summary) -> None:
-    """Parse chunks two at a time on worker threads (polars releases the GIL), store them in order.
+def ingest_batch(paths: list[str], c: Collector, store: Store, pipe: _Pipeline, summary: Summary,
+                 node: str | None = None, job: str | None = None, tz: str = "UTC",
+                 progress: Callable[[int], None] | None = None) -> None:
+    """Ingest many small files of one format as a few large parse units (per-file cost amortised)."""
+    mtime = max(Path(p).stat().st_mtime for p in paths)
+    holder = _Holder(Context(node=node, tz=tz, reference_time=datetime.fromtimestamp(mtime, timezone.utc)))
+    for recs, inputs in _batches(paths, c, store, pipe, summary, node, job, progress):
+        pipe.submit(recs, inputs, c, holder)
 
-    A kernel log whose boot time is still unknown goes one chunk at a time, so that a boot time
-    learned from one chunk dates the next.
+
+def _batches(paths: list[str], c: Collector, store: Store, pipe: _Pipeline, summary: Summary,
+             node: str | None, job: str | None, progress: Callable[[int], None] | None):
+    frames: list[pl.DataFrame] = []
+    inputs: list[_Input] = []
+    size = 0
+    for path in paths:
+        try:
+            with open_input(path) as f:
+                data = f.read()
+        except OSError as exc:
+            summary.failed.append(f"{path}: {exc.strerror or exc}")
+            continue
+        summary.sources[path] = c.name
+        summary.bytes += len(data)
+        if progress:
+            progress(len(data))
+        one = _open(path, summary, node, store, pipe, data[:65536], job)
+        if data.strip():
+            recs = pl.concat(list(records(iter([lines_of(data if data.endswith(b"\n") else data + b"\n")]), c)))
+            frames.append(recs.with_columns(pl.col("offset") + (len(inputs) << INPUT_BITS)))
+            inputs.append(one)
+            size += len(data)
+        if size >= CHUNK_BYTES:
+            yield pl.concat(frames), inputs
+            frames, inputs, size = [], [], 0
+    if frames:
+        yield pl.concat(frames), inputs
+
+
+def _whole(stream, summary: Summary, progress: Callable[[int], None] | None) -> Iterator[pl.DataFrame]:
+    data = stream.read()
+    summary.bytes += len(data)
+    if progress:
+        progress(len(data))
+    if data:
+        yield pl.DataFrame({"raw": [data.decode("utf-8", "replace")], "offset": [0]}, schema={"raw": pl.String, "offset": pl.Int64})
+
+
+@dataclass
+class _Holder:
+    """The parse context of one input or batch; updated when a boot time is learned."""
+
+    ctx: Context
+
+
+class _Pipeline:
+    """Parses units on worker threads (polars releases the GIL) and stores them in order.
+
+    Units of consecutive files overlap. A kernel unit whose boot time is still unknown waits for
+    everything before it and is stored before the next one is parsed, so that a boot time learned
+    from one unit dates the next.
     """
-    threads = 1 if c.source == "kernel" and ctx.boot_time is None else PARSE_THREADS
-    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="observe-parse") as pool:
-        window: deque[Future] = deque()
-        for recs in chunks:
-            window.append(pool.submit(_parse_chunk, recs, c, ctx, file_id))
-            if len(window) >= threads:
-                ctx = _store_chunk(window.popleft().result(), c, ctx, known, writer, summary)
-        while window:
-            ctx = _store_chunk(window.popleft().result(), c, ctx, known, writer, summary)
+
+    def __init__(self, writer: SegmentWriter, summary: Summary):
+        self.writer = writer
+        self.summary = summary
+        self.pool = ThreadPoolExecutor(max_workers=PARSE_THREADS, thread_name_prefix="observe-parse")
+        self.window: deque[tuple[Future, Collector, _Holder]] = deque()
+
+    def submit(self, recs: pl.DataFrame, inputs: list[_Input], c: Collector, holder: _Holder) -> None:
+        """Queue one unit; stores the oldest when the window is full."""
+        sequential = c.source == "kernel" and holder.ctx.boot_time is None
+        if sequential:
+            self.drain()
+        self.window.append((self.pool.submit(_parse_unit, recs, inputs, c, holder.ctx), c, holder))
+        if sequential or len(self.window) >= PARSE_THREADS:
+            self._store_oldest()
+
+    def _store_oldest(self) -> None:
+        future, c, holder = self.window.popleft()
+        holder.ctx = _store_unit(future.result(), c, holder.ctx, self.writer, self.summary)
+
+    def drain(self) -> None:
+        """Store every unit in flight."""
+        while self.window:
+            self._store_oldest()
+
+    def flush(self) -> None:
+        """Store and write everything so far (it is then visible to readers)."""
+        self.drain()
+        self.writer.flush()
+
+    def __enter__(self) -> _Pipeline:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if exc[0] is None:
+                self.drain()
+        finally:
+            self.pool.shutdown(wait=True)
 
 
-def _parse_chunk(recs: pl.DataFrame, c: Collector, ctx: Context, file_id: str) -> tuple[pl.DataFrame, int]:
+def _parse_unit(recs: pl.DataFrame, inputs: list[_Input], c: Collector, ctx: Context) -> tuple:
     blank = recs.get_column("raw").str.strip_chars() == ""
     recs = recs.filter(~blank)
-    out = finalize(c.parse(recs, ctx), c, ctx, file_id) if recs.height else None
-    return out, int(blank.sum())
+    if not recs.height:
+        return None, int(blank.sum()), inputs
+    out = c.parse(recs, ctx)
+    if len(inputs) == 1:
+        out = out.with_columns(pl.lit(inputs[0].file_id).alias("file_id"),
+                               pl.lit(inputs[0].job, dtype=pl.String).alias("_job"))
+    else:  # the input's index rides in the offset's high bits through the collector
+        hints = pl.DataFrame({"_in": range(len(inputs)), "file_id": [i.file_id for i in inputs],
+                              "_job": [i.job for i in inputs]}, schema={"_in": pl.Int64, "file_id": pl.String, "_job": pl.String})
+        out = out.with_columns((pl.col("offset") // (1 << INPUT_BITS)).alias("_in"),
+                               (pl.col("offset") % (1 << INPUT_BITS)).alias("offset"))
+        out = out.join(hints, on="_in", how="left").drop("_in")
+    return finalize(out, c, ctx), int(blank.sum()), inputs
 
 
-def _store_chunk(parsed: tuple[pl.DataFrame | None, int], c: Collector, ctx: Context, known: pl.Series,
-                 writer: SegmentWriter, summary: Summary) -> Context:
-    out, blank = parsed
+def _store_unit(parsed: tuple, c: Collector, ctx: Context, writer: SegmentWriter, summary: Summary) -> Context:
+    out, blank, inputs = parsed
     summary.blank += blank
     if out is None:
         return ctx
     summary.records += out.height
     summary.unparsed += int((out.get_column("kind") == "unparsed").sum())
     summary.kinds.update(dict(out.get_column("kind").value_counts().iter_rows()))
-    if known.len():
-        fresh = out.join(known.to_frame(), on="offset", how="anti")
+    known = [pl.DataFrame({"file_id": i.file_id, "offset": i.known}) for i in inputs if i.known.len()]
+    if known:
+        fresh = out.join(pl.concat(known), on=["file_id", "offset"], how="anti")
         summary.duplicates += out.height - fresh.height
         out = fresh
     writer.add(out)
@@ -248,19 +359,17 @@ def learn_boot_times(events: pl.DataFrame, known: dict[str, datetime]) -> None:
         known.setdefault(node, boot)
 
 
-def _boot_relative(path: str, source: str) -> bool:
-    """True for kernel logs: ingested last, once other files have told the nodes' boot times."""
+def _plan(path: str, source: str) -> tuple[Collector | None, bool]:
+    """The collector a file will get (None when unknown yet) and whether it has boot-relative stamps."""
     if path == "-":
-        return False
-    if source != "auto":
-        return source == "kernel"
+        return None, False
     try:
-        sample = pl.Series(peek_head(path).decode("utf-8", "replace").splitlines()[:200], dtype=pl.String)
-    except OSError:
-        return False
-    best, score = registry.detect(sample)
-    framed = registry.get("syslog").score(sample)
-    return best is not None and best.name == "kernel" and score >= DETECT_MIN_SCORE and framed < 0.5
+        sample = pl.Series(peek_head(path).decode("utf-8", "replace").splitlines()[:SAMPLE_LINES], dtype=pl.String)
+        c = choose(source, sample, path)
+    except (OSError, InputError, ValueError):
+        return None, False
+    relative = c.name == "kernel" and registry.get("syslog").score(sample) < 0.5
+    return c, relative
 
 
 def _counted(chunks: Iterator[pl.DataFrame], summary: Summary,
@@ -276,14 +385,30 @@ def _counted(chunks: Iterator[pl.DataFrame], summary: Summary,
 def ingest(paths: list[str], store: Store, progress: Callable[[int], None] | None = None, **opts) -> Summary:
     """Ingest every file in ``paths`` (see :func:`ingest_file` for ``opts``).
 
-    An input that cannot be ingested is recorded in ``summary.failed`` and the others go on.
+    Small files of a batchable format are parsed together; kernel logs with boot-relative stamps
+    go last, once other files have told the nodes' boot times. An input that cannot be ingested
+    is recorded in ``summary.failed`` and the others go on.
     """
     summary = Summary()
     start = time.perf_counter()
-    with store.writer() as writer:
-        for path in sorted(paths, key=lambda p: _boot_relative(p, opts.get("source", "auto"))):
+    plan = [(p, *_plan(p, opts.get("source", "auto"))) for p in paths]
+    batches: dict[str, list[str]] = {}
+    single = []
+    for path, c, relative in plan:
+        if c is not None and c.batchable and not c.whole_file and Path(path).stat().st_size < SMALL_FILE_BYTES:
+            batches.setdefault(c.name, []).append(path)
+        else:
+            single.append((relative, path, c))
+    with store.writer() as writer, _Pipeline(writer, summary) as pipe:
+        for name, group in batches.items():
+            ingest_batch(group, registry.get(name), store, pipe, summary, node=opts.get("node"),
+                         job=opts.get("job"), tz=opts.get("tz", "UTC"), progress=progress)
+        for _, path, c in sorted(single, key=lambda item: item[0]):
+            if c is not None and c.source == "kernel":
+                pipe.drain()  # boot times learned from the files before are known now
             try:
-                ingest_file(path, store, summary=summary, progress=progress, writer=writer, **opts)
+                ingest_file(path, store, summary=summary, progress=progress, pipe=pipe,
+                            **{**opts, "source": c.name if c else opts.get("source", "auto")})
             except InputError as exc:
                 summary.failed.append(str(exc))
     summary.seconds = time.perf_counter() - start

@@ -17,7 +17,7 @@ CHUNK_BYTES = 16 << 20
 FINGERPRINT_BYTES = 1024
 
 
-def _lines(body: bytes, base: int) -> pl.DataFrame:
+def lines_of(body: bytes, base: int = 0) -> pl.DataFrame:
     """Split ``body`` (ending with a newline) into lines; offsets are ``base`` + byte position."""
     nl = np.flatnonzero(np.frombuffer(body, np.uint8) == 10)
     starts = np.concatenate([[0], nl[:-1] + 1]).astype(np.int64)
@@ -46,10 +46,10 @@ def read_lines(stream: BinaryIO, start: int = 0, chunk_bytes: int = CHUNK_BYTES)
             pending = buf
             continue
         body, pending = buf[: cut + 1], buf[cut + 1 :]
-        yield _lines(body, base)
+        yield lines_of(body, base)
         base += len(body)
     if pending:
-        yield _lines(pending + b"\n", base)
+        yield lines_of(pending + b"\n", base)
 
 
 def open_input(path: str) -> BinaryIO:

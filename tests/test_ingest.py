@@ -83,3 +83,18 @@ def test_invalid_utf8_kept(store: Store, tmp_path: Path) -> None:
     path.write_bytes(b"[  1.0] ok line\n[  2.0] bad \xff\xfe bytes\n[  3.0] after\n")
     s = ingest([str(path)], store, source="kernel", node="n1")
     assert s.records == 3 and _events(store).get_column("offset").to_list() == [0, 16, 37]
+
+
+def test_small_files_batched_keep_their_identity(store: Store, tmp_path: Path) -> None:
+    for job in range(20):
+        (tmp_path / f"slurm-{job}.out").write_text(f"step {job}\n[rank{job}]:[E1122 10:33:05.123456789 ProcessGroupNCCL.cpp:616] "
+                                                   f"[Rank {job}] Watchdog caught collective operation timeout: WorkNCCL("
+                                                   f"SeqNum=8, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600020 milliseconds "
+                                                   f"before timing out.\n")
+    first = ingest([str(p) for p in sorted(tmp_path.glob("*.out"))], store)
+    again = ingest([str(p) for p in sorted(tmp_path.glob("*.out"))], store)
+    rows = _events(store).filter(pl.col("kind") == "nccl_timeout")
+    assert first.files == 20 and first.stored == 40 and again.stored == 0 and again.duplicates == 40
+    assert sorted(zip(rows.get_column("job_id").cast(pl.Int64), rows.get_column("rank"))) == [(j, j) for j in range(20)]
+    assert set(rows.get_column("offset")) == {len(f"step {j}\n") for j in range(20)}
+    assert rows.get_column("file_id").n_unique() == 20
