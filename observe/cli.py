@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Optional
@@ -114,16 +113,12 @@ def demo_cmd(
     Example: observe demo --nodes 16 --hours 24 && observe query --store observe-demo/store --kind gpu_xid
     """
     from observe.demo import generate
-    from observe.ingest import ingest_file
+    from observe.ingest import ingest_inputs
 
     logs, store = directory / "logs", _store(str(directory / "store"))
     err.print(f"generating {nodes} nodes x {hours:g} h of logs in {logs} ...", highlight=False)
     manifest = generate(logs, nodes=nodes, hours=hours, seed=seed)
-    summary = Summary()
-    start = time.perf_counter()
-    for f in manifest.files:
-        ingest_file(str(f.path), store, source=f.format, node=f.node, job=f.job, summary=summary)
-    summary.seconds = time.perf_counter() - start
+    summary = ingest_inputs([(str(f.path), {"source": f.format, "node": f.node, "job": f.job}) for f in manifest.files], store)
     _summary(summary)
     out.print(f"\n[bold]Injected incidents[/bold] (ground truth, {len(manifest.incidents)}):")
     for inc in manifest.incidents:

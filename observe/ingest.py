@@ -202,21 +202,24 @@ def ingest_file(path: str, store: Store, source: str = "auto", node: str | None 
 
 
 def ingest_batch(paths: list[str], c: Collector, store: Store, pipe: _Pipeline, summary: Summary,
-                 node: str | None = None, job: str | None = None, tz: str = "UTC",
+                 node: str | None = None, jobs: list[str | None] | None = None, tz: str = "UTC",
                  progress: Callable[[int], None] | None = None) -> None:
-    """Ingest many small files of one format as a few large parse units (per-file cost amortised)."""
+    """Ingest many small files of one format as a few large parse units (per-file cost amortised).
+
+    ``jobs`` gives each file's job hint (default: from its name).
+    """
     mtime = max(Path(p).stat().st_mtime for p in paths)
     holder = _Holder(Context(node=node, tz=tz, reference_time=datetime.fromtimestamp(mtime, timezone.utc)))
-    for recs, inputs in _batches(paths, c, store, pipe, summary, node, job, progress):
+    for recs, inputs in _batches(paths, jobs or [None] * len(paths), c, store, pipe, summary, node, progress):
         pipe.submit(recs, inputs, c, holder)
 
 
-def _batches(paths: list[str], c: Collector, store: Store, pipe: _Pipeline, summary: Summary,
-             node: str | None, job: str | None, progress: Callable[[int], None] | None):
+def _batches(paths: list[str], jobs: list[str | None], c: Collector, store: Store, pipe: _Pipeline,
+             summary: Summary, node: str | None, progress: Callable[[int], None] | None):
     frames: list[pl.DataFrame] = []
     inputs: list[_Input] = []
     size = 0
-    for path in paths:
+    for path, job in zip(paths, jobs):
         try:
             with open_input(path) as f:
                 data = f.read()
@@ -383,27 +386,33 @@ def _counted(chunks: Iterator[pl.DataFrame], summary: Summary,
 
 
 def ingest(paths: list[str], store: Store, progress: Callable[[int], None] | None = None, **opts) -> Summary:
-    """Ingest every file in ``paths`` (see :func:`ingest_file` for ``opts``).
+    """Ingest every file in ``paths``, all with the same ``opts`` (see :func:`ingest_file`)."""
+    return ingest_inputs([(p, opts) for p in paths], store, progress)
 
-    Small files of a batchable format are parsed together; kernel logs with boot-relative stamps
-    go last, once other files have told the nodes' boot times. An input that cannot be ingested
-    is recorded in ``summary.failed`` and the others go on.
+
+def ingest_inputs(inputs: list[tuple[str, dict]], store: Store,
+                  progress: Callable[[int], None] | None = None) -> Summary:
+    """Ingest files, each with its own options (source, node, job, boot_time, tz), in one run.
+
+    Small files of a batchable format and the same node are parsed together; kernel logs with
+    boot-relative stamps go last, once other files have told the nodes' boot times. An input that
+    cannot be ingested is recorded in ``summary.failed`` and the others go on.
     """
     summary = Summary()
     start = time.perf_counter()
-    plan = [(p, *_plan(p, opts.get("source", "auto"))) for p in paths]
-    batches: dict[str, list[str]] = {}
+    batches: dict[tuple, list[tuple[str, dict]]] = {}
     single = []
-    for path, c, relative in plan:
+    for path, opts in inputs:
+        c, relative = _plan(path, opts.get("source", "auto"))
         if c is not None and c.batchable and not c.whole_file and Path(path).stat().st_size < SMALL_FILE_BYTES:
-            batches.setdefault(c.name, []).append(path)
+            batches.setdefault((c.name, opts.get("node"), opts.get("tz", "UTC")), []).append((path, opts))
         else:
-            single.append((relative, path, c))
+            single.append((relative, path, c, opts))
     with store.writer() as writer, _Pipeline(writer, summary) as pipe:
-        for name, group in batches.items():
-            ingest_batch(group, registry.get(name), store, pipe, summary, node=opts.get("node"),
-                         job=opts.get("job"), tz=opts.get("tz", "UTC"), progress=progress)
-        for _, path, c in sorted(single, key=lambda item: item[0]):
+        for (name, node, tz), group in batches.items():
+            ingest_batch([p for p, _ in group], registry.get(name), store, pipe, summary, node=node,
+                         jobs=[o.get("job") for _, o in group], tz=tz, progress=progress)
+        for _, path, c, opts in sorted(single, key=lambda item: item[0]):
             if c is not None and c.source == "kernel":
                 pipe.drain()  # boot times learned from the files before are known now
             try:
