@@ -33,7 +33,11 @@ StoreOpt = Annotated[Optional[str], typer.Option("--store", help="Store director
 
 
 def _store(path: str | None) -> Store:
-    return Store(path or os.environ.get("OBSERVE_STORE") or "observe-store")
+    try:
+        return Store(path or os.environ.get("OBSERVE_STORE") or "observe-store")
+    except ValueError as exc:
+        _fail(str(exc))
+        raise
 
 
 def _fail(message: str) -> None:

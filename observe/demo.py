@@ -106,20 +106,13 @@ def generate(out_dir: Path, nodes: int = 16, gpus_per_node: int = 8, hours: floa
         start = now - timedelta(hours=span)
     t0 = _us(start)
     horizon = None if target_bytes is not None else t0 + round(hours * HOUR)
-    sim = _Cluster(Path(out_dir), nodes, gpus_per_node, seed, t0, horizon)
+    sim = _Cluster(_Files(Path(out_dir), progress), nodes, gpus_per_node, seed, t0, horizon)
     t = t0
     while (t < horizon) if horizon is not None else (sim.files.bytes < target_bytes):
         t1 = t + HOUR if horizon is None else min(t + HOUR, horizon)
-        before = sim.files.bytes
         sim.advance(t, t1)
         t = t1
-        if progress:
-            progress(sim.files.bytes - before)
-    before = sim.files.bytes
-    manifest = sim.close(t)
-    if progress:
-        progress(sim.files.bytes - before)
-    return manifest
+    return sim.close(t)
 
 
 # ----------------------------------------------------------------------------------------- time
@@ -399,8 +392,8 @@ class _Outbox:
 class _Files:
     """The demo's files: truncated on first write, appended after; counts the bytes written."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
+    def __init__(self, root: Path, progress: Callable[[int], None] | None) -> None:
+        self.root, self.progress = root, progress
         self.entries: dict[str, InputFile] = {}
         self.open: dict[str, BinaryIO] = {}
         self.bytes = 0
@@ -420,6 +413,8 @@ class _Files:
             return
         data = ("\n".join(lines) + "\n").encode()
         self.bytes += len(data)
+        if self.progress:
+            self.progress(len(data))
         f = self.open.get(rel)
         if f is not None:
             f.write(data)
@@ -688,10 +683,10 @@ def _outcome(rng: np.random.Generator) -> str:
 class _Cluster:
     """The simulation: Slurm scheduling, job runs, incidents, and the files they write."""
 
-    def __init__(self, out_dir: Path, n_nodes: int, gpus: int, seed: int, start: int, horizon: int | None) -> None:
+    def __init__(self, files: _Files, n_nodes: int, gpus: int, seed: int, start: int, horizon: int | None) -> None:
         self.rng = np.random.default_rng(seed)
         self.start, self.horizon, self.gpus = start, horizon, gpus
-        self.files, self.out = _Files(out_dir), _Outbox()
+        self.files, self.out = files, _Outbox()
         self.nodes = [_Node(i, gpus, self.rng, start) for i in range(n_nodes)]
         self.hosts = _Hosts({k: [n.daemons[k] for n in self.nodes] for k in ("logind", "chronyd", "exporter")},
                             [n.pid_base for n in self.nodes], [n.session for n in self.nodes])
@@ -747,9 +742,9 @@ class _Cluster:
     # --- writing
 
     def _boot_lines(self, node: _Node) -> list[str]:
-        lines = []
-        for offset, text in BOOT:
-            t = node.boot + int(offset * S) + int(self.rng.integers(0, 20_000))
+        lines, pace = [], self.rng.uniform(0.9, 1.1)  # how fast this machine boots
+        for i, (offset, text) in enumerate(BOOT):
+            t = node.boot + int(offset * pace * S) + i * 40 * (offset > 0)
             if "{gpu}" in text:
                 lines += [f"{node.uptime(t + i)} {text.format(gpu=g.bus)}" for i, g in enumerate(node.gpus)]
             elif "{hca}" in text:

@@ -48,7 +48,12 @@ class Store:
     """A store rooted at a local directory (created on first write)."""
 
     def __init__(self, root: str | os.PathLike[str]):
-        self.root = Path(root).expanduser()
+        text = str(root)
+        if text.startswith("file://"):
+            text = text[len("file://"):]
+        elif "://" in text:
+            raise ValueError(f"store {text!r}: only local paths and file:// URLs are supported so far")
+        self.root = Path(text).expanduser()
         self.events = self.root / "events"
         self.inputs = self.root / "inputs"
 

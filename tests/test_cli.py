@@ -32,9 +32,11 @@ def test_every_command_has_help_and_is_in_readme(command: str) -> None:
     (["query", "--grep", "("], "bad regex"),
     (["query", "--node", "gpu[001-"], "bad node list"),
     (["query", "--format", "xml"], "unknown format"),
+    (["stats", "--store", "s3://bucket/x"], "only local paths"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str, tmp_path: Path) -> None:
-    result = runner.invoke(app, [*args, "--store", str(tmp_path / "s")])
+    store = [] if "--store" in args else ["--store", str(tmp_path / "s")]
+    result = runner.invoke(app, [*args, *store])
     assert result.exit_code == 2
     assert message in result.output and "Traceback" not in result.output
     assert len([line for line in result.output.splitlines() if line.startswith("error:")]) == 1
