@@ -29,11 +29,11 @@ _FIELDS: list[tuple[str, pa.DataType, str]] = [
 EVENT_SCHEMA = pa.schema(
     [pa.field(n, t, metadata={"description": d}) for n, t, d in _FIELDS]
 )
-# Files hold one more column: ``message`` is left null where it is the tail of ``raw`` (nearly
-# always), and ``message_at`` says from which character of ``raw`` it starts. Readers restore it:
-# message = coalesce(message, substr(raw, message_at + 1)). This keeps each line's text stored once.
+# Files keep each line's text once: where ``raw`` is ``header + message`` (nearly always), ``raw`` is
+# left null and ``header`` holds the part before the message. Readers restore it:
+# raw = coalesce(raw, header || message).
 STORED_SCHEMA = EVENT_SCHEMA.append(pa.field(
-    "message_at", pa.int32(), metadata={"description": "message = raw from this character on, where message is null"}))
+    "header", pa.string(), metadata={"description": "raw = header || message, where raw is null"}))
 FIELDS: tuple[str, ...] = tuple(n for n, _, _ in _FIELDS)
 DESCRIPTIONS: dict[str, str] = {n: d for n, _, d in _FIELDS}
 POLARS_SCHEMA: dict[str, pl.DataType] = dict(pl.Schema(pl.from_arrow(EVENT_SCHEMA.empty_table()).schema))
@@ -59,13 +59,14 @@ def empty() -> pl.DataFrame:
 
 
 def to_stored(df: pl.DataFrame) -> pl.DataFrame:
-    """The on-disk layout of a conformed frame: messages that are a tail of ``raw`` are not repeated."""
-    tail = pl.col("raw").str.ends_with(pl.col("message"))
-    at = pl.when(tail).then(pl.col("raw").str.len_chars() - pl.col("message").str.len_chars()).cast(pl.Int32)
-    return df.with_columns(pl.when(~tail | tail.is_null()).then(pl.col("message")).alias("message"), at.alias("message_at"))
+    """The on-disk layout of a conformed frame: ``raw`` split into header and message when it can be."""
+    raw, message = pl.col("raw"), pl.col("message")
+    tail = raw.str.ends_with(message).fill_null(False)
+    header = raw.str.head(raw.str.len_chars() - message.str.len_chars())
+    return df.with_columns(pl.when(~tail).then(raw).alias("raw"), pl.when(tail).then(header).alias("header"))
 
 
 def from_stored(lf: pl.LazyFrame) -> pl.LazyFrame:
     """The event schema from the on-disk layout (inverse of :func:`to_stored`)."""
-    restored = pl.coalesce(pl.col("message"), pl.col("raw").str.slice(pl.col("message_at")))
-    return lf.with_columns(restored.alias("message")).drop("message_at")
+    rebuilt = pl.concat_str([pl.col("header"), pl.col("message")])
+    return lf.with_columns(pl.coalesce(pl.col("raw"), rebuilt).alias("raw")).drop("header")

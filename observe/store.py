@@ -24,6 +24,9 @@ from observe.schema import EVENT_SCHEMA, KEY, STORED_SCHEMA, conform, from_store
 ROW_GROUP_ROWS = 128 * 1024
 SEGMENT_ROWS = 250_000
 ZSTD_LEVEL = 3
+TEXT_ZSTD_LEVEL = 6  # the line text is most of the bytes: worth a slower, tighter level
+TEXT_COLUMNS = ("raw", "header", "message", "attrs")
+DELTA_COLUMNS = {"ts": "DELTA_BINARY_PACKED", "offset": "DELTA_BINARY_PACKED"}
 DICTIONARY_COLUMNS = ["node", "source", "severity", "kind", "job_id", "gpu", "program", "file_id", "code", "rank"]
 STATISTICS_COLUMNS = ["ts", "node", "source", "severity", "kind", "job_id", "code", "offset", "file_id"]
 UNKNOWN_DATE = "unknown"
@@ -89,8 +92,9 @@ class Store:
         table = df.to_arrow().cast(STORED_SCHEMA)
         with open(tmp, "wb") as f:
             pq.write_table(
-                table, f, compression="zstd", compression_level=ZSTD_LEVEL, row_group_size=ROW_GROUP_ROWS,
-                use_dictionary=DICTIONARY_COLUMNS, write_statistics=STATISTICS_COLUMNS,
+                table, f, compression="zstd", row_group_size=ROW_GROUP_ROWS,
+                compression_level={c: TEXT_ZSTD_LEVEL if c in TEXT_COLUMNS else ZSTD_LEVEL for c in table.column_names},
+                use_dictionary=DICTIONARY_COLUMNS, column_encoding=DELTA_COLUMNS, write_statistics=STATISTICS_COLUMNS,
             )
             f.flush()
             os.fsync(f.fileno())
