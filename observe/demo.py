@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import math
 import re
 from base64 import b64encode
 from collections.abc import Callable
@@ -40,9 +41,9 @@ MINUTE = 60 * S
 HOUR = 60 * MINUTE
 DAY = 24 * HOUR
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-# Bytes one node adds per simulated hour (all files, measured): sizes the default start of a
-# target_bytes run so that its logs end near now.
-BYTES_PER_NODE_HOUR = 40_000
+# Bytes one node adds per simulated hour (about 39 kB measured, taken a little low): sizes the
+# default start of a target_bytes run so that its logs end before now.
+BYTES_PER_NODE_HOUR = 36_000
 
 GPU_BUS = ("18", "2a", "3b", "5d", "9a", "ab", "ba", "db", "e1", "e2", "e3", "e4", "e5", "e6", "e7", "e8")
 HCA_BUS = ("1a", "3c", "4d", "5e", "9c", "bc", "cc", "dc")
@@ -50,7 +51,6 @@ CPUS_PER_NODE = 128
 KERNEL = "5.15.0-105-generic #115-Ubuntu"
 DRIVER = "550.90.07"
 NCCL_VERSION = "2.21.5"
-CONTROLLER_IP = "10.1.0.1"
 FIRST_JOB_ID = 127400
 # (user, uid, account); alice..frank submit jobs, root logs in from the admin host.
 USERS = (("alice", 1001, "ml"), ("bob", 1002, "ml"), ("carol", 1003, "vision"),
@@ -93,17 +93,18 @@ def generate(out_dir: Path, nodes: int = 16, gpus_per_node: int = 8, hours: floa
              progress: Callable[[int], None] | None = None) -> Manifest:
     """Write a simulated cluster's logs under ``out_dir`` and return the manifest.
 
-    The same arguments give the same bytes. ``start`` (UTC; naive means UTC) defaults to the whole
-    hour ``hours`` before now. With ``target_bytes`` the simulation runs hour by hour until the
-    files hold at least that many bytes (``hours`` then only sizes the default start). Existing
-    files of the layout are overwritten. ``progress`` receives the bytes written since its last call.
+    The same arguments give the same bytes. ``start`` (UTC; naive means UTC) defaults to whole
+    hours before now: ``hours`` of them, or as many as ``target_bytes`` is expected to take. With
+    ``target_bytes`` the simulation runs hour by hour until the files hold at least that many bytes
+    and ``hours`` is not used. Existing files of the layout are overwritten. ``progress`` receives
+    the size of each write.
     """
     if nodes < 1 or not 1 <= gpus_per_node <= len(GPU_BUS) or (target_bytes is None and hours <= 0):
         raise ValueError(f"need nodes >= 1, 1 <= gpus_per_node <= {len(GPU_BUS)} and hours > 0")
     if start is None:
         span = hours if target_bytes is None else target_bytes / (nodes * BYTES_PER_NODE_HOUR)
         now = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
-        start = now - timedelta(hours=span)
+        start = now - timedelta(hours=math.ceil(span))
     t0 = _us(start)
     horizon = None if target_bytes is not None else t0 + round(hours * HOUR)
     sim = _Cluster(_Files(Path(out_dir), progress), nodes, gpus_per_node, seed, t0, horizon)
@@ -282,6 +283,7 @@ SSH_KEYS = {name: "SHA256:" + b64encode(hashlib.sha256(name.encode()).digest()).
             for name in ["root", *(u for u, _, _ in USERS)]}
 
 
+UPTIME = "[%5d.%06d]"  # the kernel's seconds since boot, as dmesg prints them
 PID_FLOOR, PID_SPAN = 300, 4_194_304 - 300  # Linux hands out pids upwards from 300, wrapping at pid_max
 
 
@@ -451,8 +453,11 @@ class _Node:
         self.ib_ip = f"10.0.{index // 200}.{index % 200 + 11}"
         self.ip = f"10.1.{index // 200}.{index % 200 + 11}"
         self.boot = start - int(rng.integers(2 * HOUR, 30 * DAY))
-        self.gpus = [_Gpu(GPU_BUS[g], "GPU-" + "-".join(rng.bytes(16).hex()[a:b] for a, b in ((0, 8), (8, 12), (12, 16), (16, 20), (20, 32))),
-                          str(int(rng.integers(1_650_000_000_000, 1_659_999_999_999)))) for g in range(gpus)]
+        self.gpus = []
+        for g in range(gpus):
+            h = rng.bytes(16).hex()
+            self.gpus.append(_Gpu(GPU_BUS[g], f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}",
+                                  str(int(rng.integers(1_650_000_000_000, 1_659_999_999_999)))))
         self.hcas = min(gpus, len(HCA_BUS))
         self.daemons = {name: str(pid) for name, pid in zip(("logind", "chronyd", "exporter", "slurmd"),
                                                              rng.integers(900, 3000, 4).tolist())}
@@ -463,7 +468,7 @@ class _Node:
         self.fallen: int | None = None  # index of a GPU off the bus, until repaired
 
     def uptime(self, t: int) -> str:
-        return "[%5d.%06d]" % divmod(t - self.boot, S)
+        return UPTIME % divmod(t - self.boot, S)
 
 
 @dataclass(frozen=True)
@@ -746,7 +751,7 @@ class _Cluster:
         for i, (offset, text) in enumerate(BOOT):
             t = node.boot + int(offset * pace * S) + i * 40 * (offset > 0)
             if "{gpu}" in text:
-                lines += [f"{node.uptime(t + i)} {text.format(gpu=g.bus)}" for i, g in enumerate(node.gpus)]
+                lines += [f"{node.uptime(t + j)} {text.format(gpu=g.bus)}" for j, g in enumerate(node.gpus)]
             elif "{hca}" in text:
                 lines += [f"{node.uptime(t + k)} {text.format(hca=HCA_BUS[k], k=k)}" for k in range(node.hcas)]
             else:
@@ -760,29 +765,33 @@ class _Cluster:
             out.put(("job", run.id), t, lines)
         self.live = [r for r in self.live if not r.ended]
         names = [f"nodes/{n.name}/" for n in self.nodes]
-        kt, kn, kmsg = self._due("kernel", _noise(KERNEL_NOISE, self.hosts, rng, t0, t1), t1)
-        dmesg = ["[%5d.%06d] %s" % (u // S, u % S, m) for u, m in zip((kt - self.boots[kn]).tolist(), kmsg)]
+        kt, kn, kmsg = self._due("kernel", KERNEL_NOISE, self.hosts, t0, t1)
+        dmesg = [UPTIME % divmod(u, S) + " " + m for u, m in zip((kt - self.boots[kn]).tolist(), kmsg)]
         for i, a, b in _slices(kn):
             self.files.write(names[i] + "dmesg", dmesg[a:b])
-        st, sn, body = _noise(SYSLOG_NOISE, self.hosts, rng, t0, t1)
-        st, sn, body = self._due("syslog", (np.concatenate([st, kt]), np.concatenate([sn, kn]),
-                                            body + ["kernel: " + line for line in dmesg]), t1)
+        st, sn, body = self._due("syslog", SYSLOG_NOISE, self.hosts, t0, t1,
+                                 also=(kt, kn, ["kernel: " + line for line in dmesg]))
         hosts = [f" {n.name} " for n in self.nodes]
         lines = [s + hosts[i] + b for s, i, b in zip(_syslog_stamps(st), sn.tolist(), body)]
         for i, a, b in _slices(sn):
             self.files.write(names[i] + "syslog", lines[a:b])
-        ct, _, msgs = self._due("ctl", _noise(CONTROLLER_NOISE, self.controller, rng, t0, t1), t1)
+        ct, _, msgs = self._due("ctl", CONTROLLER_NOISE, self.controller, t0, t1)
         self.files.write("slurm/slurmctld.log", [f"[{s}] {m}" for s, m in zip(_iso_strings(ct, "ms"), msgs)])
         self.files.write("slurm/jobcomp.log", out.take(("jobcomp",), t1)[1])
         for dest in out.job_dests():
             self.files.write(f"jobs/slurm-{dest[1]}.out", out.take(dest, t1)[1])
 
-    def _due(self, kind: str, drawn: tuple[np.ndarray, np.ndarray, list[str]], until: int
-             ) -> tuple[np.ndarray, np.ndarray, list[str]]:
-        """Drawn lines plus the outbox's ``kind`` lines, those due before ``until`` ordered by host
-        and time; later ones (bursts running past the hour) go back to the outbox."""
-        times, where, texts = [drawn[0]], [drawn[1]], list(drawn[2])
-        for i in range(self.hosts.n if kind != "ctl" else 1):
+    def _due(self, kind: str, specs: tuple[_Noise, ...], hosts: _Hosts, t0: int, until: int,
+             also: tuple[np.ndarray, np.ndarray, list[str]] | None = None) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        """The hour's ``kind`` lines of every host: noise drawn from ``specs``, ``also`` and the
+        outbox's, ordered by host and time; lines past ``until`` (bursts running over the hour) go
+        back to the outbox."""
+        times, where, texts = [], [], []
+        for t, host, x in [_noise(specs, hosts, self.rng, t0, until)] + ([also] if also else []):
+            times.append(t)
+            where.append(host)
+            texts += x
+        for i in range(hosts.n):
             t, x = self.out.take((kind, i), until)
             times.append(t)
             where.append(np.full(len(t), i))
@@ -868,9 +877,9 @@ class _Cluster:
             run.end = run.stop = t + job.kind.limit * MINUTE
         elif fate == "CANCELLED":
             run.end = run.stop = t + int(job.seconds * rng.uniform(0.05, 0.9))
-        elif fate == "FAILED":
+        elif fate == "FAILED":  # the application's own error, before its planned end
             self._at(t + 2 * MINUTE + int(job.seconds * rng.uniform(0, 0.4)), self._app_error, run)
-        run.fate = fate
+        run.fate = fate if fate != "FAILED" else run.fate
         self._at(run.end, self._end, run)
         self.live.append(run)
 
