@@ -15,7 +15,7 @@ import polars as pl
 from observe import collector as registry
 from observe import rules
 from observe.collector import Collector, Context
-from observe.reader import CHUNK_BYTES, fingerprint, lines_of, open_input, peek_head, read_lines
+from observe.reader import CHUNK_BYTES, fingerprint, log_name, lines_of, open_input, peek_head, read_lines
 from observe.schema import FIELDS, POLARS_SCHEMA, conform
 from observe.store import SegmentWriter, Store
 
@@ -147,17 +147,18 @@ class _Input:
 
     file_id: str
     job: str | None
-    known: pl.Series
+    known: pl.DataFrame  # offset, text (hash of raw) of records already stored
 
 
 def _open(path: str, summary: Summary, node: str | None, store: Store, pipe: _Pipeline,
           head: bytes, job: str | None) -> _Input:
-    file_id = fingerprint(head, node)
-    if file_id in summary.file_ids:  # the same input twice in one run: make the first one visible
+    job = job or job_from_name(path)
+    file_id = fingerprint(head, node, job, log_name(path))
+    if file_id in summary.file_ids:  # the same identity twice in one run: make the first one visible
         pipe.flush()
     summary.file_ids.add(file_id)
     summary.files += 1
-    return _Input(file_id, job or job_from_name(path), store.offsets(file_id).unique())
+    return _Input(file_id, job, store.known(file_id))
 
 
 def ingest_file(path: str, store: Store, source: str = "auto", node: str | None = None,
@@ -333,9 +334,10 @@ def _store_unit(parsed: tuple, c: Collector, ctx: Context, writer: SegmentWriter
     summary.records += out.height
     summary.unparsed += int((out.get_column("kind") == "unparsed").sum())
     summary.kinds.update(dict(out.get_column("kind").value_counts().iter_rows()))
-    known = [pl.DataFrame({"file_id": i.file_id, "offset": i.known}) for i in inputs if i.known.len()]
-    if known:
-        fresh = out.join(pl.concat(known), on=["file_id", "offset"], how="anti")
+    known = [i.known.with_columns(pl.lit(i.file_id).alias("file_id")) for i in inputs if i.known.height]
+    if known:  # a record is a duplicate only if the same input holds the same text at that offset
+        keyed = out.with_columns(pl.col("raw").hash().alias("text"))
+        fresh = keyed.join(pl.concat(known), on=["file_id", "offset", "text"], how="anti").drop("text")
         summary.duplicates += out.height - fresh.height
         out = fresh
     writer.add(out)

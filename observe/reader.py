@@ -4,6 +4,7 @@ from __future__ import annotations
 import glob
 import gzip
 import hashlib
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,7 @@ import pyarrow as pa
 
 CHUNK_BYTES = 16 << 20
 FINGERPRINT_BYTES = 1024
+ROTATED = re.compile(r"(?:[.-]\d{8})?(?:\.\d{1,3})?(?:\.(?:gz|xz|bz2|zst))?$")
 
 
 def lines_of(body: bytes, base: int = 0) -> pl.DataFrame:
@@ -62,15 +64,21 @@ def open_input(path: str) -> BinaryIO:
     return f
 
 
-def fingerprint(head: bytes, node: str | None) -> str:
-    """Identity of an input: a hash of its first line (up to 1 KiB) and the node it came from.
+def log_name(path: str) -> str:
+    """A file's base name without rotation suffixes: ``syslog.2.gz`` and ``syslog-20261122`` -> ``syslog``."""
+    return ROTATED.sub("", Path(path).name) or Path(path).name
 
-    Stable while the file grows, different for different files of the same node.
+
+def fingerprint(head: bytes, node: str | None, job: str | None = None, name: str = "") -> str:
+    """Identity of an input: a hash of its first line (up to 1 KiB), node, job and log name.
+
+    Stable while the file grows and when rotation renames it (``syslog`` -> ``syslog.1``).
     """
     first = head[:FINGERPRINT_BYTES]
     nl = first.find(b"\n")
     first = first[: nl + 1] if nl >= 0 else first
-    return hashlib.blake2b(first + b"\0" + (node or "").encode(), digest_size=8).hexdigest()
+    tag = f"\0{node or ''}\0{job or ''}\0{name}".encode()
+    return hashlib.blake2b(first + tag, digest_size=8).hexdigest()
 
 
 def peek_head(path: str) -> bytes:

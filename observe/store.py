@@ -158,16 +158,16 @@ class Store:
             lf = lf.filter(pl.col("ts") < until)
         return lf
 
-    def offsets(self, file_id: str) -> pl.Series:
-        """Offsets already stored for one input (for idempotent re-ingest).
+    def known(self, file_id: str) -> pl.DataFrame:
+        """Records already stored for one input: ``offset`` and ``text`` (a hash of ``raw``).
 
         Inputs never seen have no marker in ``<root>/inputs/`` and cost no scan.
         """
         files = self.files() if (self.inputs / file_id).exists() else []
         if not files:
-            return pl.Series("offset", [], dtype=pl.Int64)
-        lf = pl.scan_parquet([str(f) for f in files]).filter(pl.col("file_id") == file_id)
-        return lf.select("offset").collect().get_column("offset")
+            return pl.DataFrame(schema={"offset": pl.Int64, "text": pl.UInt64})
+        lf = from_stored(pl.scan_parquet([str(f) for f in files]).filter(pl.col("file_id") == file_id))
+        return lf.select("offset", pl.col("raw").hash().alias("text")).unique().collect()
 
     # -- maintenance ---------------------------------------------------------------------------
     def compact(self, partition: Partition, min_segments: int = 2) -> tuple[int, int] | None:
@@ -181,7 +181,9 @@ class Store:
         segs = self.segments(directory)
         if len(segs) < min_segments:
             return None
-        df = pl.read_parquet([str(s) for s in segs]).unique(subset=list(KEY), keep="first", maintain_order=True)
+        # a duplicate is the same input's same text at the same offset (inputs may share an identity)
+        df = pl.read_parquet([str(s) for s in segs]).unique(
+            subset=[*KEY, "raw", "header", "message"], keep="first", maintain_order=True)
         df = df.sort("ts", "offset", nulls_last=True)
         name = f"c-{uuid.uuid4().hex}"
         note = directory / f"{name}.json"

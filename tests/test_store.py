@@ -100,3 +100,28 @@ def test_time_filter_prunes_partitions(store: Store) -> None:
     got = store.scan(since=since).collect()
     assert got.height and got.get_column("ts").min() >= since
     assert store.files(sources=["nccl"]) and all("source=nccl" in str(f) for f in store.files(sources=["nccl"]))
+
+
+def test_inputs_sharing_a_first_line_lose_nothing(store: Store, tmp_path: Path) -> None:
+    banner = "NCCL version 2.21.5+cuda12.4\n"
+    for name, body in [("a.log", "gpu001:1:1 [0] NCCL INFO first\n"), ("b.log", "gpu002:2:2 [0] NCCL INFO second\n")]:
+        (tmp_path / name).write_text(banner + body)
+    paths = [str(tmp_path / "a.log"), str(tmp_path / "b.log")]
+    ingest(paths, store, source="nccl")
+    again = ingest(paths, store, source="nccl")
+    rows = _rows(store)
+    assert rows.get_column("file_id").n_unique() == 2
+    assert sorted(rows.get_column("message")) == sorted([banner.strip(), banner.strip(), "NCCL INFO first", "NCCL INFO second"])
+    assert again.stored == 0
+    for part in store.partitions():
+        store.compact(part, min_segments=1)
+    assert _rows(store).height == 4
+
+
+def test_rotated_copy_is_the_same_input(store: Store, tmp_path: Path) -> None:
+    text = (REAL / "slurm.log").read_text()
+    (tmp_path / "slurmctld.log").write_text(text)
+    ingest([str(tmp_path / "slurmctld.log")], store, node="ctl")
+    (tmp_path / "slurmctld.log").rename(tmp_path / "slurmctld.log.1")
+    again = ingest([str(tmp_path / "slurmctld.log.1")], store, node="ctl")
+    assert again.stored == 0 and again.duplicates > 40
