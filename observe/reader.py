@@ -65,14 +65,18 @@ def open_input(path: str) -> BinaryIO:
 
 
 def log_name(path: str) -> str:
-    """A file's base name without rotation suffixes: ``syslog.2.gz`` and ``syslog-20261122`` -> ``syslog``."""
-    return ROTATED.sub("", Path(path).name) or Path(path).name
+    """A file's absolute path without rotation suffixes: ``/var/log/syslog.2.gz`` -> ``/var/log/syslog``."""
+    if path == "-":
+        return path
+    p = Path(path).absolute()
+    return str(p.parent / (ROTATED.sub("", p.name) or p.name))
 
 
 def fingerprint(head: bytes, node: str | None, job: str | None = None, name: str = "") -> str:
     """Identity of an input: a hash of its first line (up to 1 KiB), node, job and log name.
 
-    Stable while the file grows and when rotation renames it (``syslog`` -> ``syslog.1``).
+    Stable while the file grows and when rotation renames it (``syslog`` -> ``syslog.1``); a copy
+    in another directory is another input.
     """
     first = head[:FINGERPRINT_BYTES]
     nl = first.find(b"\n")
