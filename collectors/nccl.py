@@ -3,7 +3,8 @@ in the old ``[E ProcessGroupNCCL.cpp:NNN]`` and glog ``[rank3]:[E626 16:48:25.44
 Python tracebacks, and the srun/slurmstepd lines Slurm writes into the same file.
 
 Sample: ``ng30903:3063025:3066048 [0] misc/socket.cc:49 NCCL WARN socketProgress: Connection closed``
-Free text is kept as ``log``; the NCCL ``[N]`` device index goes to ``gpu``, ``[rankN]`` to ``rank``.
+Python ``logging`` lines (``[2026-11-08 19:02:39,710] [INFO] ...``) give their time and level. Free
+text is kept as ``log``; the NCCL ``[N]`` device index goes to ``gpu``, ``[rankN]`` to ``rank``.
 """
 from __future__ import annotations
 
@@ -27,7 +28,16 @@ RECORD_START = (
     r"^\s*(?:\[(?:rank|default)\d+\]:\s?\S|(?:\[(?:rank|default)\d+\]:\s?)?"
     r"(?:\[[EWIF][\d ]|\[\d+\]\s*[\w.-]+:\d+:\d+ |[\w.-]+:\d+:\d+ \[\d+\]))"
 )
-TORCH_LITERALS = ["ProcessGroup", ".cpp:", ".cc:", ".py:", ".h:"]
+TORCH_LITERALS = ["ProcessGroup", "]:[", "[E ", "[W ", "[I ", "[F "]
+GLOG_START = r"^\s*\[[EWIF]\d{3,4} "
+PYLOG = (
+    r"(?s)^\s*(?:\[(?:rank|default)(?P<rank>\d+)\]:\s?)?\[?(?P<stamp>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)\]?"
+    r"\s*(?P<msg>.*)$"
+)
+PYLOG_START = r"^\s*(?:\[(?:rank|default)\d+\]:\s?)?\[?\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d"
+PY_LEVEL = r"\b(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\b"
+PY_SEVERITY = {"DEBUG": "debug", "INFO": "info", "WARNING": "warning", "WARN": "warning", "ERROR": "err",
+               "CRITICAL": "crit", "FATAL": "crit"}
 SLURM_LITERALS = ["slurmstepd", "srun:", "salloc:", "sbatch:", "slurmd:"]
 SLURM_PROGRAM = r"^(srun|slurmstepd|salloc|sbatch|slurmd)(?:-\S+)?: "
 MONTHS = {i: m for i, m in enumerate(["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"], 1)}
@@ -54,11 +64,12 @@ class Nccl(Collector):
         raw = pl.col("raw")
         route = records.with_columns(
             pl.when(raw.str.contains("NCCL ", literal=True)).then(pl.lit("nccl"))
-            .when(raw.str.contains_any(TORCH_LITERALS)).then(pl.lit("torch"))
+            .when(raw.str.contains_any(TORCH_LITERALS) | raw.str.contains(GLOG_START)).then(pl.lit("torch"))
+            .when(raw.str.contains(PYLOG_START)).then(pl.lit("pylog"))
             .when(raw.str.contains_any(SLURM_LITERALS)).then(pl.lit("slurm"))
             .otherwise(pl.lit("text")).alias("_route")
         )
-        parsers = {"nccl": _nccl, "torch": _torch, "slurm": _slurm, "text": _text}
+        parsers = {"nccl": _nccl, "torch": _torch, "pylog": _pylog, "slurm": _slurm, "text": _text}
         parts = [parsers[r](p.drop("_route"), ctx) for (r,), p in route.group_by("_route")]
         return pl.concat(parts, how="diagonal_relaxed")
 
@@ -102,6 +113,17 @@ def _torch(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
         ),
         _text(part.filter(~ok), ctx),
     ], how="diagonal_relaxed")
+
+
+def _pylog(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
+    """Python ``logging`` lines: ``[2026-11-08 19:02:39,710] [INFO] [train.py:48] message``."""
+    g = part.with_columns(pl.col("raw").str.extract_groups(PYLOG).alias("_p")).unnest("_p")
+    level = pl.col("msg").str.slice(0, 60).str.extract(PY_LEVEL, 1)
+    return g.select(
+        "raw", "offset", tp.iso(pl.col("stamp"), ctx.tz).alias("ts"), pl.col("rank").cast(pl.Int32).alias("rank"),
+        level.replace_strict(PY_SEVERITY, default=None, return_dtype=pl.String).alias("severity"),
+        pl.col("msg").alias("message"), pl.lit("python").alias("program"),
+    )
 
 
 def _slurm(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from observe import collector as registry
@@ -23,7 +24,7 @@ MAX_RECORD_LINES = 500
 PARSE_THREADS = 2
 SMALL_FILE_BYTES = 2 << 20
 INPUT_BITS = 40
-SAMPLE_LINES = 100
+SAMPLE_LINES = 40
 JOB_FILE = re.compile(r"slurm-(\d+(?:_\d+)?(?:\+\d+)?)(?:\.\d+)?\.(?:out|err|log)$")
 DETECT_MIN_SCORE = 0.3
 PCI = r"^(?:[0-9a-f]*?)([0-9a-f]{4}):([0-9a-f]{2}):([0-9a-f]{2})(?:\.[0-7])?$"
@@ -108,10 +109,15 @@ def records(lines: Iterator[pl.DataFrame], c: Collector) -> Iterator[pl.DataFram
         yield _join(carry, _record_ids(carry, c))
 
 
-def _record_ids(chunk: pl.DataFrame, c: Collector) -> pl.Series:
-    """Record number of each line; a record holds at most MAX_RECORD_LINES lines."""
+def _record_ids(chunk: pl.DataFrame, c: Collector, first: pl.Expr | None = None) -> pl.Series:
+    """Record number of each line; a record holds at most MAX_RECORD_LINES lines.
+
+    ``first`` marks lines that start a record whatever they look like (a new file's first line).
+    """
     idx = pl.int_range(pl.len(), dtype=pl.Int64)
     cont = c.continuation(pl.col("raw")).fill_null(False)
+    if first is not None:
+        cont = cont & ~first.fill_null(True)
     first = pl.when(~cont).then(idx).forward_fill().fill_null(0)
     start = (~cont) | ((idx - first) % MAX_RECORD_LINES == 0)
     return chunk.select(start.cum_sum().alias("rid")).to_series()
@@ -123,7 +129,7 @@ def _join(lines: pl.DataFrame, rid: pl.Series) -> pl.DataFrame:
     return (
         lines.with_columns(rid.alias("_r"))
         .group_by("_r", maintain_order=True)
-        .agg(pl.col("raw").str.join("\n"), pl.col("offset").first())
+        .agg(pl.col("raw").str.join("\n"), pl.exclude("raw", "_r").first())
         .drop("_r")
     )
 
@@ -132,13 +138,7 @@ def choose(source: str, sample: pl.Series, path: str) -> Collector:
     """The collector for an input: the named one, or the best match for its first lines."""
     if source != "auto":
         return registry.get(source)
-    best, score = registry.detect(sample)
-    if best is None or score < DETECT_MIN_SCORE:
-        if job_from_name(path):
-            return registry.get("nccl")
-        raise InputError(f"{path}: cannot tell the log format from its first lines; pass --source "
-                         f"({', '.join(sorted(registry.collectors()))})")
-    return best
+    return _chosen(*registry.detect(sample), path)
 
 
 @dataclass(frozen=True)
@@ -217,7 +217,8 @@ def ingest_batch(paths: list[str], c: Collector, store: Store, pipe: _Pipeline, 
 
 def _batches(paths: list[str], jobs: list[str | None], c: Collector, store: Store, pipe: _Pipeline,
              summary: Summary, node: str | None, progress: Callable[[int], None] | None):
-    frames: list[pl.DataFrame] = []
+    """Units of up to CHUNK_BYTES from many files: one newline scan over their joined bytes."""
+    datas: list[bytes] = []
     inputs: list[_Input] = []
     size = 0
     for path, job in zip(paths, jobs):
@@ -233,15 +234,29 @@ def _batches(paths: list[str], jobs: list[str | None], c: Collector, store: Stor
             progress(len(data))
         one = _open(path, summary, node, store, pipe, data[:65536], job)
         if data.strip():
-            recs = pl.concat(list(records(iter([lines_of(data if data.endswith(b"\n") else data + b"\n")]), c)))
-            frames.append(recs.with_columns(pl.col("offset") + (len(inputs) << INPUT_BITS)))
+            datas.append(data if data.endswith(b"\n") else data + b"\n")
             inputs.append(one)
             size += len(data)
         if size >= CHUNK_BYTES:
-            yield pl.concat(frames), inputs
-            frames, inputs, size = [], [], 0
-    if frames:
-        yield pl.concat(frames), inputs
+            yield _joined(datas, c), inputs
+            datas, inputs, size = [], [], 0
+    if datas:
+        yield _joined(datas, c), inputs
+
+
+def _joined(datas: list[bytes], c: Collector) -> pl.DataFrame:
+    """Records of several files; each offset carries its file's index in the high bits."""
+    starts = np.cumsum([0] + [len(d) for d in datas[:-1]])
+    lines = lines_of(b"".join(datas))
+    index = np.searchsorted(starts, lines.get_column("offset").to_numpy(), side="right") - 1
+    lines = lines.with_columns(
+        pl.Series("_in", index, dtype=pl.Int64),
+        (pl.col("offset") - pl.Series(starts[index], dtype=pl.Int64)).alias("offset"),
+    )
+    rid = _record_ids(lines, c, first=pl.col("_in") != pl.col("_in").shift(1))
+    recs = _join(lines, rid) if lines.height != rid.n_unique() else lines
+    recs = recs if "_in" in recs.columns else recs.with_columns(pl.lit(0, dtype=pl.Int64).alias("_in"))
+    return recs.with_columns(pl.col("offset") + pl.col("_in") * (1 << INPUT_BITS)).drop("_in")
 
 
 def _whole(stream, summary: Summary, progress: Callable[[int], None] | None) -> Iterator[pl.DataFrame]:
@@ -364,17 +379,33 @@ def learn_boot_times(events: pl.DataFrame, known: dict[str, datetime]) -> None:
         known.setdefault(node, boot)
 
 
-def _plan(path: str, source: str) -> tuple[Collector | None, bool]:
-    """The collector a file will get (None when unknown yet) and whether it has boot-relative stamps."""
-    if path == "-":
-        return None, False
-    try:
-        sample = pl.Series(peek_head(path).decode("utf-8", "replace").splitlines()[:SAMPLE_LINES], dtype=pl.String)
-        c = choose(source, sample, path)
-    except (OSError, InputError, ValueError):
-        return None, False
-    relative = c.name == "kernel" and registry.get("syslog").score(sample) < 0.5
-    return c, relative
+def _plan(inputs: list[tuple[str, dict]]) -> list[tuple[Collector | None, bool]]:
+    """Each input's collector (None when not known yet) and whether it has boot-relative stamps."""
+    samples: list[pl.Series] = []
+    for path, _ in inputs:
+        try:
+            head = b"" if path == "-" else peek_head(path)
+        except OSError:
+            head = b""
+        samples.append(pl.Series(head.decode("utf-8", "replace").splitlines()[:SAMPLE_LINES], dtype=pl.String))
+    plan = []
+    for (path, opts), (best, score, scores) in zip(inputs, registry.detect_many(samples)):
+        source = opts.get("source", "auto")
+        try:
+            c = registry.get(source) if source != "auto" else _chosen(best, score, path)
+        except (InputError, ValueError):
+            c = None
+        plan.append((c, c is not None and c.name == "kernel" and scores.get("syslog", 0.0) < 0.5))
+    return plan
+
+
+def _chosen(best: Collector | None, score: float, path: str) -> Collector:
+    if best is None or score < DETECT_MIN_SCORE:
+        if job_from_name(path):
+            return registry.get("nccl")
+        raise InputError(f"{path}: cannot tell the log format from its first lines; pass --source "
+                         f"({', '.join(sorted(registry.collectors()))})")
+    return best
 
 
 def _counted(chunks: Iterator[pl.DataFrame], summary: Summary,
@@ -404,8 +435,7 @@ def ingest_inputs(inputs: list[tuple[str, dict]], store: Store,
     start = time.perf_counter()
     batches: dict[tuple, list[tuple[str, dict]]] = {}
     single = []
-    for path, opts in inputs:
-        c, relative = _plan(path, opts.get("source", "auto"))
+    for (path, opts), (c, relative) in zip(inputs, _plan(inputs)):
         if c is not None and c.batchable and not c.whole_file and Path(path).stat().st_size < SMALL_FILE_BYTES:
             batches.setdefault((c.name, opts.get("node"), opts.get("tz", "UTC")), []).append((path, opts))
         else:
