@@ -219,7 +219,9 @@ class Store:
 class SegmentWriter:
     """Collects frames and writes them as few, large segments; ``close`` writes the rest.
 
-    At most ``max_rows`` rows wait in memory (the largest partition is written first). Segments are
+    At most ``max_rows`` rows wait in memory (the largest partition is written first). A small part
+    of a frame is copied before it waits: polars strings are views into the whole input chunk, which
+    would otherwise stay in memory as long as any of its rows. Segments are
     written on a background thread while the caller parses the next input (at most one write in
     flight); an error in a write is raised by the next ``add`` or by ``close``.
     """
@@ -237,7 +239,10 @@ class SegmentWriter:
         df = conform(df)
         date = df.get_column("ts").dt.strftime("%Y-%m-%d").fill_null(UNKNOWN_DATE)
         for (source, day), part in df.with_columns(date.alias("_d")).group_by("source", "_d"):
-            self.parts.setdefault((source, day), []).append(part.drop("_d"))
+            part = part.drop("_d")
+            if part.height * 4 < df.height:
+                part = pl.from_arrow(part.to_arrow())  # own buffers: the chunk can be freed
+            self.parts.setdefault((source, day), []).append(part)
         self.rows += df.height
         while self.rows > self.max_rows:
             key = max(self.parts, key=lambda k: sum(f.height for f in self.parts[k]))
