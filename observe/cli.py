@@ -196,7 +196,7 @@ def stats_cmd(store: StoreOpt = None) -> None:
 
 @app.command("compact")
 def compact_cmd(store: StoreOpt = None) -> None:
-    """Merge each partition's small segments into one file sorted by time (atomic, duplicates dropped)."""
+    """Merge each partition's small segments into one file (atomic, duplicates dropped)."""
     s = _store(store)
     merged = 0
     for part in s.partitions():

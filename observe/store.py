@@ -2,7 +2,7 @@
 
 Every write is a new uniquely named segment written to a hidden temporary name, fsync'd and renamed
 into place, so readers never see a partial file and writers never collide. Compaction writes one
-sorted file per partition plus a small JSON note naming the segments it replaces; readers skip
+file per partition plus a small JSON note naming the segments it replaces; readers skip
 replaced segments while the note exists, so a query sees each record exactly once throughout.
 """
 from __future__ import annotations
@@ -24,8 +24,10 @@ from observe.schema import EVENT_SCHEMA, KEY, STORED_SCHEMA, conform, from_store
 ROW_GROUP_ROWS = 128 * 1024
 SEGMENT_ROWS = 250_000
 ZSTD_LEVEL = 3
-TEXT_ZSTD_LEVEL = 6  # the line text is most of the bytes: worth a slower, tighter level
-TEXT_COLUMNS = ("raw", "header", "message", "attrs")
+# Rows of one input stay together, in file order: offsets and times then delta-encode to almost
+# nothing and neighbouring lines compress together (smaller and faster than sorting by time);
+# row groups still carry ts statistics, and the partition is one day.
+SEGMENT_ORDER = ("file_id", "offset")
 DELTA_COLUMNS = {"ts": "DELTA_BINARY_PACKED", "offset": "DELTA_BINARY_PACKED"}
 DICTIONARY_COLUMNS = ["node", "source", "severity", "kind", "job_id", "gpu", "program", "file_id", "code", "rank"]
 STATISTICS_COLUMNS = ["ts", "node", "source", "severity", "kind", "job_id", "code", "offset", "file_id"]
@@ -76,7 +78,7 @@ class Store:
         date = df.get_column("ts").dt.strftime("%Y-%m-%d").fill_null(UNKNOWN_DATE)
         written = []
         for (source, day), part in df.with_columns(date.alias("_date")).group_by("source", "_date"):
-            part = part.drop("_date").sort("ts", "offset", nulls_last=True)
+            part = part.drop("_date").sort(*SEGMENT_ORDER)
             directory = self.events / f"source={source}" / f"date={day}"
             written.append(self._write_file(part, directory, f"s-{uuid.uuid4().hex}.parquet"))
         return written
@@ -93,7 +95,7 @@ class Store:
         with open(tmp, "wb") as f:
             pq.write_table(
                 table, f, compression="zstd", row_group_size=ROW_GROUP_ROWS,
-                compression_level={c: TEXT_ZSTD_LEVEL if c in TEXT_COLUMNS else ZSTD_LEVEL for c in table.column_names},
+                compression_level=ZSTD_LEVEL,
                 use_dictionary=DICTIONARY_COLUMNS, column_encoding=DELTA_COLUMNS, write_statistics=STATISTICS_COLUMNS,
             )
             f.flush()
@@ -171,7 +173,7 @@ class Store:
 
     # -- maintenance ---------------------------------------------------------------------------
     def compact(self, partition: Partition, min_segments: int = 2) -> tuple[int, int] | None:
-        """Merge a partition's segments into one file sorted by time, dropping duplicate keys.
+        """Merge a partition's segments into one file, dropping duplicate records.
 
         Returns (segments replaced, rows written), or None when there was nothing to do.
         """
@@ -184,7 +186,7 @@ class Store:
         # a duplicate is the same input's same text at the same offset (inputs may share an identity)
         df = pl.read_parquet([str(s) for s in segs]).unique(
             subset=[*KEY, "raw", "header", "message"], keep="first", maintain_order=True)
-        df = df.sort("ts", "offset", nulls_last=True)
+        df = df.sort(*SEGMENT_ORDER)
         name = f"c-{uuid.uuid4().hex}"
         note = directory / f"{name}.json"
         tmp = directory / f".{name}.json.tmp"
