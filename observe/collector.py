@@ -45,13 +45,6 @@ class Collector:
         """Turn records (``raw``, ``offset``) into schema columns; ``message`` null means unparsed."""
         raise NotImplementedError
 
-    def score(self, sample: pl.Series) -> float:
-        """Share of sample lines that look like this format."""
-        lines = sample.filter(sample.str.strip_chars() != "")
-        if lines.is_empty() or not self.sniff:
-            return 0.0
-        return float(lines.str.contains(self.sniff).mean())
-
 
 _REGISTRY: dict[str, Collector] = {}
 

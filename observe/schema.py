@@ -53,11 +53,6 @@ def conform(df: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def empty() -> pl.DataFrame:
-    """An empty frame with the event schema."""
-    return pl.DataFrame(schema=POLARS_SCHEMA)
-
-
 def to_stored(df: pl.DataFrame) -> pl.DataFrame:
     """The on-disk layout of a conformed frame: ``raw`` split into header and message when it can be."""
     raw, message = pl.col("raw"), pl.col("message")

@@ -81,8 +81,3 @@ def since_boot(seconds: pl.Expr, boot_time: datetime | None) -> pl.Expr:
         return pl.lit(None, dtype=pl.Datetime("us", _UTC))
     base = pl.lit(boot_time).dt.convert_time_zone(_UTC).dt.cast_time_unit("us")
     return base + pl.duration(microseconds=(seconds * 1_000_000).round(0).cast(pl.Int64))
-
-
-def epoch(seconds: pl.Expr) -> pl.Expr:
-    """Unix seconds (int or float) to UTC."""
-    return pl.from_epoch((seconds.cast(pl.Float64) * 1_000_000).round(0).cast(pl.Int64), time_unit="us").dt.replace_time_zone(_UTC)

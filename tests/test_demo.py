@@ -35,7 +35,7 @@ def _syslog_time(line: str) -> datetime:
 def test_same_seed_same_bytes(tmp_path: Path) -> None:
     a = generate(tmp_path / "a", nodes=4, hours=6, seed=7, start=START)
     b = generate(tmp_path / "b", nodes=4, hours=6, seed=7, start=START)
-    c = generate(tmp_path / "c", nodes=4, hours=6, seed=8, start=START)
+    generate(tmp_path / "c", nodes=4, hours=6, seed=8, start=START)
     assert [f.path.relative_to(tmp_path / "a") for f in a.files] == [f.path.relative_to(tmp_path / "b") for f in b.files]
     for fa, fb in zip(a.files, b.files):
         assert fa.path.read_bytes() == fb.path.read_bytes(), fa.path.name
