@@ -3,7 +3,8 @@
 Sample: ``        Bus Id                            : 00000000:B1:00.0`` (text) or
 ``<gpu id="00000000:3B:00.0">`` (XML). Each GPU gives one ``gpu_health`` snapshot whose attrs hold
 the readings found (numbers as numbers, N/A left out) and one row per fault it shows: ``gpu_ecc``,
-``gpu_thermal``, ``gpu_pcie_degraded`` (only out of idle: a slower link at P8..P15 is normal) and
+``gpu_thermal``, ``gpu_pcie_degraded`` (a narrower link always; a slower one only while the GPU is
+busy, since idle GPUs train their link down) and
 ``gpu_reset_required``. A GPU's rows sit at the byte offset of its block; faults at +1 .. +4.
 Pasted fragments (no header, no ``GPU 0000...`` line, differently named fields of old drivers) still
 parse; a blank line followed by an indented line starts a new fragment. ``gpu`` is null without a
@@ -43,6 +44,7 @@ SPECS: list[tuple[str, str, str]] = [
     ("minor_number", "num", r"^minor_number$"),
     ("bus_id", "str", r"(?:^|/)(?:pci_)?bus_id$"),
     ("performance_state", "str", r"^performance_state$"),
+    ("gpu_util_pct", "num", r"^utilization/gpu(?:_util)?$"),
     ("fan_speed_pct", "num", r"^fan_speed$"),
     ("pcie_gen_current", "num", r"(?:^|/)pcie_gen(?:eration)?/(?:current|current_link_gen)$"),
     ("pcie_gen_max", "num", r"(?:^|/)pcie_gen(?:eration)?/(?:max|max_link_gen)$"),
@@ -272,16 +274,21 @@ def _faults(gpu: str, r: dict) -> list[tuple[str, str, str, dict]]:
               ([f"thermal throttling active ({', '.join(thermal)})"] if thermal else [])
         faults.append(("gpu_thermal", "warning", f"{gpu}: " + "; ".join(why),
                        _pick(r, ("temp_c", "slowdown_temp_c", "shutdown_temp_c", THROTTLE_ATTR))))
+    # An idle GPU trains its link down to save power (even at P0), so a lower generation counts only
+    # while the GPU is busy; a narrower link is a fault at any time.
     pstate = re.fullmatch(r"P(\d+)", r.get("performance_state", ""))
-    busy = pstate is not None and int(pstate.group(1)) < 8 and "idle" not in r.get(THROTTLE_ATTR, [])
-    slow = [f"{unit}{r[cur]} of max {unit}{r[top]}" for unit, cur, top in [
-        ("Gen", "pcie_gen_current", "pcie_gen_max"), ("x", "link_width_current", "link_width_max")
-    ] if cur in r and top in r and r[cur] < r[top]]
-    if busy and slow:
+    if "gpu_util_pct" in r:
+        busy = r["gpu_util_pct"] > 0
+    else:
+        busy = pstate is not None and int(pstate.group(1)) < 8 and "idle" not in r.get(THROTTLE_ATTR, [])
+    slow = [f"{unit}{r[cur]} of max {unit}{r[top]}" for unit, cur, top, always in [
+        ("Gen", "pcie_gen_current", "pcie_gen_max", False), ("x", "link_width_current", "link_width_max", True)
+    ] if cur in r and top in r and r[cur] < r[top] and (always or busy)]
+    if slow:
         faults.append(("gpu_pcie_degraded", "warning",
-                       f"{gpu}: PCIe link degraded at {r['performance_state']}: " + ", ".join(slow),
+                       f"{gpu}: PCIe link degraded at {r.get('performance_state', 'unknown P-state')}: " + ", ".join(slow),
                        _pick(r, ("pcie_gen_current", "pcie_gen_max", "link_width_current", "link_width_max",
-                                 "performance_state"))))
+                                 "performance_state", "gpu_util_pct"))))
     if r.get("reset_required"):
         faults.append(("gpu_reset_required", "crit", f"{gpu}: GPU reset required",
                        _pick(r, ("reset_required", "drain_and_reset_recommended"))))

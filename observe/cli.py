@@ -168,14 +168,14 @@ def query_cmd(
     elif fmt == "csv":
         sys.stdout.write(df.write_csv())
     else:
-        table = Table(box=None, pad_edge=False)
-        for col in ("ts", "node", "kind", "sev", "job", "gpu", "code", "message"):
-            table.add_column(col, no_wrap=True, overflow="ellipsis")
+        width = out.width if sys.stdout.isatty() else None
+        out.print(f"{'ts':19} {'node':10} {'kind':24} {'sev':7} {'job':>8} {'gpu':10} {'code':>5}  message", style="bold")
         for r in df.iter_rows(named=True):
             ts = r["ts"].strftime("%Y-%m-%d %H:%M:%S") if r["ts"] else "-"
-            table.add_row(ts, r["node"] or "-", r["kind"], r["severity"], r["job_id"] or "", r["gpu"] or "",
-                          "" if r["code"] is None else str(r["code"]), (r["message"] or "").splitlines()[0][:160])
-        out.print(table)
+            code = "" if r["code"] is None else str(r["code"])
+            line = (f"{ts:19} {r['node'] or '-':10} {r['kind']:24} {r['severity']:7} {r['job_id'] or '':>8} "
+                    f"{r['gpu'] or '':10} {code:>5}  {(r['message'] or '').splitlines()[0]}")
+            out.print(line[:width] if width else line, overflow="ignore", crop=False)
         err.print(f"{df.height} row(s)", style="dim")
 
 

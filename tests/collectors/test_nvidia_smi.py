@@ -185,3 +185,19 @@ def test_detected_as_nvidia_smi() -> None:
     for name in ("real_nvidia-smi.txt", "h100_x2.txt", "a100_x2.xml", "v100_driver418.xml"):
         best, score = detect(pl.Series((DIR / name).read_text().splitlines()[:200]))
         assert best is not None and best.name == "nvidia_smi" and score > 0.9, (name, score)
+
+
+def _link(gen: int, width: str, util: str, pstate: str = "P0") -> str:
+    return (f'<nvidia_smi_log><gpu id="00000000:18:00.0"><pci><pci_gpu_link_info><pcie_gen><max_link_gen>5</max_link_gen>'
+            f"<current_link_gen>{gen}</current_link_gen></pcie_gen><link_widths><max_link_width>16x</max_link_width>"
+            f"<current_link_width>{width}</current_link_width></link_widths></pci_gpu_link_info></pci>"
+            f"<performance_state>{pstate}</performance_state><utilization><gpu_util>{util}</gpu_util></utilization>"
+            f"</gpu></nvidia_smi_log>")
+
+
+def test_idle_link_downtraining_is_not_a_fault() -> None:
+    assert _rows(_parse(_link(1, "16x", "0 %")), "gpu_pcie_degraded") == []
+    busy = _rows(_parse(_link(1, "16x", "97 %")), "gpu_pcie_degraded")
+    assert len(busy) == 1 and "Gen1 of max Gen5" in busy[0]["message"]
+    narrow = _rows(_parse(_link(5, "8x", "0 %")), "gpu_pcie_degraded")
+    assert len(narrow) == 1 and "x8 of max x16" in narrow[0]["message"]
