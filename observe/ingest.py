@@ -187,10 +187,10 @@ def ingest_file(path: str, store: Store, source: str = "auto", node: str | None 
         c = choose(source, sample, path)
         boot_time = boot_time or (summary.boot_times.get(node) if node else None)
         mtime = Path(path).stat().st_mtime if path != "-" else time.time()
-        ctx = Context(node=node, job_id=job or job_from_name(path), boot_time=boot_time,
+        one = _open(path, summary, node, store, pipe, head, job)
+        ctx = Context(node=node, job_id=one.job, boot_time=boot_time,
                       reference_time=datetime.fromtimestamp(mtime, timezone.utc), tz=tz,
                       header=sample[0] if len(sample) else None)
-        one = _open(path, summary, node, store, pipe, head, job)
         summary.sources[path] = c.name
         if c.whole_file:
             chunks = _whole(stream, summary, progress)
@@ -254,9 +254,7 @@ def _joined(datas: list[bytes], c: Collector) -> pl.DataFrame:
         (pl.col("offset") - pl.Series(starts[index], dtype=pl.Int64)).alias("offset"),
     )
     rid = _record_ids(lines, c, first=pl.col("_in") != pl.col("_in").shift(1))
-    recs = _join(lines, rid) if lines.height != rid.n_unique() else lines
-    recs = recs if "_in" in recs.columns else recs.with_columns(pl.lit(0, dtype=pl.Int64).alias("_in"))
-    return recs.with_columns(pl.col("offset") + pl.col("_in") * (1 << INPUT_BITS)).drop("_in")
+    return _join(lines, rid).with_columns(pl.col("offset") + pl.col("_in") * (1 << INPUT_BITS)).drop("_in")
 
 
 def _whole(stream, summary: Summary, progress: Callable[[int], None] | None) -> Iterator[pl.DataFrame]:
