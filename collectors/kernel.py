@@ -15,17 +15,17 @@ import polars as pl
 
 from collectors.syslog import Syslog, severity_from_pri
 from observe import timeparse as tp
-from observe.collector import Collector, Context, register
+from observe.collector import Collector, Context, register, split_header
 from observe.rules import attrs_json
 
 LEVELS = "emerg|alert|crit|err|warn|notice|info|debug"
 DMESG = (
-    r"(?s)^(?:<(?P<pri>\d{1,3})>)?(?:(?P<fac>kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|"
+    r"(?:<(?P<pri>\d{1,3})>)?(?:(?P<fac>kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|"
     r"local\d)\s*:\s*(?P<lvl>" + LEVELS + r")\s*:\s)?"
     r"(?:\[\s*(?P<up>\d+\.\d+)\]|\[\s*\+\s*(?P<rel>\d+\.\d+)\]|\[(?P<ct>\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4})\]|"
-    r"(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[,.]\d+(?:Z|[+-]\d\d:?\d\d)?))?\s?(?P<msg>.*)$"
+    r"(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[,.]\d+(?:Z|[+-]\d\d:?\d\d)?))?\s?"
 )
-KMSG = r"(?s)^(?P<kpri>\d{1,4}),(?P<seq>\d+),(?P<usec>\d+),[^;]*;(?P<kmsg>.*)$"
+KMSG = r"(?P<kpri>\d{1,4}),(?P<seq>\d+),(?P<usec>\d+),[^;]*;"
 STAMP = r"^(?:<\d{1,3}>)?(?:\[\s*\+?\s*\d+\.\d+\]|\[\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\]|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d,\d{6}|\d{1,4},\d+,\d+,[^;]*;)"
 _SYSLOG = Syslog()
 
@@ -62,9 +62,7 @@ def _boot_from(framed: pl.DataFrame) -> datetime | None:
 
 
 def _dmesg(records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
-    g = records.with_columns(
-        pl.col("raw").str.extract_groups(DMESG).alias("_d"), pl.col("raw").str.extract_groups(KMSG).alias("_k")
-    ).unnest("_d", "_k")
+    g = split_header(split_header(records, KMSG).rename({"msg": "kmsg"}), DMESG)
     kmsg = pl.col("kmsg").is_not_null()
     up = pl.when(kmsg).then(pl.col("usec").cast(pl.Float64) / 1e6).otherwise(pl.col("up").cast(pl.Float64))
     ts = pl.coalesce(tp.iso(pl.col("iso"), ctx.tz), tp.ctime(pl.col("ct"), ctx.tz), tp.since_boot(up, ctx.boot_time))

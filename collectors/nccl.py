@@ -12,15 +12,13 @@ import polars as pl
 
 from collectors.slurm import slurm_severity
 from observe import timeparse as tp
-from observe.collector import Collector, Context, register
+from observe.collector import Collector, Context, register, split_header
 
-NCCL = (
-    r"(?s)^\s*(?:\[(?P<tag>\d+)\]\s*)?(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
-    r"(?P<msg>.*?NCCL (?P<level>INFO|WARN|TRACE|ABORT|ERROR).*)$"
-)
+NCCL = r"\s*(?:\[(?P<tag>\d+)\]\s*)?(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
+NCCL_LEVEL = r"NCCL (INFO|WARN|TRACE|ABORT|ERROR)"
 TORCH = (
-    r"(?s)^\s*(?:\[(?:rank|default)(?P<rank>\d+)\]:\s?)?(?P<pre>.*?)\[(?P<lvl>[EWIF])(?:(?P<md>\d{3,4}) "
-    r"(?P<clock>\d\d:\d\d:\d\d\.\d+)(?: \d+)?)? ?(?P<src>[\w.]+\.(?:cpp|cc|h|hpp|py):\d+)\] (?P<msg>.*)$"
+    r"\s*(?:\[(?:rank|default)(?P<rank>\d+)\]:\s?)?(?P<pre>.*?)\[(?P<lvl>[EWIF])(?:(?P<md>\d{3,4}) "
+    r"(?P<clock>\d\d:\d\d:\d\d\.\d+)(?: \d+)?)? ?(?P<src>[\w.]+\.(?:cpp|cc|h|hpp|py):\d+)\] "
 )
 RANK_PREFIX = r"^\s*\[(?:rank|default)(\d+)\]:\s?"
 RANKED_INDENT = r"^(?:\[(?:rank|default)\d+\]:\s)?\s"
@@ -31,8 +29,8 @@ RECORD_START = (
 TORCH_LITERALS = ["ProcessGroup", "]:[", "[E ", "[W ", "[I ", "[F "]
 GLOG_START = r"^\s*\[[EWIF]\d{3,4} "
 PYLOG = (
-    r"(?s)^\s*(?:\[(?:rank|default)(?P<rank>\d+)\]:\s?)?\[?(?P<stamp>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)\]?"
-    r"\s*(?P<msg>.*)$"
+    r"\s*(?:\[(?:rank|default)(?P<rank>\d+)\]:\s?)?\[?(?P<stamp>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)\]?"
+    r"\s*"
 )
 PYLOG_START = r"^\s*(?:\[(?:rank|default)\d+\]:\s?)?\[?\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d"
 PY_LEVEL = r"\b(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\b"
@@ -85,9 +83,9 @@ def _text(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
 
 
 def _nccl(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
-    g = part.with_columns(pl.col("raw").str.extract_groups(NCCL).alias("_n")).unnest("_n")
-    ok = pl.col("msg").is_not_null()
-    if not part.height or g.get_column("msg").null_count() == part.height:
+    g = split_header(part, NCCL).with_columns(pl.col("msg").str.extract(NCCL_LEVEL, 1).alias("level"))
+    ok = pl.col("level").is_not_null()
+    if not part.height or g.get_column("level").null_count() == part.height:
         return _torch(part, ctx)
     return pl.concat([
         g.filter(ok).select(
@@ -96,12 +94,12 @@ def _nccl(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
             pl.col("level").replace_strict(NCCL_SEVERITY, default=None, return_dtype=pl.String).alias("severity"),
             pl.col("msg").alias("message"),
         ),
-        _torch(part.filter(g.get_column("msg").is_null()), ctx),
+        _torch(part.filter(g.get_column("level").is_null()), ctx),
     ], how="diagonal_relaxed")
 
 
 def _torch(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
-    g = part.with_columns(pl.col("raw").str.extract_groups(TORCH).alias("_t")).unnest("_t")
+    g = split_header(part, TORCH)
     month = pl.col("md").str.head(-2).cast(pl.Int32, strict=False).replace_strict(MONTHS, default=None, return_dtype=pl.String)
     ts = tp.yearless(month, pl.col("md").str.tail(2), pl.col("clock"), ctx.reference_time, ctx.tz)
     ok = g.get_column("msg").is_not_null()
@@ -117,7 +115,7 @@ def _torch(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
 
 def _pylog(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
     """Python ``logging`` lines: ``[2026-11-08 19:02:39,710] [INFO] [train.py:48] message``."""
-    g = part.with_columns(pl.col("raw").str.extract_groups(PYLOG).alias("_p")).unnest("_p")
+    g = split_header(part, PYLOG)
     level = pl.col("msg").str.slice(0, 60).str.extract(PY_LEVEL, 1)
     return g.select(
         "raw", "offset", tp.iso(pl.col("stamp"), ctx.tz).alias("ts"), pl.col("rank").cast(pl.Int32).alias("rank"),

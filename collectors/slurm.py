@@ -9,12 +9,12 @@ import polars as pl
 
 from collectors.syslog import Syslog
 from observe import timeparse as tp
-from observe.collector import Collector, Context, register
+from observe.collector import Collector, Context, register, split_header
 
 HEADER = (
-    r"(?s)^\s*(?:\[(?P<stamp>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:[+-]\d\d:?\d\d)?)\] )?"
+    r"\s*(?:\[(?P<stamp>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:[+-]\d\d:?\d\d)?)\] )?"
     r"(?:\[(?P<step>\d+(?:\.\w+)?)\] )?(?:(?P<prog>slurmctld|slurmd|slurmstepd|slurmdbd|srun|salloc|sbatch|scontrol)"
-    r"(?:-\S+)?: )?(?P<msg>.*)$"
+    r"(?:-\S+)?: )?"
 )
 LEVEL = r"^(?:(?:slurmctld|slurmd|slurmstepd|slurmdbd): )?(error|fatal|warning|debug\d?|verbose|info): "
 SEVERITY = {"error": "err", "fatal": "crit", "warning": "warning", "verbose": "info", "info": "info"}
@@ -52,7 +52,7 @@ class Slurm(Collector):
 
 
 def _native(records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
-    g = records.with_columns(pl.col("raw").str.extract_groups(HEADER).alias("_h")).unnest("_h")
+    g = split_header(records, HEADER)
     known = pl.col("stamp").is_not_null() | pl.col("prog").is_not_null()
     return g.select(
         "raw", "offset", tp.iso(pl.col("stamp"), ctx.tz).alias("ts"), pl.col("prog").alias("program"),

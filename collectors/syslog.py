@@ -6,23 +6,21 @@ Kernel lines become source ``kernel`` (their ``[uptime]`` kept in attrs), Slurm 
 """
 from __future__ import annotations
 
-from datetime import datetime
-
 import polars as pl
 
 from observe import timeparse as tp
-from observe.collector import Collector, Context, register
+from observe.collector import Collector, Context, register, split_header
 from observe.rules import attrs_json, merge_attrs
 
 TAG = r"(?:(?P<tag>[^\s:\[\]]+(?:\([^)\s]*\))?)(?:\[(?P<pid>\d+)\])?: ?)?"
 RFC3164 = (
-    r"(?s)^(?:(?P<tb_label>\S+) (?P<tb_epoch>\d{9,11}) (?P<tb_date>\d{4}\.\d\d\.\d\d) (?P<tb_node>\S+) )?"
+    r"(?:(?P<tb_label>\S+) (?P<tb_epoch>\d{9,11}) (?P<tb_date>\d{4}\.\d\d\.\d\d) (?P<tb_node>\S+) )?"
     r"(?:<(?P<pri>\d{1,3})>)?(?P<mon>\p{L}{3,5}\.?) {1,2}(?P<day>\d{1,2}) (?P<clock>\d\d:\d\d:\d\d(?:\.\d+)?) "
-    r"(?:(?P<year>\d{4}) )?(?P<host>\S+) " + TAG + r"(?P<msg>.*)$"
+    r"(?:(?P<year>\d{4}) )?(?P<host>\S+) " + TAG
 )
 RFC3339 = (
-    r"(?s)^(?:<(?P<pri>\d{1,3})>)?(?P<stamp>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?) "
-    r"(?P<host>\S+) " + TAG + r"(?P<msg>.*)$"
+    r"(?:<(?P<pri>\d{1,3})>)?(?P<stamp>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?) "
+    r"(?P<host>\S+) " + TAG
 )
 RFC5424 = (
     r"(?s)^<(?P<pri>\d{1,3})>1 (?P<stamp>\S+) (?P<host>\S+) (?P<tag>\S+) (?P<pid>\S+) (?P<msgid>\S+) "
@@ -32,12 +30,10 @@ SLURM_DAEMONS = r"^slurm(?:ctld|d|stepd|dbd|restd)?$"
 UPTIME = r"^\[\s*(\d+\.\d+)\]\s?"
 SEVERITY_BY_PRI = ["emerg", "alert", "crit", "err", "warning", "notice", "info", "debug"]
 
-
 def severity_from_pri(pri: pl.Expr) -> pl.Expr:
     """Syslog PRI (facility*8+level) or bare level to a severity name."""
     return (pri.cast(pl.Int32, strict=False) % 8).replace_strict(
         dict(enumerate(SEVERITY_BY_PRI)), default=None, return_dtype=pl.String)
-
 
 def source_of(program: pl.Expr) -> pl.Expr:
     """Schema source for a syslog program name."""
@@ -47,10 +43,8 @@ def source_of(program: pl.Expr) -> pl.Expr:
         .otherwise(pl.lit("syslog"))
     )
 
-
 def _nil(e: pl.Expr) -> pl.Expr:
     return pl.when(e != "-").then(e)
-
 
 @register
 class Syslog(Collector):
@@ -79,7 +73,6 @@ class Syslog(Collector):
         out = pl.concat(parts, how="diagonal_relaxed")
         return kernel_uptime(out.with_columns(source_of(pl.col("program")).alias("source")))
 
-
 def kernel_uptime(df: pl.DataFrame) -> pl.DataFrame:
     """Move a kernel message's leading ``[ 12.345678]`` into attrs.uptime."""
     has = (pl.col("source") == "kernel") & pl.col("message").str.starts_with("[")
@@ -93,10 +86,8 @@ def kernel_uptime(df: pl.DataFrame) -> pl.DataFrame:
     ).drop("_up")
     return pl.concat([df.filter(~mask), fixed], how="diagonal_relaxed")
 
-
 def _header(part: pl.DataFrame, pattern: str) -> pl.DataFrame:
     return part.with_columns(pl.col("raw").str.extract_groups(pattern).alias("_h")).unnest("_h")
-
 
 def _common(g: pl.DataFrame, ts: pl.Expr, host: pl.Expr, severity: pl.Expr) -> pl.DataFrame:
     return g.select(
@@ -104,7 +95,6 @@ def _common(g: pl.DataFrame, ts: pl.Expr, host: pl.Expr, severity: pl.Expr) -> p
         pl.col("tag").alias("program"), pl.col("pid").cast(pl.Int64, strict=False).alias("pid"),
         pl.col("msg").alias("message"), pl.lit(None, dtype=pl.String).alias("attrs"),
     )
-
 
 def _rfc3164(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
     raw = pl.col("raw")
@@ -118,25 +108,12 @@ def _rfc3164(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
         return fast
     return pl.concat([fast, _rfc3164_regex(part.filter(~mask), ctx)], how="diagonal_relaxed")
 
-
-def _rollover(ts: pl.Expr, reference: datetime) -> pl.Expr:
-    limit = pl.lit(reference).dt.convert_time_zone("UTC").dt.cast_time_unit("us") + pl.duration(days=1)
-    return pl.when(ts > limit).then(ts.dt.offset_by("-1y")).otherwise(ts)
-
-
 def _rfc3164_fast(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
     """``Mmm dd hh:mm:ss host tag[pid]: msg`` by fixed positions and splits, no regex captures."""
     raw = pl.col("raw")
-    stamp = pl.concat_str([pl.lit(str(ctx.reference_time.year)), raw.str.slice(0, 15)], separator=" ")
-    english = tp.localize(stamp.str.to_datetime("%Y %b %e %H:%M:%S", time_unit="us", strict=False), ctx.tz)
-    part = part.with_columns(_rollover(english, ctx.reference_time).alias("_ts"))
-    missing = part.get_column("_ts").is_null()
-    if missing.any():  # localized month names: the slower path, only for those rows
-        localized = tp.yearless(raw.str.slice(0, 3), raw.str.slice(4, 2), raw.str.slice(7, 8), ctx.reference_time, ctx.tz)
-        part = pl.concat([part.filter(~missing), part.filter(missing).with_columns(localized.alias("_ts"))])
-    ts = pl.col("_ts")
+    ts = tp.yearless(raw.str.slice(0, 3), raw.str.slice(4, 2), raw.str.slice(7, 8), ctx.reference_time, ctx.tz)
     g = part.with_columns(
-        raw.str.slice(16).str.splitn(" ", 2).struct.rename_fields(["host", "body"]).alias("_h")
+        ts.alias("_ts"), raw.str.slice(16).str.splitn(" ", 2).struct.rename_fields(["host", "body"]).alias("_h")
     ).unnest("_h").with_columns(
         pl.col("body").str.splitn(": ", 2).struct.rename_fields(["tagpart", "msg"]).alias("_t")
     ).unnest("_t")
@@ -149,12 +126,11 @@ def _rfc3164_fast(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
         pl.col("field_1").str.strip_suffix("]").alias("pid"),
         pl.when(tagged).then(pl.col("msg")).otherwise(pl.col("body")).alias("msg"),
     )
-    return _common(g, ts, pl.col("host"), pl.lit(None, dtype=pl.String))
-
+    return _common(g, pl.col("_ts"), pl.col("host"), pl.lit(None, dtype=pl.String))
 
 def _rfc3164_regex(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
     """The general RFC 3164 shape: PRI, archive prefix, localized months, optional year."""
-    g = _header(part, RFC3164)
+    g = split_header(part, RFC3164)
     year = pl.coalesce(pl.col("year"), pl.col("tb_date").str.slice(0, 4))
     ts = pl.coalesce(
         tp.yearless(pl.col("mon"), pl.col("day"), pl.col("clock"), ctx.reference_time, ctx.tz, year=year),
@@ -165,19 +141,16 @@ def _rfc3164_regex(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
     g = g.with_columns(pl.when(ok).then(pl.col("msg")).alias("msg"))
     return _common(g, ts, host, severity_from_pri(pl.col("pri")))
 
-
 def _rfc3339(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
-    g = _header(part, RFC3339)
+    g = split_header(part, RFC3339)
     return _common(g, tp.iso(pl.col("stamp"), ctx.tz), pl.col("host"), severity_from_pri(pl.col("pri")))
 
-
 def _rfc5424(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
-    g = _header(part, RFC5424).with_columns(
+    g = part.with_columns(pl.col("raw").str.extract_groups(RFC5424).alias("_h")).unnest("_h").with_columns(
         _nil(pl.col("tag")).alias("tag"), _nil(pl.col("pid")).alias("pid"),
         pl.coalesce(pl.col("msg"), pl.when(pl.col("pri").is_not_null()).then(pl.lit(""))).alias("msg"),
     )
     return _common(g, tp.iso(pl.col("stamp")), _nil(pl.col("host")), severity_from_pri(pl.col("pri")))
-
 
 def _json(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
     raw = pl.col("raw")

@@ -46,6 +46,17 @@ class Collector:
         raise NotImplementedError
 
 
+def split_header(records: pl.DataFrame, header: str) -> pl.DataFrame:
+    """``records`` plus the named groups of ``header`` (a regex matched at the start of ``raw``) and
+    ``msg``, the text after it (null where the header does not match).
+
+    Only the header is captured: capture groups spanning whole records cost several times more.
+    """
+    groups = pl.col("raw").str.extract_groups(f"(?s)^(?P<_head>{header})").alias("_h")
+    return (records.with_columns(groups).unnest("_h")
+            .with_columns(pl.col("raw").str.strip_prefix(pl.col("_head")).alias("msg")).drop("_head"))
+
+
 _REGISTRY: dict[str, Collector] = {}
 
 

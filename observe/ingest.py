@@ -326,7 +326,7 @@ def _parse_unit(recs: pl.DataFrame, inputs: list[_Input], c: Collector, ctx: Con
     recs = recs.filter(~blank)
     if not recs.height:
         return None, int(blank.sum()), inputs
-    out = c.parse(recs, ctx)
+    out = c.parse(recs, ctx).sort("offset")  # file order (a batch: input by input)
     if len(inputs) == 1:
         out = out.with_columns(pl.lit(inputs[0].file_id).alias("file_id"),
                                pl.lit(inputs[0].job, dtype=pl.String).alias("_job"))
@@ -335,7 +335,7 @@ def _parse_unit(recs: pl.DataFrame, inputs: list[_Input], c: Collector, ctx: Con
                               "_job": [i.job for i in inputs]}, schema={"_in": pl.Int64, "file_id": pl.String, "_job": pl.String})
         out = out.with_columns((pl.col("offset") // (1 << INPUT_BITS)).alias("_in"),
                                (pl.col("offset") % (1 << INPUT_BITS)).alias("offset"))
-        out = out.join(hints, on="_in", how="left").drop("_in")
+        out = out.join(hints, on="_in", how="left", maintain_order="left").drop("_in")
     return finalize(out, c, ctx), int(blank.sum()), inputs
 
 
@@ -350,7 +350,7 @@ def _store_unit(parsed: tuple, c: Collector, ctx: Context, writer: SegmentWriter
     known = [i.known.with_columns(pl.lit(i.file_id).alias("file_id")) for i in inputs if i.known.height]
     if known:  # a record is a duplicate only if the same input holds the same text at that offset
         keyed = out.with_columns(pl.col("raw").hash().alias("text"))
-        fresh = keyed.join(pl.concat(known), on=["file_id", "offset", "text"], how="anti").drop("text")
+        fresh = keyed.join(pl.concat(known), on=["file_id", "offset", "text"], how="anti", maintain_order="left").drop("text")
         summary.duplicates += out.height - fresh.height
         out = fresh
     writer.add(out)

@@ -200,7 +200,7 @@ def apply(df: pl.DataFrame, rules: tuple[Rule, ...] | None = None) -> pl.DataFra
     for name in FIELD_GROUPS:
         if name not in found.columns:
             found = found.with_columns(pl.lit(None, dtype=pl.String).alias(name))
-    df = df.join(found, on="_i", how="left", suffix="_rule")
+    df = df.join(found, on="_i", how="left", suffix="_rule", maintain_order="left")
     fills = [pl.coalesce(pl.col(f"{n}_rule").cast(POLARS_SCHEMA[n], strict=False), pl.col(n)).alias(n) for n in FIELD_GROUPS]
     return df.with_columns(
         pl.coalesce("kind_rule", "kind").alias("kind"),
@@ -239,7 +239,7 @@ def enrich(df: pl.DataFrame) -> pl.DataFrame:
             attrs_json([(c, pl.col(c)) for c in info]).alias("_cat"),
         )
         df = df.with_columns(pl.when(pl.col("kind") == cat.kind).then(pl.col(cat.key)).alias("_key"))
-        df = df.join(entries, on="_key", how="left").with_columns(
+        df = df.join(entries, on="_key", how="left", maintain_order="left").with_columns(
             pl.coalesce("_sev", "severity").alias("severity"),
             merge_attrs(pl.col("attrs"), pl.col("_cat")).alias("attrs"),
         ).drop("_key", "_sev", "_cat")

@@ -23,7 +23,7 @@ from observe.schema import EVENT_SCHEMA, KEY, STORED_SCHEMA, conform, from_store
 
 ROW_GROUP_ROWS = 128 * 1024
 SEGMENT_ROWS = 250_000
-ZSTD_LEVEL = 3
+ZSTD_LEVEL = 1
 # Rows of one input stay together, in file order: offsets and times then delta-encode to almost
 # nothing and neighbouring lines compress together (smaller and faster than sorting by time);
 # row groups still carry ts statistics, and the partition is one day.
@@ -68,20 +68,16 @@ class Store:
     # -- writing -------------------------------------------------------------------------------
     def write(self, df: pl.DataFrame) -> list[Path]:
         """Write ``df`` (conformed to the schema) as one new segment per partition it touches."""
-        df = conform(df)
-        if df.is_empty():
-            return []
+        parts = split_partitions(conform(df))
+        return [self.write_partition(source, day, part.sort(*SEGMENT_ORDER)) for (source, day), part in parts.items()]
+
+    def write_partition(self, source: str, day: str, df: pl.DataFrame) -> Path:
+        """Write the conformed rows of one partition, in their order, as a new segment."""
         df = to_stored(df)
         self.inputs.mkdir(parents=True, exist_ok=True)
         for file_id in df.get_column("file_id").unique().drop_nulls():
             (self.inputs / file_id).touch()  # before the data: a marker never lags its records
-        date = df.get_column("ts").dt.strftime("%Y-%m-%d").fill_null(UNKNOWN_DATE)
-        written = []
-        for (source, day), part in df.with_columns(date.alias("_date")).group_by("source", "_date"):
-            part = part.drop("_date").sort(*SEGMENT_ORDER)
-            directory = self.events / f"source={source}" / f"date={day}"
-            written.append(self._write_file(part, directory, f"s-{uuid.uuid4().hex}.parquet"))
-        return written
+        return self._write_file(df, self.events / f"source={source}" / f"date={day}", f"s-{uuid.uuid4().hex}.parquet")
 
     def writer(self, max_rows: int = SEGMENT_ROWS) -> SegmentWriter:
         """A buffered writer: one segment per partition per ``max_rows`` rows (bounded memory)."""
@@ -218,6 +214,13 @@ class Store:
                                           "rows": pl.Int64, "bytes": pl.Int64})
 
 
+def split_partitions(df: pl.DataFrame) -> dict[tuple[str, str], pl.DataFrame]:
+    """``df`` split by (source, date), each part keeping its rows' order."""
+    keyed = df.with_columns(pl.col("ts").dt.date().alias("_day"))
+    parts = keyed.partition_by("source", "_day", as_dict=True, maintain_order=True)
+    return {(source, day.isoformat() if day else UNKNOWN_DATE): part.drop("_day") for (source, day), part in parts.items()}
+
+
 class SegmentWriter:
     """Collects frames and writes them as few, large segments; ``close`` writes the rest.
 
@@ -237,14 +240,12 @@ class SegmentWriter:
         self.pending: Future | None = None
 
     def add(self, df: pl.DataFrame) -> None:
-        """Buffer ``df`` (any schema-conformable frame)."""
+        """Buffer ``df`` (any schema-conformable frame); each input's rows must come in file order."""
         df = conform(df)
-        date = df.get_column("ts").dt.strftime("%Y-%m-%d").fill_null(UNKNOWN_DATE)
-        for (source, day), part in df.with_columns(date.alias("_d")).group_by("source", "_d"):
-            part = part.drop("_d")
+        for key, part in split_partitions(df).items():
             if part.height * 4 < df.height:
                 part = pl.from_arrow(part.to_arrow())  # own buffers: the chunk can be freed
-            self.parts.setdefault((source, day), []).append(part)
+            self.parts.setdefault(key, []).append(part)
         self.rows += df.height
         while self.rows > self.max_rows:
             key = max(self.parts, key=lambda k: sum(f.height for f in self.parts[k]))
@@ -254,7 +255,7 @@ class SegmentWriter:
         df = pl.concat(self.parts.pop(key))
         self.rows -= df.height
         self._wait()
-        self.pending = self.pool.submit(self.store.write, df)
+        self.pending = self.pool.submit(self.store.write_partition, *key, df)
 
     def _wait(self) -> None:
         if self.pending is not None:
