@@ -19,7 +19,7 @@ from observe.ingest import InputError, Summary, ingest
 from observe.reader import input_files
 from observe.schema import DESCRIPTIONS, FIELDS
 from observe.store import Store
-from queries.search import expand_nodes, parse_time, search
+from queries.search import expand_nodes, parse_span, parse_time, search
 
 app = typer.Typer(
     help="Log aggregation and failure analysis for GPU training clusters run by Slurm.\n\n"
@@ -177,6 +177,46 @@ def query_cmd(
                     f"{r['gpu'] or '':10} {code:>5}  {(r['message'] or '').splitlines()[0]}")
             out.print(line[:width] if width else line, overflow="ignore", crop=False)
         err.print(f"{df.height} row(s)", style="dim")
+
+
+@app.command("explain")
+def explain_cmd(
+    job: Annotated[str, typer.Argument(help="Slurm job id, e.g. 1234 or 1234_7.")],
+    at: Annotated[Optional[str], typer.Option(help="Explain the run that was running at this time (a requeued job has several).")] = None,
+    before: Annotated[str, typer.Option(help="Look this far before the run started.")] = "15m",
+    after: Annotated[str, typer.Option(help="Look this far after it ended.")] = "10m",
+    fmt: Annotated[str, typer.Option("--format", help="table (a report) or json.")] = "table",
+    plot: Annotated[Optional[Path], typer.Option(help="Also draw the per-node timeline to this file (.html).")] = None,
+    store: StoreOpt = None,
+) -> None:
+    """Why did a job fail: ranked root causes across its nodes and sources, with the evidence.
+
+    Reads the job's Slurm record (nodes, start, end, state) and every event on its nodes around it;
+    hardware and kernel events before the first NCCL timeout outrank what every rank reports.
+    The weights are data: queries/causes.toml (override with a causes.toml in $OBSERVE_RULES).
+
+    Example: observe explain 127427 --format json
+    """
+    from queries.explain import ExplainError, explain, report
+
+    if fmt not in ("table", "json"):
+        _fail(f"unknown format {fmt!r}: use table or json")
+    if plot is not None and plot.suffix.lower() not in (".html", ".htm"):
+        _fail(f"--plot {plot}: only .html is supported")
+    try:
+        result = explain(_store(store), job, at=_time(at), before=parse_span(before), after=parse_span(after))
+    except ValueError as exc:
+        _fail(str(exc))
+    if plot is not None:
+        from queries.plot import timeline_html
+
+        plot.write_text(timeline_html(result))
+        err.print(f"timeline drawn to {plot}", style="dim")
+    if fmt == "json":
+        sys.stdout.write(json.dumps(result.to_dict()) + "\n")
+    else:
+        for line in report(result):
+            out.print(line, overflow="ignore", crop=False)
 
 
 @app.command("stats")

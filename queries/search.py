@@ -13,12 +13,19 @@ RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$")
 UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
 
+def parse_span(text: str) -> timedelta:
+    """A span like ``90s``, ``30m``, ``2h``, ``7d`` or ``1w``."""
+    m = RELATIVE.match(text.strip())
+    if not m:
+        raise ValueError(f"bad span {text!r}: use a number and a unit, like 90s, 30m, 2h, 7d")
+    return timedelta(**{UNITS[m.group(2)]: float(m.group(1))})
+
+
 def parse_time(text: str, now: datetime | None = None) -> datetime:
     """An ISO time (UTC unless it says otherwise) or a relative one like ``2h``/``7d`` (before now)."""
     now = now or datetime.now(timezone.utc)
-    m = RELATIVE.match(text.strip())
-    if m:
-        return now - timedelta(**{UNITS[m.group(2)]: float(m.group(1))})
+    if RELATIVE.match(text.strip()):
+        return now - parse_span(text)
     try:
         ts = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:

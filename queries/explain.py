@@ -1,0 +1,440 @@
+"""Why did job N fail: the job's run (nodes, times, state), every event on its nodes around it, and
+candidate root causes ranked by the weights in ``causes.toml``.
+
+The ranking separates causes from symptoms: what every rank reports once a collective hangs (NCCL
+timeouts, aborts) marks the onset of the failure; a hardware or kernel event on one node shortly
+before it is the likely cause. Ranks whose collectives stalled behind the others (PyTorch watchdog
+sequence numbers) and ranks that went silent point at their node when no event does. Clock skew up to
+``skew_s`` seconds between nodes is tolerated in every comparison of times.
+"""
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from functools import cache
+from pathlib import Path
+
+import hostlist
+import polars as pl
+
+from observe.rules import rule_dirs
+from observe.store import Store
+from queries.search import search
+
+CAUSES = Path(__file__).with_name("causes.toml")
+RUN_KINDS = ["slurm_job_start", "slurm_job_end", "slurm_job_requeue"]
+CATEGORIES = ("gpu", "network", "memory", "node", "software", "user", "unknown")
+FAILED = {"FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "TIMEOUT", "CANCELLED", "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
+XID_CATEGORY = {"application": "user", "memory": "gpu", "nvlink": "gpu", "driver": "gpu", "gpu": "gpu"}
+
+
+class ExplainError(ValueError):
+    """The job cannot be explained (unknown job, bad cause file); the message is one line."""
+
+
+@dataclass(frozen=True)
+class Cause:
+    kind: str
+    weight: float
+    category: str
+    action: str
+    symptom: bool = False
+    lead_s: float | None = None  # how long before the onset it can cause it (default: onset_window_s)
+    attrs: tuple[tuple[str, str], ...] = ()  # only events whose attrs have these values
+
+
+@dataclass(frozen=True)
+class Causes:
+    """The cause catalog and scoring constants (``causes.toml``, then site overrides)."""
+
+    causes: dict[tuple[str, tuple], Cause]
+    scoring: dict[str, float]
+
+    def kinds(self) -> list[str]:
+        return sorted({c.kind for c in self.causes.values()})
+
+    def annotate(self, events: pl.DataFrame) -> pl.DataFrame:
+        """Events of catalogued kinds with weight, category, action and symptom (the most specific
+        entry wins: one whose attrs condition matches over the plain one)."""
+        ev = events.filter(pl.col("kind").is_in(self.kinds()))
+        cols = {"weight": pl.Float64, "category": pl.String, "action": pl.String, "symptom": pl.Boolean,
+                "lead_s": pl.Float64}
+        out = {name: pl.lit(None, dtype=dtype) for name, dtype in cols.items()}
+        for cause in sorted(self.causes.values(), key=lambda c: len(c.attrs)):
+            match = pl.col("kind") == cause.kind
+            for key, value in cause.attrs:
+                match = match & (pl.col("attrs").str.json_path_match(f"$.{key}") == value)
+            for name in cols:
+                out[name] = pl.when(match).then(pl.lit(getattr(cause, name))).otherwise(out[name])
+        return ev.with_columns(expr.alias(name) for name, expr in out.items()).filter(pl.col("weight").is_not_null())
+
+
+def load_causes() -> Causes:
+    """``queries/causes.toml`` plus any ``causes.toml`` in the directories of ``OBSERVE_RULES``."""
+    extra = [d / "causes.toml" for d in rule_dirs()[1:]]
+    return _load_causes(tuple(p for p in [CAUSES, *extra] if p.is_file()))
+
+
+@cache
+def _load_causes(paths: tuple[Path, ...]) -> Causes:
+    causes: dict[tuple[str, tuple], Cause] = {}
+    scoring: dict[str, float] = {}
+    for path in paths:
+        try:
+            doc = tomllib.loads(path.read_text())
+            scoring.update(doc.get("scoring", {}))
+            for entry in doc.get("cause", []):
+                cause = Cause(entry["kind"], float(entry["weight"]), entry.get("category", "unknown"),
+                              entry.get("action", ""), bool(entry.get("symptom", False)), entry.get("lead_s"),
+                              tuple(sorted((k, str(v)) for k, v in entry.get("attrs", {}).items())))
+                if cause.category not in CATEGORIES:
+                    raise ValueError(f"category {cause.category!r} not one of {', '.join(CATEGORIES)}")
+                causes[(cause.kind, cause.attrs)] = cause
+        except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise ExplainError(f"{path}: {exc}") from None
+    return Causes(causes, scoring)
+
+
+@dataclass
+class Run:
+    """One run of a job as Slurm recorded it."""
+
+    job_id: str
+    state: str | None
+    exit_code: str | None
+    nodes: list[str]
+    start: datetime | None
+    end: datetime | None
+
+
+@dataclass
+class Explanation:
+    job_id: str
+    state: str | None
+    exit_code: str | None
+    nodes: list[str]
+    start: datetime | None
+    end: datetime | None
+    root_cause: dict | None
+    candidates: list[dict] = field(default_factory=list)
+    timeline: list[dict] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        """Plain JSON-able dict (times as ISO 8601 strings)."""
+        def conv(v):
+            if isinstance(v, datetime):
+                return v.isoformat()
+            if isinstance(v, dict):
+                return {k: conv(x) for k, x in v.items()}
+            if isinstance(v, list):
+                return [conv(x) for x in v]
+            if isinstance(v, float) and math.isnan(v):
+                return None
+            return v
+        return conv(asdict(self))
+
+
+# ------------------------------------------------------------------------------------- the job
+
+
+def job_runs(events: pl.LazyFrame, job_id: str) -> list[Run]:
+    """The job's runs (a requeued job has several), oldest first, from job records and slurmctld."""
+    rec = (events.filter(pl.col("job_id") == job_id, pl.col("kind").is_in(RUN_KINDS))
+           .select("ts", "kind", "attrs", "message", "code").collect())
+    if rec.is_empty():
+        return []
+    attr = pl.col("attrs").str.json_path_match
+    rec = rec.with_columns(attr("$.nodes").alias("nodes"), attr("$.state").alias("state"),
+                           attr("$.exit_code").alias("exit"), attr("$.start").alias("a_start"),
+                           attr("$.end").alias("a_end")).sort("ts", nulls_last=True)
+    runs: list[Run] = []
+    for row in rec.iter_rows(named=True):
+        start = _ts(row["a_start"]) or (row["ts"] if row["kind"] == "slurm_job_start" else None)
+        if row["kind"] == "slurm_job_start":
+            if runs and runs[-1].end is None and _near(runs[-1].start, start):
+                runs[-1].nodes = runs[-1].nodes or _hosts(row["nodes"])  # the same start seen twice
+                continue
+            runs.append(Run(job_id, None, None, _hosts(row["nodes"]), start, None))
+            continue
+        run = next((r for r in reversed(runs) if r.end is None or _near(r.end, row["ts"])), None)
+        if run is None:
+            run = Run(job_id, None, None, _hosts(row["nodes"]), start, None)
+            runs.append(run)
+        if row["kind"] == "slurm_job_requeue":
+            run.state = run.state or "REQUEUED"
+            run.end = run.end or row["ts"]
+            continue
+        run.end = _ts(row["a_end"]) or run.end or row["ts"]
+        run.state = row["state"] or run.state
+        run.exit_code = row["exit"] or run.exit_code or (str(row["code"]) if row["code"] is not None else None)
+        run.nodes = run.nodes or _hosts(row["nodes"])
+    return runs
+
+
+def failed_run(runs: list[Run], at: datetime | None = None) -> Run | None:
+    """The run to explain: the one running at ``at`` if given, else the last one that failed (or was
+    requeued), else the last one."""
+    if at is not None:
+        hit = [r for r in runs if (r.start is None or r.start - timedelta(minutes=5) <= at)
+               and (r.end is None or at <= r.end + timedelta(minutes=5))]
+        return hit[-1] if hit else None
+    bad = [r for r in runs if r.state and (r.state.split()[0] in FAILED or r.state == "REQUEUED")]
+    return (bad or runs or [None])[-1]
+
+
+def _near(a: datetime | None, b: datetime | None, seconds: float = 120) -> bool:
+    return a is not None and b is not None and abs((a - b).total_seconds()) <= seconds
+
+
+def _ts(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    from queries.search import parse_time
+    try:
+        return parse_time(text)
+    except ValueError:
+        return None
+
+
+def _hosts(expr: str | None) -> list[str]:
+    if not expr:
+        return []
+    try:
+        return hostlist.expand_hostlist(expr)
+    except hostlist.BadHostlist:
+        return [expr]
+
+
+# ------------------------------------------------------------------------------------- ranking
+
+
+def place_ranks(events: pl.DataFrame, nodes: list[str], per_node: int = 8) -> pl.DataFrame:
+    """Fill ``node`` of rank-tagged events (PyTorch lines carry no host) from the job's
+    ``nccl_comm_init`` lines, else by Slurm's default block distribution: ranks fill the run's nodes
+    in order, ``nranks / nodes`` each when NCCL told nranks, else ``per_node``."""
+    ranked = events.filter(pl.col("rank").is_not_null())
+    if ranked.is_empty():
+        return events
+    init = events.filter(pl.col("kind") == "nccl_comm_init", pl.col("node").is_not_null())
+    hosts = init.group_by("rank").agg(pl.col("node").first().alias("_host"))
+    nranks = init.select(pl.col("attrs").str.json_path_match("$.nranks").cast(pl.Int64, strict=False).max()).item()
+    if nranks and nodes:
+        per_node = max(1, math.ceil(nranks / len(nodes)))
+    block = pl.col("rank") // per_node
+    fallback = (pl.lit(pl.Series(nodes, dtype=pl.String)).gather(block.clip(0, len(nodes) - 1))
+                if nodes else pl.lit(None, dtype=pl.String))
+    return (events.join(hosts, on="rank", how="left", maintain_order="left")
+            .with_columns(pl.coalesce("node", "_host", pl.when(pl.col("rank").is_not_null()).then(fallback)).alias("node"))
+            .drop("_host"))
+
+
+def candidates(events: pl.DataFrame, run: Run, causes: Causes) -> pl.DataFrame:
+    """Candidate root causes, best first: one row per (node, kind, code, gpu) with its score.
+
+    ``events`` are the run's events with ranks placed on nodes (see :func:`place_ranks`).
+    """
+    sc = causes.scoring
+    skew = timedelta(seconds=sc.get("skew_s", 5))
+    ev = causes.annotate(events.filter(pl.col("job_id").is_null() | (pl.col("job_id") == run.job_id)))
+    if run.end is not None:
+        ev = ev.filter(pl.col("ts").is_null() | (pl.col("ts") <= run.end + timedelta(minutes=10)))
+    if ev.is_empty() and not _stalls(events, run, sc).height:
+        return _empty()
+    # the onset: the first symptom, or the first error the job itself printed, or the end
+    first_signs = ev.filter(pl.col("symptom") | (pl.col("job_id") == run.job_id), pl.col("ts").is_not_null())
+    onset = first_signs.get_column("ts").min() if first_signs.height else run.end
+    xid_cat = pl.col("attrs").str.json_path_match("$.category")
+    xid_action = pl.col("attrs").str.json_path_match("$.action")
+    app = (pl.col("kind") == "gpu_xid") & (xid_cat == "application")
+    ev = ev.with_columns(
+        pl.when(app).then(pl.lit(sc.get("application_weight", 55.0))).otherwise("weight").alias("weight"),
+        pl.when(pl.col("kind") == "gpu_xid").then(xid_cat.replace_strict(XID_CATEGORY, default="gpu"))
+        .otherwise("category").alias("category"),
+        pl.when((pl.col("kind") == "gpu_xid") & xid_action.is_not_null())
+        .then(pl.format("{} (Xid catalog: {})", pl.col("action"), xid_action)).otherwise("action").alias("action"),
+    )
+    groups = (ev.sort("ts", nulls_last=True)
+              .group_by("node", "kind", "code", "gpu", maintain_order=True)
+              .agg(pl.col("ts").min(), pl.len().alias("count"), pl.col("message").first(),
+                   pl.col("weight").first(), pl.col("category").first(), pl.col("action").first(),
+                   pl.col("symptom").first(), pl.col("lead_s").first(), pl.col("rank").drop_nulls().first()))
+    groups = pl.concat([groups, _stalls(events, run, sc)], how="diagonal_relaxed")
+    spread = groups.filter(pl.col("node").is_not_null()).group_by("kind").agg(pl.col("node").n_unique().alias("_nodes"))
+    groups = groups.join(spread, on="kind", how="left", maintain_order="left")
+    first_cause = groups.filter(~pl.col("symptom"), pl.col("ts").is_not_null()).get_column("ts").min()
+    ts = pl.col("ts")
+    terms = [pl.col("weight"),
+             pl.when((pl.col("_nodes") == 1) & (len(run.nodes) > 1)).then(sc.get("unique_node", 10)).otherwise(0)]
+    if onset is not None:
+        late = timedelta(seconds=sc.get("late_s", 60))
+        lead = pl.duration(seconds=pl.col("lead_s").fill_null(sc.get("onset_window_s", 1800)))
+        terms += [pl.when(ts.is_between(_lit(onset) - lead, _lit(onset) + skew)).then(sc.get("precedes_onset", 15))
+                  .when(ts < _lit(onset) - lead).then(sc.get("stale", -40)).otherwise(0),
+                  pl.when(ts > _lit(onset) + late).then(sc.get("after_onset", -25)).otherwise(0)]
+    if run.start is not None:
+        terms.append(pl.when(ts < _lit(run.start) - skew).then(sc.get("before_start", -40)).otherwise(0))
+    if first_cause is not None:
+        terms.append(pl.when(~pl.col("symptom") & (ts <= _lit(first_cause) + skew)).then(sc.get("earliest", 5)).otherwise(0))
+    score = pl.sum_horizontal([t.fill_null(0) for t in terms])
+    return (groups.with_columns(score.alias("score")).drop("_nodes", "weight", "lead_s")
+            .sort(["score", "ts"], descending=[True, False], nulls_last=True))
+
+
+def _lit(ts: datetime) -> pl.Expr:
+    return pl.lit(ts).dt.cast_time_unit("us")
+
+
+def _empty() -> pl.DataFrame:
+    return pl.DataFrame(schema={"node": pl.String, "kind": pl.String, "code": pl.Int32, "gpu": pl.String,
+                                "ts": pl.Datetime("us", "UTC"), "count": pl.UInt32, "message": pl.String,
+                                "category": pl.String, "action": pl.String, "symptom": pl.Boolean,
+                                "rank": pl.Int32, "score": pl.Float64})
+
+
+def _stalls(events: pl.DataFrame, run: Run, sc: dict) -> pl.DataFrame:
+    """Hung ranks from the PyTorch watchdog: a rank whose last collective lags the others', or the
+    ranks that never reported the timeout every other rank reported."""
+    attr = pl.col("attrs").str.json_path_match
+    wd = events.filter(pl.col("kind").is_in(["nccl_timeout", "nccl_watchdog"]), pl.col("rank").is_not_null())
+    if wd.is_empty():
+        return _empty().drop("score")
+    per_rank = wd.group_by("rank").agg(
+        pl.coalesce(attr("$.last_completed").cast(pl.Int64, strict=False) + 1,
+                    attr("$.seq").cast(pl.Int64, strict=False)).min().alias("seq"),
+        pl.col("node").drop_nulls().first(), pl.col("ts").min())
+    top = per_rank.get_column("seq").max()
+    rows = []
+    if top is not None:
+        for r in per_rank.filter(pl.col("seq") < top).iter_rows(named=True):
+            rows.append({"node": r["node"], "kind": "nccl_timeout", "rank": r["rank"], "ts": r["ts"], "count": 1,
+                         "message": f"rank {r['rank']} stalled at collective {r['seq']} while other ranks reached {top}",
+                         "weight": float(sc.get("lagging_rank_weight", 60)), "category": "software",
+                         "action": "a rank hung before the collective (dataloader, deadlock, slow GPU): py-spy dump it; "
+                                   "drain its node if it repeats", "symptom": False})
+    ranks = events.filter(pl.col("kind") == "nccl_comm_init").select(pl.col("rank"), "node").unique("rank")
+    quiet = ranks.join(per_rank.select("rank"), on="rank", how="anti")
+    if ranks.height and per_rank.height >= ranks.height / 2 and 0 < quiet.height < ranks.height / 2:
+        for node, part in quiet.group_by("node"):
+            rows.append({"node": node[0], "kind": "nccl_timeout", "rank": int(part.get_column("rank").min()),
+                         "ts": None, "count": part.height,
+                         "message": f"{part.height} rank(s) on {node[0]} never reported the timeout that "
+                                    f"{per_rank.height} other ranks reported",
+                         "weight": float(sc.get("missing_rank_weight", 45)), "category": "node",
+                         "action": "the ranks went silent: check whether their node crashed or hung", "symptom": False})
+    if not rows:
+        return _empty().drop("score")
+    return pl.DataFrame(rows, schema_overrides={"rank": pl.Int32, "ts": pl.Datetime("us", "UTC"), "count": pl.UInt32})
+
+
+def confidence(ranked: pl.DataFrame) -> float:
+    """How sure the verdict is: the top score's margin over the best rival on another node or of
+    another category, mapped to 0.3..0.99."""
+    if ranked.is_empty():
+        return 0.0
+    top = ranked.row(0, named=True)
+    rivals = ranked.slice(1).filter((pl.col("node") != top["node"]) | (pl.col("category") != top["category"])
+                                    | pl.col("node").is_null())
+    margin = top["score"] - (rivals.get_column("score").max() or 0.0)
+    return round(min(0.99, max(0.3, 0.5 + margin / 80)), 2)
+
+
+# ------------------------------------------------------------------------------------- the query
+
+
+def run_events(store: Store, run: Run, before: timedelta, after: timedelta) -> pl.DataFrame:
+    """Every event on the run's nodes from ``before`` its start to ``after`` its end, plus the job's
+    own output and records (whatever their node). Lines without a time of their own (NCCL INFO)
+    are placed by the nearest stamped line before them in the same file, so that a requeued
+    job's earlier runs stay out."""
+    anchor_lo, anchor_hi = run.start or run.end, run.end or run.start
+    since = anchor_lo - before if anchor_lo else None
+    until = anchor_hi + after if anchor_hi else None
+    on_nodes = search(store, since=since, until=until, nodes=run.nodes or None).collect()
+    placed = pl.coalesce("ts", pl.col("ts").forward_fill().over("file_id"), pl.col("ts").backward_fill().over("file_id"))
+    mine = search(store, job=run.job_id).collect().sort("file_id", "offset").with_columns(placed.alias("_at"))
+    inside = pl.col("_at").is_null()
+    if since is not None and until is not None:
+        inside = inside | pl.col("_at").is_between(since, until)
+    mine = mine.filter(inside).drop("_at")
+    return pl.concat([on_nodes, mine]).unique(subset=["file_id", "offset", "kind"], keep="first", maintain_order=True)
+
+
+def explain(store: Store, job_id: str, at: datetime | None = None, before: timedelta = timedelta(minutes=15),
+            after: timedelta = timedelta(minutes=10), timeline_rows: int = 60) -> Explanation:
+    """Explain why job ``job_id`` failed: its run at ``at``, else its last failed run.
+
+    ExplainError when the store has no Slurm record of the job (or of a run at ``at``).
+    """
+    runs = job_runs(search(store, kinds=RUN_KINDS, sources=["slurm"]), job_id)
+    run = failed_run(runs, at)
+    if run is None:
+        when = f" running at {at.isoformat()}" if at and runs else ""
+        raise ExplainError(f"job {job_id}: no Slurm record of a run{when} in {store.root} (ingest slurmctld "
+                           "logs, jobcomp or sacct output)")
+    events = place_ranks(run_events(store, run, before, after), run.nodes)
+    causes = load_causes()
+    ranked = candidates(events, run, causes)
+    root = None
+    if ranked.height:
+        top = ranked.row(0, named=True)
+        root = {k: top[k] for k in ("node", "kind", "code", "gpu", "ts", "message", "category", "action", "rank", "score")}
+        root["confidence"] = confidence(ranked)
+    return Explanation(run.job_id, run.state, run.exit_code, run.nodes, run.start, run.end, root,
+                       ranked.head(10).to_dicts(), timeline(events, causes, timeline_rows))
+
+
+def timeline(events: pl.DataFrame, causes: Causes, rows: int = 60) -> list[dict]:
+    """The evidence, oldest first: every non-``log`` event, repeats of a kind on a node within a
+    second folded into one row with a count."""
+    ev = events.filter(~pl.col("kind").is_in(["log", "unparsed", "nccl_comm_init"]), pl.col("ts").is_not_null())
+    if ev.is_empty():
+        return []
+    ev = ev.sort("ts").with_columns(pl.col("ts").dt.truncate("1s").alias("_sec"))
+    folded = (ev.group_by("_sec", "node", "kind", maintain_order=True)
+              .agg(pl.col("ts").first(), pl.col("source").first(), pl.col("severity").first(),
+                   pl.col("code").first(), pl.col("gpu").first(), pl.col("rank").n_unique().alias("ranks"),
+                   pl.len().alias("count"), pl.col("message").first().str.split("\n").list.first().alias("message"))
+              .drop("_sec"))
+    causal = set(causes.kinds())
+    folded = folded.with_columns(pl.col("kind").is_in(list(causal)).alias("_key"))
+    if folded.height > rows:  # keep the cause-catalog kinds first, then the rest by time
+        folded = pl.concat([folded.filter("_key"), folded.filter(~pl.col("_key"))]).head(rows).sort("ts")
+    return folded.drop("_key").to_dicts()
+
+
+
+def report(e: Explanation) -> list[str]:
+    """The explanation as text lines: verdict first, then candidates, then the evidence timeline."""
+    def when(ts: datetime | None, fmt: str = "%Y-%m-%d %H:%M:%S") -> str:
+        return ts.strftime(fmt) if ts else "-"
+
+    nodes = hostlist.collect_hostlist(e.nodes) if e.nodes else "-"
+    lines = [f"job {e.job_id}  {e.state or 'state unknown'}  exit {e.exit_code or '-'}  "
+             f"{len(e.nodes)} node(s) {nodes}  {when(e.start)} -> {when(e.end)} UTC", ""]
+    r = e.root_cause
+    if r is None:
+        lines.append("ROOT CAUSE  none found: no event on the job's nodes or in its output explains it")
+    else:
+        what = r["kind"] + (f" {r['code']}" if r["code"] is not None else "")
+        where = r["node"] or "(job output)"
+        gpu = f"  GPU {r['gpu']}" if r["gpu"] else ""
+        rank = f"  rank {r['rank']}" if r["rank"] is not None else ""
+        lines += [f"ROOT CAUSE  {where}{gpu}{rank}  {what}  category {r['category']}  confidence {r['confidence']:.2f}",
+                  f"  {when(r['ts'])}  {(r['message'] or '').splitlines()[0]}",
+                  f"  action: {r['action']}"]
+    if e.candidates:
+        lines += ["", "CANDIDATES", f"  {'score':>5}  {'node':10} {'kind':26} {'code':>5}  {'first seen':19}  {'count':>5}  message"]
+        for c in e.candidates:
+            code = "" if c["code"] is None else str(c["code"])
+            lines.append(f"  {c['score']:5.0f}  {c['node'] or '-':10} {c['kind']:26} {code:>5}  {when(c['ts']):19}  "
+                         f"{c['count']:5d}  {(c['message'] or '').splitlines()[0][:100]}")
+    if e.timeline:
+        lines += ["", "TIMELINE (UTC)"]
+        for t in e.timeline:
+            code = f" {t['code']}" if t["code"] is not None else ""
+            many = f"  x{t['count']}" + (f" ({t['ranks']} ranks)" if t["ranks"] > 1 else "") if t["count"] > 1 else ""
+            lines.append(f"  {when(t['ts'], '%m-%d %H:%M:%S')}  {t['node'] or '-':10} {t['source']:7} "
+                         f"{t['kind'] + code:28}{many}  {(t['message'] or '')[:110]}")
+    return lines

@@ -1,0 +1,133 @@
+"""explain: ranking of root causes on hand-built incidents (table-driven), job runs, the CLI."""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from observe.cli import app
+from observe.rules import attrs_json
+from observe.schema import conform
+from queries.explain import Run, candidates, explain, failed_run, job_runs, load_causes, place_ranks
+
+T = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
+NODES = ["gpu001", "gpu002", "gpu003", "gpu004"]
+
+
+def ev(kind: str, node: str | None = None, at: float = 0.0, source: str = "kernel", **fields) -> dict:
+    """One event ``at`` seconds after T; ``attrs`` given as a dict."""
+    attrs = fields.pop("attrs", None)
+    return {"ts": T + timedelta(seconds=at) if at is not None else None, "node": node, "kind": kind,
+            "source": source, "severity": "err", "message": fields.pop("message", kind),
+            "attrs": json.dumps(attrs) if attrs else None, "file_id": "f", "offset": len(kind) + int((at or 0) * 10),
+            **fields}
+
+
+def frame(rows: list[dict]) -> pl.DataFrame:
+    return conform(pl.DataFrame(rows, infer_schema_length=None))
+
+
+def timeouts(at: float, ranks: range = range(32), seq: int = 100, lag: dict[int, int] | None = None) -> list[dict]:
+    """Every rank's watchdog timeout (rank r on NODES[r // 8]); ``lag`` gives some ranks another SeqNum."""
+    lag = lag or {}
+    return [ev("nccl_timeout", None, at + r / 100, "nccl", rank=r, job_id="7",
+               attrs={"seq": str(lag.get(r, seq)), "op": "ALLREDUCE", "timeout_ms": "600000"}) for r in ranks]
+
+
+def inits(ranks: range = range(32)) -> list[dict]:
+    return [ev("nccl_comm_init", NODES[r // 8], None, "nccl", rank=r, job_id="7", attrs={"nranks": "32"})
+            for r in ranks]
+
+
+RUN = Run("7", "FAILED", "1:0", NODES, T - timedelta(hours=1), T + timedelta(minutes=15))
+
+CASES = {
+    # name: (events, expected node, expected kind, expected category)
+    "fatal xid then timeouts everywhere": (
+        [ev("gpu_xid", "gpu003", 0, code=79, attrs={"category": "gpu", "action": "drain_node"})] + timeouts(600),
+        "gpu003", "gpu_xid", "gpu"),
+    "skewed clock: the xid logged after the first timeout": (
+        [ev("gpu_xid", "gpu003", 601, code=79, attrs={"category": "gpu"})] + timeouts(600),
+        "gpu003", "gpu_xid", "gpu"),
+    "application xid is the job's fault": (
+        [ev("gpu_xid", "gpu002", 0, code=13, attrs={"category": "application"}),
+         ev("python_exception", None, 1, "nccl", rank=9, job_id="7")],
+        "gpu002", "gpu_xid", "user"),
+    "ib link down on one node": (
+        [ev("ib_link_down", "gpu004", 0)] + [ev("nccl_net_error", None, 5, "nccl", rank=r, job_id="7") for r in (25, 3)],
+        "gpu004", "ib_link_down", "network"),
+    "oom kill beats the srun report": (
+        [ev("oom_kill", "gpu001", 0), ev("slurm_oom", "gpu001", 2, "slurm", job_id="7")],
+        "gpu001", "oom_kill", "memory"),
+    "hung rank: its collective lags": (
+        timeouts(600, lag={13: 99}), "gpu002", "nccl_timeout", "software"),
+    "silent node: slurmctld says not responding": (
+        inits() + [ev("slurm_node_not_responding", "gpu004", 0, "slurm")] + timeouts(600, ranks=range(24)),
+        "gpu004", "slurm_node_not_responding", "node"),
+    "user error without hardware": (
+        [ev("python_exception", None, 0, "nccl", rank=17, job_id="7"), ev("memory_ecc", "gpu001", -600, attrs={"class": "CE"})],
+        "gpu003", "python_exception", "user"),
+    "an earlier job's oom on the node is not this job's cause": (
+        [ev("oom_kill", "gpu001", -4000, job_id="6"), ev("oom_kill", "gpu002", -3500),
+         ev("python_exception", None, 0, "nccl", rank=30, job_id="7")],
+        "gpu004", "python_exception", "user"),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_root_cause(name: str) -> None:
+    rows, node, kind, category = CASES[name]
+    events = place_ranks(frame(rows), NODES)
+    ranked = candidates(events, RUN, load_causes())
+    top = ranked.row(0, named=True)
+    assert (top["node"], top["kind"], top["category"]) == (node, kind, category), ranked.head(3)
+
+
+def test_place_ranks_prefers_nccl_init_over_block_order() -> None:
+    rows = [ev("nccl_comm_init", "gpu004", None, "nccl", rank=0, attrs={"nranks": "16"}),
+            ev("python_exception", None, 0, "nccl", rank=0), ev("python_exception", None, 0, "nccl", rank=9)]
+    placed = place_ranks(frame(rows), NODES).filter(pl.col("kind") == "python_exception")
+    # rank 0 where NCCL saw it; rank 9 by block order with 16 ranks over 4 nodes (4 each)
+    assert placed.get_column("node").to_list() == ["gpu004", "gpu003"]
+
+
+def test_job_runs_split_a_requeued_job() -> None:
+    attrs = attrs_json([("nodes", pl.lit("gpu[001-002]")), ("state", pl.lit("NODE_FAIL"))])
+    rows = [ev("slurm_job_start", "ctl1", 0, "slurm", job_id="7", attrs={"nodes": "gpu[001-002]"}),
+            ev("slurm_job_requeue", "ctl1", 600, "slurm", job_id="7"),
+            ev("slurm_job_end", "ctl1", 601, "slurm", job_id="7", attrs={"state": "NODE_FAIL", "nodes": "gpu[001-002]"}),
+            ev("slurm_job_start", "ctl1", 900, "slurm", job_id="7", attrs={"nodes": "gpu[003-004]"}),
+            ev("slurm_job_end", "ctl1", 1900, "slurm", job_id="7", attrs={"state": "COMPLETED"})]
+    assert attrs is not None
+    runs = job_runs(frame(rows).lazy(), "7")
+    assert [(r.nodes, r.state) for r in runs] == [(["gpu001", "gpu002"], "NODE_FAIL"), (["gpu003", "gpu004"], "COMPLETED")]
+    assert failed_run(runs).state == "NODE_FAIL"
+    assert failed_run(runs, at=T + timedelta(seconds=1000)).nodes == ["gpu003", "gpu004"]
+
+
+def test_explain_end_to_end_and_cli(store) -> None:
+    rows = ([ev("slurm_job_start", "ctl1", -3600, "slurm", job_id="7", attrs={"nodes": "gpu[001-004]"}),
+             ev("slurm_job_end", "ctl1", 900, "slurm", job_id="7", attrs={"state": "FAILED", "exit_code": "1:0"}),
+             ev("gpu_xid", "gpu002", 0, code=79, gpu="0000:3b:00", attrs={"category": "gpu"})]
+            + timeouts(600) + inits())
+    for i, row in enumerate(rows):
+        row["offset"] = i
+    store.write(frame(rows))
+    result = explain(store, "7")
+    assert (result.root_cause["node"], result.root_cause["code"], result.state) == ("gpu002", 79, "FAILED")
+    assert result.root_cause["confidence"] >= 0.8
+    assert any(t["kind"] == "gpu_xid" for t in result.timeline)
+
+    runner = CliRunner()
+    out = runner.invoke(app, ["explain", "7", "--store", str(store.root), "--format", "json"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.output)
+    assert {"job_id", "state", "nodes", "root_cause", "candidates", "timeline"} <= set(doc)
+    assert set(doc["root_cause"]) >= {"node", "kind", "code", "ts", "message", "category", "action", "confidence"}
+    text = runner.invoke(app, ["explain", "7", "--store", str(store.root)])
+    assert text.exit_code == 0 and text.output.splitlines()[2].startswith("ROOT CAUSE  gpu002  GPU 0000:3b:00")
+    missing = runner.invoke(app, ["explain", "8", "--store", str(store.root)])
+    assert missing.exit_code == 2 and missing.output.count("\n") == 1 and "no Slurm record" in missing.output
