@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import re
+import xml.dom.minidom
 from datetime import datetime, timedelta, timezone
 
 import polars as pl
@@ -108,7 +110,7 @@ def test_job_runs_split_a_requeued_job() -> None:
     assert failed_run(runs, at=T + timedelta(seconds=1000)).nodes == ["gpu003", "gpu004"]
 
 
-def test_explain_end_to_end_and_cli(store) -> None:
+def test_explain_end_to_end_and_cli(store, tmp_path) -> None:
     rows = ([ev("slurm_job_start", "ctl1", -3600, "slurm", job_id="7", attrs={"nodes": "gpu[001-004]"}),
              ev("slurm_job_end", "ctl1", 900, "slurm", job_id="7", attrs={"state": "FAILED", "exit_code": "1:0"}),
              ev("gpu_xid", "gpu002", 0, code=79, gpu="0000:3b:00", attrs={"category": "gpu"})]
@@ -129,5 +131,10 @@ def test_explain_end_to_end_and_cli(store) -> None:
     assert set(doc["root_cause"]) >= {"node", "kind", "code", "ts", "message", "category", "action", "confidence"}
     text = runner.invoke(app, ["explain", "7", "--store", str(store.root)])
     assert text.exit_code == 0 and text.output.splitlines()[2].startswith("ROOT CAUSE  gpu002  GPU 0000:3b:00")
+    page = tmp_path / "job7.html"
+    drawn = runner.invoke(app, ["explain", "7", "--store", str(store.root), "--plot", str(page)])
+    assert drawn.exit_code == 0, drawn.output
+    svg = re.search(r"<svg.*</svg>", page.read_text(), re.S).group(0)
+    assert xml.dom.minidom.parseString(svg).getElementsByTagName("circle").length >= 3  # marks + the ring
     missing = runner.invoke(app, ["explain", "8", "--store", str(store.root)])
     assert missing.exit_code == 2 and missing.output.count("\n") == 1 and "no Slurm record" in missing.output
