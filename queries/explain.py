@@ -21,12 +21,11 @@ import polars as pl
 
 from observe.rules import rule_dirs
 from observe.store import Store
+from queries import jobs
 from queries.search import search
 
 CAUSES = Path(__file__).with_name("causes.toml")
-RUN_KINDS = ["slurm_job_start", "slurm_job_end", "slurm_job_requeue"]
 CATEGORIES = ("gpu", "network", "memory", "node", "software", "user", "unknown")
-FAILED = {"FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "TIMEOUT", "CANCELLED", "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
 XID_CATEGORY = {"application": "user", "memory": "gpu", "nvlink": "gpu", "driver": "gpu", "gpu": "gpu"}
 
 
@@ -99,14 +98,14 @@ def _load_causes(paths: tuple[Path, ...]) -> Causes:
 
 @dataclass
 class Run:
-    """One run of a job as Slurm recorded it."""
+    """One run of a job as Slurm recorded it (a row of :func:`queries.jobs.runs`)."""
 
     job_id: str
+    start: datetime | None
+    end: datetime | None
     state: str | None
     exit_code: str | None
     nodes: list[str]
-    start: datetime | None
-    end: datetime | None
 
 
 @dataclass
@@ -140,37 +139,9 @@ class Explanation:
 
 
 def job_runs(events: pl.LazyFrame, job_id: str) -> list[Run]:
-    """The job's runs (a requeued job has several), oldest first, from job records and slurmctld."""
-    rec = (events.filter(pl.col("job_id") == job_id, pl.col("kind").is_in(RUN_KINDS))
-           .select("ts", "kind", "attrs", "message", "code").collect())
-    if rec.is_empty():
-        return []
-    attr = pl.col("attrs").str.json_path_match
-    rec = rec.with_columns(attr("$.nodes").alias("nodes"), attr("$.state").alias("state"),
-                           attr("$.exit_code").alias("exit"), attr("$.start").alias("a_start"),
-                           attr("$.end").alias("a_end")).sort("ts", nulls_last=True)
-    runs: list[Run] = []
-    for row in rec.iter_rows(named=True):
-        start = _ts(row["a_start"]) or (row["ts"] if row["kind"] == "slurm_job_start" else None)
-        if row["kind"] == "slurm_job_start":
-            if runs and runs[-1].end is None and _near(runs[-1].start, start):
-                runs[-1].nodes = runs[-1].nodes or _hosts(row["nodes"])  # the same start seen twice
-                continue
-            runs.append(Run(job_id, None, None, _hosts(row["nodes"]), start, None))
-            continue
-        run = next((r for r in reversed(runs) if r.end is None or _near(r.end, row["ts"])), None)
-        if run is None:
-            run = Run(job_id, None, None, _hosts(row["nodes"]), start, None)
-            runs.append(run)
-        if row["kind"] == "slurm_job_requeue":
-            run.state = run.state or "REQUEUED"
-            run.end = run.end or row["ts"]
-            continue
-        run.end = _ts(row["a_end"]) or run.end or row["ts"]
-        run.state = row["state"] or run.state
-        run.exit_code = row["exit"] or run.exit_code or (str(row["code"]) if row["code"] is not None else None)
-        run.nodes = run.nodes or _hosts(row["nodes"])
-    return runs
+    """The job's runs (a requeued job has several), oldest first."""
+    table = jobs.runs(events.filter(pl.col("job_id") == job_id))
+    return [Run(**row) for row in table.iter_rows(named=True)]
 
 
 def failed_run(runs: list[Run], at: datetime | None = None) -> Run | None:
@@ -180,31 +151,8 @@ def failed_run(runs: list[Run], at: datetime | None = None) -> Run | None:
         hit = [r for r in runs if (r.start is None or r.start - timedelta(minutes=5) <= at)
                and (r.end is None or at <= r.end + timedelta(minutes=5))]
         return hit[-1] if hit else None
-    bad = [r for r in runs if r.state and (r.state.split()[0] in FAILED or r.state == "REQUEUED")]
+    bad = [r for r in runs if r.state and r.state.split()[0] in jobs.FAILED]
     return (bad or runs or [None])[-1]
-
-
-def _near(a: datetime | None, b: datetime | None, seconds: float = 120) -> bool:
-    return a is not None and b is not None and abs((a - b).total_seconds()) <= seconds
-
-
-def _ts(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    from queries.search import parse_time
-    try:
-        return parse_time(text)
-    except ValueError:
-        return None
-
-
-def _hosts(expr: str | None) -> list[str]:
-    if not expr:
-        return []
-    try:
-        return hostlist.expand_hostlist(expr)
-    except hostlist.BadHostlist:
-        return [expr]
 
 
 # ------------------------------------------------------------------------------------- ranking
@@ -367,7 +315,7 @@ def explain(store: Store, job_id: str, at: datetime | None = None, before: timed
 
     ExplainError when the store has no Slurm record of the job (or of a run at ``at``).
     """
-    runs = job_runs(search(store, kinds=RUN_KINDS, sources=["slurm"]), job_id)
+    runs = job_runs(search(store, kinds=jobs.RUN_KINDS, sources=["slurm"]), job_id)
     run = failed_run(runs, at)
     if run is None:
         when = f" running at {at.isoformat()}" if at and runs else ""

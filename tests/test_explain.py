@@ -44,7 +44,7 @@ def inits(ranks: range = range(32)) -> list[dict]:
             for r in ranks]
 
 
-RUN = Run("7", "FAILED", "1:0", NODES, T - timedelta(hours=1), T + timedelta(minutes=15))
+RUN = Run("7", T - timedelta(hours=1), T + timedelta(minutes=15), "FAILED", "1:0", NODES)
 
 CASES = {
     # name: (events, expected node, expected kind, expected category)

@@ -1,0 +1,87 @@
+"""Job runs from the store: one row per run of a job (a requeued job has several), with its nodes,
+start, end, state and exit code, from job records (jobcomp, sacct) and slurmctld lines alike."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+import hostlist
+import polars as pl
+
+from observe import timeparse as tp
+
+RUN_KINDS = ["slurm_job_start", "slurm_job_end", "slurm_job_requeue"]
+SAME_MOMENT = timedelta(minutes=2)  # a job record and the slurmctld line of the same start or end
+FAILED = ["FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "TIMEOUT", "CANCELLED", "BOOT_FAIL", "DEADLINE", "PREEMPTED",
+          "REQUEUED"]
+RUN_SCHEMA = {"job_id": pl.String, "start": pl.Datetime("us", "UTC"), "end": pl.Datetime("us", "UTC"),
+              "state": pl.String, "exit_code": pl.String, "nodes": pl.List(pl.String)}
+
+
+def runs(events: pl.LazyFrame) -> pl.DataFrame:
+    """Every run in ``events`` (any frame of the event schema), ordered by job and start.
+
+    Starts and ends seen by several sources within two minutes are one start or end; each start
+    is paired with the first end after it. ``end`` is null for a run still going when the logs end.
+    """
+    attr = pl.col("attrs").str.json_path_match
+    rec = (events.filter(pl.col("kind").is_in(RUN_KINDS), pl.col("job_id").is_not_null())
+           .select("job_id", "kind", "ts", "code",
+                   attr("$.nodes").alias("nodelist"), attr("$.state").alias("state"),
+                   attr("$.exit_code").alias("exit_code"), tp.iso(attr("$.start")).alias("a_start"),
+                   tp.iso(attr("$.end")).alias("a_end"))
+           .collect())
+    starts = _moments(rec.filter(pl.col("kind") == "slurm_job_start")
+                      .with_columns(pl.coalesce("a_start", "ts").alias("at")))
+    ends = _moments(rec.filter(pl.col("kind") != "slurm_job_start").with_columns(
+        pl.coalesce("a_end", "ts").alias("at"),
+        pl.when(pl.col("kind") == "slurm_job_requeue").then(pl.lit("REQUEUED")).otherwise("state").alias("state"),
+        pl.coalesce("exit_code", pl.col("code").cast(pl.String)).alias("exit_code")))
+    if starts.is_empty() and ends.is_empty():
+        return pl.DataFrame(schema=RUN_SCHEMA)
+    right = ends.select("job_id", pl.col("at").alias("end"), pl.col("at").alias("_e"), "state", "exit_code",
+                        pl.col("nodelist").alias("end_nodes")).sort("end")
+    paired = (starts.select("job_id", pl.col("at").alias("start"), "nodelist").sort("start")
+              .join_asof(right, left_on="start", right_on="end", by="job_id", strategy="forward",
+                         check_sortedness=False))
+    paired = paired.with_columns(pl.coalesce("nodelist", "end_nodes").alias("nodelist"))
+    # an end whose start is before the logs begin: a run with an unknown start
+    orphans = ends.join(paired.select("job_id", pl.col("_e").alias("at")), on=["job_id", "at"], how="anti")
+    orphans = orphans.select("job_id", pl.col("a_start").alias("start"), pl.col("at").alias("end"), "state",
+                             "exit_code", "nodelist")
+    both = pl.concat([paired.select("job_id", "start", "end", "state", "exit_code", "nodelist"), orphans],
+                     how="diagonal_relaxed")
+    nodes = both.get_column("nodelist").map_elements(_hosts, return_dtype=pl.List(pl.String), skip_nulls=False)
+    return (both.with_columns(nodes.alias("nodes")).drop("nodelist")
+            .with_columns(pl.col(c).cast(t) for c, t in RUN_SCHEMA.items())
+            .select(list(RUN_SCHEMA)).sort("job_id", "start", nulls_last=True))
+
+
+def _moments(rec: pl.DataFrame) -> pl.DataFrame:
+    """Rows within SAME_MOMENT of the previous one of the same job are one moment (first non-null
+    value of each column wins; a job record's state over a REQUEUED guess)."""
+    if rec.is_empty():
+        return rec.select("job_id", "at", "state", "exit_code", "nodelist", "a_start")
+    rec = rec.sort("job_id", "at").with_columns(
+        (pl.col("at").diff().over("job_id").fill_null(SAME_MOMENT * 2) > SAME_MOMENT).cum_sum().alias("_m"))
+    return (rec.with_columns((pl.col("state") == "REQUEUED").alias("_guess"))
+            .sort("job_id", "_m", "_guess")
+            .group_by("job_id", "_m", maintain_order=True)
+            .agg(pl.col("at").min(), pl.col("state").drop_nulls().first(), pl.col("exit_code").drop_nulls().first(),
+                 pl.col("nodelist").drop_nulls().first(), pl.col("a_start").drop_nulls().first())
+            .drop("_m"))
+
+
+def _hosts(expr: str | None) -> list[str]:
+    if not expr:
+        return []
+    try:
+        return hostlist.expand_hostlist(expr)
+    except hostlist.BadHostlist:
+        return [expr]
+
+
+def on_nodes(runs_: pl.DataFrame, nodes: pl.Series | list[str], since, until) -> pl.DataFrame:
+    """Runs that held any of ``nodes`` at some time between ``since`` and ``until``."""
+    wanted = set(nodes)
+    overlap = (pl.col("start").is_null() | (pl.col("start") <= until)) & (pl.col("end").is_null() | (pl.col("end") >= since))
+    return runs_.filter(overlap, pl.col("nodes").list.eval(pl.element().is_in(list(wanted))).list.any())
