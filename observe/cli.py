@@ -219,6 +219,77 @@ def explain_cmd(
             out.print(line, overflow="ignore", crop=False)
 
 
+def _print_frame(df: pl.DataFrame, fmt: str, columns: list[tuple[str, int]]) -> None:
+    """A frame as fixed-width lines (``columns``: name and width, the last one unbounded) or JSON lines."""
+    if fmt == "json":
+        for row in df.iter_rows(named=True):
+            sys.stdout.write(json.dumps({k: v.isoformat() if isinstance(v, datetime) else v for k, v in row.items()}) + "\n")
+        return
+    def cell(v: object) -> str:
+        if isinstance(v, datetime):
+            return v.strftime("%Y-%m-%d %H:%M:%S")
+        if isinstance(v, list):
+            return ",".join(map(str, v)) or "-"
+        return "-" if v is None else str(v)
+    out.print(" ".join(f"{n:{w}}" for n, w in columns[:-1]) + " " + columns[-1][0], style="bold")
+    for row in df.iter_rows(named=True):
+        out.print(" ".join(f"{cell(row[n])[:w]:{w}}" for n, w in columns[:-1]) + " " + cell(row[columns[-1][0]]),
+                  overflow="ignore", crop=False)
+
+
+@app.command("incidents")
+def incidents_cmd(
+    since: Annotated[str, typer.Option(help="Start: ISO time or span before now (30m, 2h, 7d).")] = "1d",
+    until: Annotated[Optional[str], typer.Option(help="End: ISO time or span before now (default now).")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="table or json (one object per line).")] = "table",
+    store: StoreOpt = None,
+) -> None:
+    """Cluster incidents: faults that belong together across nodes, their blast radius and the jobs they hit.
+
+    A node's repeated reports are one episode; episodes of one category (gpu, network, memory, node)
+    on several nodes that begin within a minute are one incident, and three or more nodes at once
+    suggest a shared cause (switch, power, fabric) rather than separate faults.
+
+    Example: observe incidents --since 7d
+    """
+    from queries.incidents import incidents
+
+    if fmt not in ("table", "json"):
+        _fail(f"unknown format {fmt!r}: use table or json")
+    found = incidents(search(_store(store), since=_time(since), until=_time(until)))
+    _print_frame(found.with_columns(pl.when("shared_cause").then(pl.lit("shared?")).otherwise(pl.lit("")).alias("note"))
+                 if fmt == "table" else found, fmt,
+                 [("incident", 8), ("start", 19), ("category", 8), ("nodes", 5), ("nodelist", 22), ("events", 6),
+                  ("note", 7), ("kinds", 34), ("jobs", 0)])
+
+
+@app.command("nodes")
+def nodes_cmd(
+    since: Annotated[str, typer.Option(help="Start: ISO time or span before now.")] = "7d",
+    until: Annotated[Optional[str], typer.Option(help="End: ISO time or span before now (default now).")] = None,
+    gpus: Annotated[bool, typer.Option("--gpus", help="Rank GPUs (node and PCI id) instead of nodes.")] = False,
+    fmt: Annotated[str, typer.Option("--format", help="table or json (one object per line).")] = "table",
+    store: StoreOpt = None,
+) -> None:
+    """Flaky nodes (or GPUs): fault history, repeat offenders flagged, advice watch / drain / rma.
+
+    Thresholds are in queries/causes.toml ([nodes]).
+
+    Example: observe nodes --since 30d --gpus
+    """
+    from queries.nodes import rank_gpus, rank_nodes
+
+    if fmt not in ("table", "json"):
+        _fail(f"unknown format {fmt!r}: use table or json")
+    lf = search(_store(store), since=_time(since), until=_time(until))
+    if gpus:
+        _print_frame(rank_gpus(lf), fmt, [("node", 10), ("gpu", 12), ("episodes", 8), ("xids", 10), ("advice", 6),
+                                           ("last", 19), ("kinds", 0)])
+    else:
+        _print_frame(rank_nodes(lf), fmt, [("node", 10), ("episodes", 8), ("events", 6), ("days", 4), ("advice", 6),
+                                            ("last", 19), ("kinds", 36), ("last_message", 0)])
+
+
 @app.command("stats")
 def stats_cmd(store: StoreOpt = None) -> None:
     """What the store holds, per source and day (segments, rows, bytes)."""

@@ -50,6 +50,7 @@ class Causes:
 
     causes: dict[tuple[str, tuple], Cause]
     scoring: dict[str, float]
+    nodes: dict
 
     def kinds(self) -> list[str]:
         return sorted({c.kind for c in self.causes.values()})
@@ -67,7 +68,18 @@ class Causes:
                 match = match & (pl.col("attrs").str.json_path_match(f"$.{key}") == value)
             for name in cols:
                 out[name] = pl.when(match).then(pl.lit(getattr(cause, name))).otherwise(out[name])
-        return ev.with_columns(expr.alias(name) for name, expr in out.items()).filter(pl.col("weight").is_not_null())
+        ev = ev.with_columns(expr.alias(name) for name, expr in out.items()).filter(pl.col("weight").is_not_null())
+        # gpu_xid: the Xid catalog (merged into attrs at ingest) tells whose fault it is
+        xid = pl.col("kind") == "gpu_xid"
+        xid_cat = pl.col("attrs").str.json_path_match("$.category")
+        xid_action = pl.col("attrs").str.json_path_match("$.action")
+        return ev.with_columns(
+            pl.when(xid & (xid_cat == "application")).then(pl.lit(self.scoring.get("application_weight", 55.0)))
+            .otherwise("weight").alias("weight"),
+            pl.when(xid).then(xid_cat.replace_strict(XID_CATEGORY, default="gpu")).otherwise("category").alias("category"),
+            pl.when(xid & xid_action.is_not_null()).then(pl.format("{} (Xid catalog: {})", pl.col("action"), xid_action))
+            .otherwise("action").alias("action"),
+        )
 
 
 def load_causes() -> Causes:
@@ -80,10 +92,12 @@ def load_causes() -> Causes:
 def _load_causes(paths: tuple[Path, ...]) -> Causes:
     causes: dict[tuple[str, tuple], Cause] = {}
     scoring: dict[str, float] = {}
+    nodes: dict = {}
     for path in paths:
         try:
             doc = tomllib.loads(path.read_text())
             scoring.update(doc.get("scoring", {}))
+            nodes.update(doc.get("nodes", {}))
             for entry in doc.get("cause", []):
                 cause = Cause(entry["kind"], float(entry["weight"]), entry.get("category", "unknown"),
                               entry.get("action", ""), bool(entry.get("symptom", False)), entry.get("lead_s"),
@@ -93,7 +107,7 @@ def _load_causes(paths: tuple[Path, ...]) -> Causes:
                 causes[(cause.kind, cause.attrs)] = cause
         except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as exc:
             raise ExplainError(f"{path}: {exc}") from None
-    return Causes(causes, scoring)
+    return Causes(causes, scoring, nodes)
 
 
 @dataclass
@@ -193,16 +207,6 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes) -> pl.DataFrame:
     # the onset: the first symptom, or the first error the job itself printed, or the end
     first_signs = ev.filter(pl.col("symptom") | (pl.col("job_id") == run.job_id), pl.col("ts").is_not_null())
     onset = first_signs.get_column("ts").min() if first_signs.height else run.end
-    xid_cat = pl.col("attrs").str.json_path_match("$.category")
-    xid_action = pl.col("attrs").str.json_path_match("$.action")
-    app = (pl.col("kind") == "gpu_xid") & (xid_cat == "application")
-    ev = ev.with_columns(
-        pl.when(app).then(pl.lit(sc.get("application_weight", 55.0))).otherwise("weight").alias("weight"),
-        pl.when(pl.col("kind") == "gpu_xid").then(xid_cat.replace_strict(XID_CATEGORY, default="gpu"))
-        .otherwise("category").alias("category"),
-        pl.when((pl.col("kind") == "gpu_xid") & xid_action.is_not_null())
-        .then(pl.format("{} (Xid catalog: {})", pl.col("action"), xid_action)).otherwise("action").alias("action"),
-    )
     groups = (ev.sort("ts", nulls_last=True)
               .group_by("node", "kind", "code", "gpu", maintain_order=True)
               .agg(pl.col("ts").min(), pl.len().alias("count"), pl.col("message").first(),

@@ -1,0 +1,67 @@
+"""Cluster incidents: fault events that belong together across nodes, with their blast radius and
+the jobs they hit. 32 nodes losing their IB link within a minute is one incident with a likely
+shared cause (a switch), not 32 problems."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+import hostlist
+import polars as pl
+
+from queries import jobs
+from queries.explain import load_causes
+
+GAP = timedelta(seconds=60)  # nodes whose faults of one category begin this close are one incident
+LINGER = timedelta(minutes=15)  # repeats of a category on one node this close are one episode
+SHARED = 3  # nodes hit at once from which a shared cause (switch, power, fabric) is likelier
+
+
+def faults(events: pl.LazyFrame, min_weight: float = 60.0) -> pl.LazyFrame:
+    """Events that are faults of the infrastructure in their own right: catalogued causes that are
+    not symptoms, not the job's own fault (category user) and weigh at least ``min_weight``."""
+    causes = load_causes()
+    ev = events.filter(pl.col("ts").is_not_null(), pl.col("node").is_not_null(),
+                       pl.col("kind").is_in(causes.kinds()))
+    return ev.collect().pipe(causes.annotate).filter(
+        ~pl.col("symptom"), pl.col("weight") >= min_weight, pl.col("category") != "user").lazy()
+
+
+def incidents(events: pl.LazyFrame, gap: timedelta = GAP, linger: timedelta = LINGER) -> pl.DataFrame:
+    """One row per incident, oldest first: when, what (category, kinds), where (nodes), how many
+    events, which job runs it hit, and whether a shared cause is likely.
+
+    A node's repeated reports (slurmctld's "not responding" every 100 s) are one episode; episodes
+    of one category on different nodes that begin within ``gap`` of each other are one incident.
+    """
+    found = faults(events).collect()
+    if found.is_empty():
+        return pl.DataFrame(schema=SCHEMA)
+    episodes = (_sessions(found, ["node", "category"], "ts", linger)
+                .agg(pl.col("ts").min().alias("start"), pl.col("ts").max().alias("end"),
+                     pl.col("kind").unique(maintain_order=True), pl.len().alias("events")))
+    grouped = (_sessions(episodes, ["category"], "start", gap)
+               .agg(pl.col("start").min(), pl.col("end").max(),
+                    pl.col("kind").list.explode(keep_nulls=False, empty_as_null=False).unique(maintain_order=True).str.join(",").alias("kinds"),
+                    pl.col("node").n_unique().cast(pl.UInt32).alias("nodes"),
+                    pl.col("node").unique().sort().alias("_nodes"), pl.col("events").sum().cast(pl.UInt32))
+               .sort("start"))
+    runs = jobs.runs(events)
+    hit = [jobs.on_nodes(runs, row["_nodes"], row["start"], row["end"]).get_column("job_id").unique().sort().to_list()
+           for row in grouped.select("_nodes", "start", "end").iter_rows(named=True)]
+    return grouped.with_columns(
+        pl.Series("jobs", hit, dtype=pl.List(pl.String)),
+        pl.col("_nodes").map_elements(hostlist.collect_hostlist, return_dtype=pl.String).alias("nodelist"),
+        (pl.col("nodes") >= SHARED).alias("shared_cause"),
+    ).with_row_index("incident", offset=1).select(list(SCHEMA))
+
+
+def _sessions(df: pl.DataFrame, by: list[str], ts: str, gap: timedelta):
+    """``df`` grouped by ``by`` plus session: rows within ``gap`` of the previous one stay together."""
+    keyed = df.sort(*by, ts).with_columns(
+        (pl.col(ts).diff().over(by).fill_null(gap * 2) > gap).cum_sum().alias("_session"))
+    return keyed.group_by(*by, "_session", maintain_order=True)
+
+
+SCHEMA = {"incident": pl.UInt32, "start": pl.Datetime("us", "UTC"), "end": pl.Datetime("us", "UTC"),
+          "category": pl.String, "kinds": pl.String, "nodes": pl.UInt32, "nodelist": pl.String,
+          "events": pl.UInt32, "jobs": pl.List(pl.String), "shared_cause": pl.Boolean}

@@ -1,0 +1,48 @@
+"""Flaky nodes and GPUs: fault history per node and per GPU, repeat offenders flagged, with a
+recommendation (watch / drain / rma). Thresholds are in ``causes.toml`` (``[nodes]``)."""
+from __future__ import annotations
+
+import polars as pl
+
+from queries.explain import load_causes
+from queries.incidents import LINGER, _sessions, faults
+
+
+def _episodes(events: pl.LazyFrame, by: list[str]) -> pl.DataFrame:
+    limits = load_causes().nodes
+    found = faults(events, min_weight=limits.get("min_weight", 60)).collect().filter(
+        ~pl.col("kind").is_in(limits.get("ignore_kinds", [])))
+    if by == ["node", "gpu"]:
+        found = found.filter(pl.col("gpu").is_not_null())
+    return (_sessions(found, by, "ts", LINGER)
+            .agg(pl.col("ts").min().alias("start"), pl.col("kind").first(), pl.col("code").drop_nulls().first(),
+                 pl.col("category").first(), pl.col("message").first(), pl.len().alias("events")))
+
+
+def rank_nodes(events: pl.LazyFrame) -> pl.DataFrame:
+    """Nodes with faults, worst first: episodes, days, kinds, last fault, repeat flag, advice."""
+    limits = load_causes().nodes
+    ep = _episodes(events, ["node"])
+    out = (ep.group_by("node")
+           .agg(pl.len().cast(pl.UInt32).alias("episodes"), pl.col("events").sum().cast(pl.UInt32),
+                pl.col("start").dt.date().n_unique().cast(pl.UInt32).alias("days"),
+                pl.col("kind").unique().sort().str.join(",").alias("kinds"),
+                pl.col("start").max().alias("last"), pl.col("message").last().alias("last_message")))
+    repeat = (pl.col("episodes") >= limits.get("repeat_episodes", 2)) & (pl.col("days") >= 2)
+    advice = pl.when(pl.col("episodes") >= limits.get("drain_episodes", 3)).then(pl.lit("drain")) \
+        .when(repeat).then(pl.lit("drain")).otherwise(pl.lit("watch"))
+    return (out.with_columns(repeat.alias("repeat"), advice.alias("advice"))
+            .sort(["episodes", "events", "last"], descending=True))
+
+
+def rank_gpus(events: pl.LazyFrame) -> pl.DataFrame:
+    """GPUs (node and PCI id) with GPU faults, worst first, with Xid codes seen and advice."""
+    limits = load_causes().nodes
+    ep = _episodes(events, ["node", "gpu"]).filter(pl.col("category") == "gpu")
+    out = (ep.group_by("node", "gpu")
+           .agg(pl.len().cast(pl.UInt32).alias("episodes"),
+                pl.col("code").drop_nulls().unique().sort().cast(pl.String).str.join(",").alias("xids"),
+                pl.col("kind").unique().sort().str.join(",").alias("kinds"), pl.col("start").max().alias("last")))
+    rma = pl.col("episodes") >= limits.get("rma_gpu_episodes", 2)
+    return (out.with_columns(rma.alias("repeat"), pl.when(rma).then(pl.lit("rma")).otherwise(pl.lit("watch")).alias("advice"))
+            .sort(["episodes", "last"], descending=True))
