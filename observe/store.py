@@ -102,58 +102,60 @@ class Store:
 
     # -- reading -------------------------------------------------------------------------------
     def partitions(self, sources: Iterable[str] | None = None, since: datetime | None = None,
-                   until: datetime | None = None) -> list[Partition]:
-        """Partitions that can hold events of ``sources`` between ``since`` and ``until``."""
-        if not self.events.is_dir():
-            return []
+                   until: datetime | None = None, undated: bool = False) -> list[Partition]:
+        """Partitions that can hold events of ``sources`` between ``since`` and ``until`` (and,
+        with ``undated``, those of events without a time, which a time range otherwise leaves out)."""
         wanted = set(sources) if sources else None
         lo = since.strftime("%Y-%m-%d") if since else None
         hi = until.strftime("%Y-%m-%d") if until else None
         out = []
-        for sdir in sorted(self.events.glob("source=*")):
-            source = sdir.name.split("=", 1)[1]
+        for source, sdir in _entries(self.events, "source="):
             if wanted is not None and source not in wanted:
                 continue
-            for ddir in sorted(sdir.glob("date=*")):
-                day = ddir.name.split("=", 1)[1]
+            for day, ddir in _entries(sdir, "date="):
                 if day == UNKNOWN_DATE:
-                    if lo or hi:
+                    if (lo or hi) and not undated:
                         continue
                 elif (lo and day < lo) or (hi and day > hi):
                     continue
-                out.append(Partition(source, day, ddir))
+                out.append(Partition(source, day, Path(ddir)))
         return out
 
     @staticmethod
     def segments(directory: Path) -> list[Path]:
         """The live segment files of one partition directory (replaced ones left out)."""
-        files = {p.name: p for p in directory.glob("*.parquet")}
-        for note in directory.glob("c-*.json"):
-            if note.with_suffix(".parquet").name in files:
+        with os.scandir(directory) as it:
+            names = [e.name for e in it]
+        files = {n for n in names if n.endswith(".parquet") and not n.startswith(".")}
+        for note in (n for n in names if n.startswith("c-") and n.endswith(".json")):
+            if note[:-5] + ".parquet" in files:
                 try:
-                    replaced = json.loads(note.read_text())["replaces"]
+                    replaced = json.loads((directory / note).read_text())["replaces"]
                 except (OSError, ValueError, KeyError):
                     continue
-                for name in replaced:
-                    files.pop(name, None)
-        return sorted(files.values())
+                files.difference_update(replaced)
+        return [directory / n for n in sorted(files)]
 
     def files(self, sources: Iterable[str] | None = None, since: datetime | None = None,
-              until: datetime | None = None) -> list[Path]:
+              until: datetime | None = None, undated: bool = False) -> list[Path]:
         """Segment files to read for the given filters (partition pruning)."""
-        return [f for p in self.partitions(sources, since, until) for f in self.segments(p.path)]
+        return [f for p in self.partitions(sources, since, until, undated) for f in self.segments(p.path)]
 
     def scan(self, sources: Iterable[str] | None = None, since: datetime | None = None,
-             until: datetime | None = None) -> pl.LazyFrame:
-        """A LazyFrame of events; ``since``/``until`` prune partitions here and row groups in polars."""
-        files = self.files(sources, since, until)
+             until: datetime | None = None, undated: bool = False) -> pl.LazyFrame:
+        """A LazyFrame of events; ``since``/``until`` prune partitions here and row groups in polars.
+
+        With ``undated``, events without a time pass the time filter too.
+        """
+        files = self.files(sources, since, until, undated)
         if not files:
             return pl.LazyFrame(schema=pl.from_arrow(EVENT_SCHEMA.empty_table()).schema)
         lf = from_stored(pl.scan_parquet([str(f) for f in files], hive_partitioning=False))
+        keep = pl.col("ts").is_null() if undated else pl.lit(False)
         if since is not None:
-            lf = lf.filter(pl.col("ts") >= since)
+            lf = lf.filter(keep | (pl.col("ts") >= since))
         if until is not None:
-            lf = lf.filter(pl.col("ts") < until)
+            lf = lf.filter(keep | (pl.col("ts") < until))
         return lf
 
     def known(self, file_id: str) -> pl.DataFrame:
@@ -219,6 +221,15 @@ def split_partitions(df: pl.DataFrame) -> dict[tuple[str, str], pl.DataFrame]:
     keyed = df.with_columns(pl.col("ts").dt.date().alias("_day"))
     parts = keyed.partition_by("source", "_day", as_dict=True, maintain_order=True)
     return {(source, day.isoformat() if day else UNKNOWN_DATE): part.drop("_day") for (source, day), part in parts.items()}
+
+
+def _entries(directory: Path, prefix: str) -> list[tuple[str, str]]:
+    """(value, path) of the ``prefix<value>`` subdirectories of ``directory``, sorted; none if it is missing."""
+    try:
+        with os.scandir(directory) as it:
+            return sorted((e.name[len(prefix):], e.path) for e in it if e.name.startswith(prefix) and e.is_dir())
+    except FileNotFoundError:
+        return []
 
 
 class SegmentWriter:

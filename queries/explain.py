@@ -305,7 +305,10 @@ def run_events(store: Store, run: Run, before: timedelta, after: timedelta) -> p
     until = anchor_hi + after if anchor_hi else None
     on_nodes = search(store, since=since, until=until, nodes=run.nodes or None).collect()
     placed = pl.coalesce("ts", pl.col("ts").forward_fill().over("file_id"), pl.col("ts").backward_fill().over("file_id"))
-    mine = search(store, job=run.job_id).collect().sort("file_id", "offset").with_columns(placed.alias("_at"))
+    # the job's output: its stamped lines near the run, and its unstamped ones (placed between them)
+    near = (since - timedelta(days=1), until + timedelta(days=1)) if since and until else (None, None)
+    mine = search(store, since=near[0], until=near[1], job=run.job_id, undated=True).collect()
+    mine = mine.sort("file_id", "offset").with_columns(placed.alias("_at"))
     inside = pl.col("_at").is_null()
     if since is not None and until is not None:
         inside = inside | pl.col("_at").is_between(since, until)

@@ -53,9 +53,12 @@ def check_regex(pattern: str) -> str:
 
 def search(store: Store, since: datetime | None = None, until: datetime | None = None,
            nodes: list[str] | None = None, sources: list[str] | None = None, kinds: list[str] | None = None,
-           job: str | None = None, grep: str | None = None) -> pl.LazyFrame:
-    """Matching events, oldest first; partitions and row groups outside the filters are not read."""
-    lf = store.scan(sources=sources, since=since, until=until)
+           job: str | None = None, grep: str | None = None, undated: bool = False) -> pl.LazyFrame:
+    """Matching events, oldest first; partitions and row groups outside the filters are not read.
+
+    With ``undated``, events without a time (NCCL INFO lines) match any time range.
+    """
+    lf = store.scan(sources=sources, since=since, until=until, undated=undated)
     if nodes:
         lf = lf.filter(pl.col("node").is_in(nodes))
     if kinds:
