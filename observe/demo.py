@@ -18,6 +18,14 @@ The simulation advances an hour at a time: Slurm events (arrivals, starts, ends,
 time order and leave timed lines in an outbox; then each file gets that hour's background noise
 (drawn in bulk with numpy) merged with the outbox's due lines, appended with buffered writes.
 Memory is bounded by the jobs running, not by the length of the run.
+
+Scenario mode (``types=``, see :data:`SCENARIOS` and :func:`scenarios`) injects failures with a known
+root cause for measuring root-cause analysis: besides the types above, fatal Xids 48/64/94/95/119/120,
+an InfiniBand leaf switch taking down the links of 4-8 neighbouring nodes, a hung rank that only the
+PyTorch watchdog's sequence numbers give away, a node that crashes (its own logs just stop), and
+application Xids that do not fail their job (noise). ``clock_skew_s`` gives each node a fixed clock
+offset. Lines of several scenarios are built from the real lines in tests/fixtures/corpus/real
+(:data:`REAL`), re-timed and placed on the generated hosts.
 """
 from __future__ import annotations
 
@@ -26,7 +34,7 @@ import heapq
 import math
 import re
 from base64 import b64encode
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
@@ -58,6 +66,18 @@ USERS = (("alice", 1001, "ml"), ("bob", 1002, "ml"), ("carol", 1003, "vision"),
 # Incident types: (count per day on a 16-node cluster, needs a multi-node job).
 INCIDENTS = {"xid79": (1, True), "ib_link_down": (1, True), "oom": (1, True),
              "node_not_responding": (1, True), "app_xid": (2, False)}
+# Scenario mode (generate(types=...)): every type, same meaning. xid_noise records nothing: Xid 13/31
+# in a job that survives it (and Xid 43/45 when a cancelled job's processes are killed).
+SCENARIOS = {"xid79": (0.8, True), "fatal_xid": (1.5, True), "ib_link_down": (1.5, True), "ib_switch": (0.8, True),
+             "oom": (1.2, True), "node_not_responding": (1.2, True), "node_crash": (1, True), "hung_rank": (1.2, True),
+             "app_xid": (1.0, False), "xid_noise": (4, False)}
+# Ground truth per incident type: (observe event kind of the root cause, category). user_error's kind
+# is cuda_oom or python_exception (which error the job hit).
+TYPES = {"xid79": ("gpu_xid", "gpu"), "fatal_xid": ("gpu_xid", "gpu"), "ib_link_down": ("ib_link_down", "network"),
+         "ib_switch": ("ib_link_down", "network"), "oom": ("oom_kill", "memory"),
+         "node_not_responding": ("slurm_node_not_responding", "node"), "node_crash": ("slurm_node_not_responding", "node"),
+         "hung_rank": ("nccl_timeout", "software"), "app_xid": ("gpu_xid", "user"), "user_error": (None, "user")}
+FATAL_XIDS = (48, 64, 94, 95, 119, 120)  # fatal_xid's codes: ECC (48, 64, 94, 95) and GSP (119, 120)
 
 
 @dataclass(frozen=True)
@@ -75,10 +95,15 @@ class InputFile:
 class Manifest:
     """What :func:`generate` wrote and what it injected.
 
-    ``incidents`` holds one dict per injected failure: ``type`` (xid79, ib_link_down, oom, app_xid,
-    node_not_responding, user_error), ``node``, ``gpu`` (PCI bus id ``0000:3b:00`` or None),
-    ``job_id``, ``ts`` (ISO 8601 UTC time of the root event) and the expected root cause: ``kind``
-    (the event kind observe's rules give it) and ``code`` (the Xid number, else None).
+    ``incidents`` holds one dict per injected failure (one per failed job): ``type`` (xid79,
+    ib_link_down, oom, app_xid, node_not_responding, user_error; in scenario mode also fatal_xid,
+    ib_switch, hung_rank, node_crash), ``node`` (the culprit), ``nodes`` (every acceptable culprit:
+    ``[node]``, or for ib_switch all of the job's nodes whose link went down), ``gpu`` (PCI bus id
+    ``0000:3b:00`` or None), ``job_id``, ``ts`` (ISO 8601 UTC true time of the root event: when the
+    fault began), the expected root cause: ``kind`` (the event kind observe's rules give it) and
+    ``code`` (the Xid number, else None), and ``category`` (gpu, network, memory, node, software,
+    user). Some types add keys: hung_rank ``rank``; ib_switch ``switch_nodes`` (every node of the
+    leaf switch); hung_rank and node_crash ``evidence_ts`` (when the first line of ``kind`` appears).
     """
 
     files: list[InputFile]
@@ -86,11 +111,14 @@ class Manifest:
     incidents: list[dict]
     start: datetime
     end: datetime
+    skew: dict[str, float] = field(default_factory=dict)  # node -> its clock's offset in seconds (clock_skew_s)
 
 
 def generate(out_dir: Path, nodes: int = 16, gpus_per_node: int = 8, hours: float = 24, seed: int = 0,
              start: datetime | None = None, target_bytes: int | None = None,
-             progress: Callable[[int], None] | None = None) -> Manifest:
+             progress: Callable[[int], None] | None = None, *, incident_rate: float = 1.0,
+             clock_skew_s: float = 0.0, types: Iterable[str] | None = None,
+             first_job_id: int = FIRST_JOB_ID) -> Manifest:
     """Write a simulated cluster's logs under ``out_dir`` and return the manifest.
 
     The same arguments give the same bytes. ``start`` (UTC; naive means UTC) defaults to whole
@@ -98,22 +126,60 @@ def generate(out_dir: Path, nodes: int = 16, gpus_per_node: int = 8, hours: floa
     ``target_bytes`` the simulation runs hour by hour until the files hold at least that many bytes
     and ``hours`` is not used. Existing files of the layout are overwritten. ``progress`` receives
     the size of each write.
+
+    ``incident_rate`` multiplies the incidents planned per day. ``clock_skew_s`` gives every node a
+    fixed clock offset drawn from [-clock_skew_s, +clock_skew_s], applied to everything the node
+    stamps (syslog, the ranks' job-output stamps; its dmesg ``boot_time`` is the boot by its clock).
+    ``types`` (names from :data:`SCENARIOS`) switches to scenario mode: those incident types at
+    :data:`SCENARIOS` rates, each failed job in at most one incident; None keeps :data:`INCIDENTS`.
+    ``first_job_id`` numbers the jobs (distinct ranges let several runs share one store).
     """
     if nodes < 1 or not 1 <= gpus_per_node <= len(GPU_BUS) or (target_bytes is None and hours <= 0):
         raise ValueError(f"need nodes >= 1, 1 <= gpus_per_node <= {len(GPU_BUS)} and hours > 0")
+    if incident_rate < 0 or clock_skew_s < 0:
+        raise ValueError("need incident_rate >= 0 and clock_skew_s >= 0")
+    plan = INCIDENTS if types is None else {t: SCENARIOS[t] for t in types}
     if start is None:
         span = hours if target_bytes is None else target_bytes / (nodes * BYTES_PER_NODE_HOUR)
         now = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
         start = now - timedelta(hours=math.ceil(span))
     t0 = _us(start)
     horizon = None if target_bytes is not None else t0 + round(hours * HOUR)
-    sim = _Cluster(_Files(Path(out_dir), progress), nodes, gpus_per_node, seed, t0, horizon)
+    sim = _Cluster(_Files(Path(out_dir), progress), nodes, gpus_per_node, seed, t0, horizon, plan=plan,
+                   scenario=types is not None, rate=incident_rate, skew_s=clock_skew_s, first_job_id=first_job_id)
     t = t0
     while (t < horizon) if horizon is not None else (sim.files.bytes < target_bytes):
         t1 = t + HOUR if horizon is None else min(t + HOUR, horizon)
         sim.advance(t, t1)
         t = t1
     return sim.close(t)
+
+
+SCENARIO_START = datetime(2026, 10, 1, tzinfo=timezone.utc)
+# Scenario sets: FAST (a test's, about 50 failures, every type at least 3 times, a few seconds) and
+# BENCH (at least 300 failures).
+FAST = dict(seeds=range(6, 12), sizes=(8, 12, 16), hours=12.0)
+BENCH = dict(seeds=range(24), sizes=(8, 12, 16, 24), hours=12.0)
+
+
+def scenarios(out_dir: Path, seeds: Iterable[int] = FAST["seeds"], sizes: tuple[int, ...] = FAST["sizes"],
+              hours: float = FAST["hours"], *, incident_rate: float = 6.0, clock_skew_s: float = 3.0,
+              gpus_per_node: int = 8, types: Iterable[str] = tuple(SCENARIOS),
+              start: datetime = SCENARIO_START) -> list[Manifest]:
+    """Many small clusters with failures of known root cause, one per subdirectory of ``out_dir``
+    (``000-s0-n8``: index, seed, nodes), sizes taken in turn from ``sizes``. Their times do not
+    overlap (each starts after the one before ends) and their job ids do not either (cluster ``i``
+    numbers from ``FIRST_JOB_ID + 10000 * i``), so all can go into one store. The failures are
+    ``[i for m in manifests for i in m.incidents]``; ``scenarios(dir, **BENCH)`` gives at least 300.
+    """
+    out, types, manifests = Path(out_dir), tuple(types), []
+    step = timedelta(hours=math.ceil(hours) + 1)
+    for i, seed in enumerate(seeds):
+        nodes = sizes[i % len(sizes)]
+        manifests.append(generate(out / f"{i:03d}-s{seed}-n{nodes}", nodes=nodes, gpus_per_node=gpus_per_node,
+                                  hours=hours, seed=seed, start=start + i * step, incident_rate=incident_rate,
+                                  clock_skew_s=clock_skew_s, types=types, first_job_id=FIRST_JOB_ID + 10_000 * i))
+    return manifests
 
 
 # ----------------------------------------------------------------------------------------- time
@@ -137,6 +203,12 @@ def _glog(t: int) -> str:
     """PyTorch's glog stamp ``1122 10:33:05.123456789`` (nanoseconds from the microseconds)."""
     d = _utc(t)
     return f"{d:%m%d %H:%M:%S}.{d.microsecond:06d}{t * 7919 % 1000:03d}"
+
+
+def _c10(t: int) -> str:
+    """c10's glog-like stamp as PyTorch 2.x prints it: ``626 06:24:44.903881913`` (month unpadded)."""
+    d = _utc(t)
+    return f"{d.month}{d:%d %H:%M:%S}.{d.microsecond:06d}{t * 7919 % 1000:03d}"
 
 
 def _iso_strings(t: np.ndarray, unit: str) -> list[str]:
@@ -466,6 +538,7 @@ class _Node:
         self.state = "idle"  # idle, alloc, drain, down
         self.run: _Run | None = None
         self.fallen: int | None = None  # index of a GPU off the bus, until repaired
+        self.skew = 0  # this node's clock minus true time (microseconds)
 
     def uptime(self, t: int) -> str:
         return UPTIME % divmod(t - self.boot, S)
@@ -488,6 +561,12 @@ KINDS = (
     _Kind("pretrain-llm", "pretrain.py", (2, 4, 8), (3.0, 14.0), 2.0, (8.0, 15.0), 2880),
     _Kind("finetune", "finetune.py", (1, 2), (0.5, 4.0), 4.0, (4.0, 8.0), 720),
     _Kind("eval", "evaluate.py", (1,), (0.1, 0.7), 4.0, (20.0, 40.0), 120),
+)
+# Scenario mode's mix: more, shorter multi-node jobs, so that more jobs can fail per simulated hour.
+SCENARIO_KINDS = (
+    _Kind("pretrain-llm", "pretrain.py", (2, 4, 8), (1.0, 5.0), 4.0, (8.0, 15.0), 2880),
+    _Kind("finetune", "finetune.py", (2, 4), (0.5, 3.0), 3.0, (4.0, 8.0), 720),
+    _Kind("eval", "evaluate.py", (1,), (0.1, 0.7), 2.0, (20.0, 40.0), 120),
 )
 DATASETS = ("fineweb-edu-v2", "redpajama-v2", "laion-coco-400m", "the-stack-v2", "openwebmath")
 
@@ -530,6 +609,11 @@ class _Run:
         self.exit = "0:0"
         self.doomed = False  # an incident or application error decided its end
         self.ended = False
+        self.noisy = False  # an application Xid that it survives (scenario noise): no incident for it
+        self.skew0 = nodes[0].skew  # the batch host's clock offset: rank 0's and slurmstepd's stamps
+
+    def skew(self, rank: int) -> int:
+        return self.nodes[rank // self.gpus].skew
 
     @property
     def id(self) -> str:
@@ -566,12 +650,12 @@ class _Run:
         script, total = self.job.kind.script, self.total
         lines = [f"[{s}] [INFO] [{script}:412] step {st}/{total} | loss {lo:.4f} | lr {r:.3e} | grad_norm {g:.3f} "
                  f"| tokens/s {tk} | step_time {dt:.3f}s"
-                 for s, st, lo, r, g, tk, dt in zip(_py_stamps(t), steps.tolist(), loss.tolist(), lr.tolist(),
+                 for s, st, lo, r, g, tk, dt in zip(_py_stamps(t + self.skew0), steps.tolist(), loss.tolist(), lr.tolist(),
                                                      grad.tolist(), toks.tolist(), secs.tolist())]
         times = t.tolist()
         for i in np.flatnonzero(steps % 2000 == 0).tolist():  # checkpoints
             ckpt = f"/checkpoints/{self.job.user[0]}/{self.job.kind.name}-{self.id}/step_{steps[i]:07d}"
-            lines.append(f"[{_py_stamp(times[i] + 1000)}] [INFO] [checkpoint.py:88] saved checkpoint to {ckpt} in "
+            lines.append(f"[{_py_stamp(times[i] + 1000 + self.skew0)}] [INFO] [checkpoint.py:88] saved checkpoint to {ckpt} in "
                          f"{rng.uniform(4, 30):.1f}s")
             times.append(times[i] + 1000)
         return np.asarray(times, dtype=np.int64), lines
@@ -653,6 +737,98 @@ CUDA_ILLEGAL_ADDRESS = (
     "For debugging consider passing CUDA_LAUNCH_BLOCKING=1",
     "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.",
 )
+CUDA_ECC = ("RuntimeError: CUDA error: uncorrectable ECC error encountered", *CUDA_ILLEGAL_ADDRESS[1:])
+# Real lines (tests/fixtures/corpus/real, sources in its SOURCES.md) as templates: (corpus file, lines,
+# the values that give back the corpus lines: one dict for all lines or one per line).
+# tests/test_scenarios.py checks that ``line.format(**values)`` is in the file; the scenarios fill in generated hosts, PCI ids, pids, times.
+REAL = {
+    # xid.log 55-61, NVIDIA/open-gpu-kernel-modules#1151
+    "xid79": ("xid.log", ("NVRM: GPU at PCI:{pci}: {uuid}", "NVRM: GPU Board Serial Number: {serial}",
+                          "NVRM: Xid (PCI:{pci}): 79, GPU has fallen off the bus.",
+                          "NVRM: GPU {pci}.0: GPU has fallen off the bus.", "NVRM: GPU {pci}.0: GPU serial number is {serial}.",
+                          "NVRM: kgspRcAndNotifyAllChannels_IMPL: RC all channels for critical error 79.",
+                          "NVRM: _threadNodeCheckTimeout: API_GPU_ATTACHED_SANITY_CHECK failed!"),
+              dict(pci="0000:06:00", uuid="GPU-0b6b7808-c002-f593-ac86-cd8e57757b94", serial="0")),
+    # xid.log 70-73, NVIDIA/open-gpu-kernel-modules#829
+    "xid120": ("xid.log", ("NVRM: GPU at PCI:{pci}: {uuid}",
+                           "NVRM: Xid (PCI:{pci}): 120, GSP task exception: {access} access page fault (cause:{cause}) "
+                           "@ pc:{pc}, partition:{part}#0, task:{task}",
+                           "NVRM:     Reported by libos partition:{part}#{libos} kernel v3.1 [0] @ ts:{ts}",
+                           "NVRM:     RISC-V CSR State:"),
+               dict(pci="0000:06:00", uuid="GPU-604d3abb-43d5-088f-f873-9dc453a081a5", access="store", cause="0xf",
+                    pc="0x13ebd80", part=2, task=3, libos=4, ts=1770232285)),
+    # xid.log 44-46, leptonai/gpud#46
+    "xid13": ("xid.log", ("NVRM: Xid (PCI:{pci}): 13, pid={pid}, name={name}, Graphics SM Warp Exception on (GPC {gpc}, "
+                          "TPC {tpc}, SM 0): Illegal Instruction Parameter",
+                          "NVRM: Xid (PCI:{pci}): 13, pid={pid}, name={name}, Graphics SM Global Exception on (GPC {gpc}, "
+                          "TPC {tpc}, SM 0): Multiple Warp Errors",
+                          "NVRM: Xid (PCI:{pci}): 13, pid={pid}, name={name}, Graphics Exception: ESR 0x57c730=0xc04000b "
+                          "0x57c734=0x24 0x57c728=0x1f81fb60 0x57c72c=0x1174"),
+              dict(pci="0000:cb:00", pid="'<unknown>'", name="<unknown>", gpc=7, tpc=7)),
+    # xid.log 68, NVIDIA/open-gpu-kernel-modules#363
+    "xid31": ("xid.log", ("NVRM: Xid (PCI:{pci}): 31, pid={pid}, name={name}, Ch {ch}, intr 00000000. MMU Fault: ENGINE "
+                          "CE0 HUBCLIENT_HSCE0 faulted @ {addr}. Fault is of type FAULT_PTE ACCESS_TYPE_VIRT_READ",),
+              dict(pci="0000:08:00", pid=169800, name="chrome", ch="00000023", addr="0x0_0abe0000")),
+    # xid.log 23, madMAx43v3r/chia-gigahorse#301
+    "xid45": ("xid.log", ("NVRM: Xid (PCI:{pci}): 45, pid={pid}, name={name}, Ch {ch}",),
+              dict(pci="0000:0a:00", pid="'<unknown>'", name="<unknown>", ch="00000008")),
+    # nccl.log 11-12, snowflakedb/ArcticTraining#219
+    "watchdog": ("nccl.log", ("[rank{rank}]:[E{stamp} ProcessGroupNCCL.cpp:616] [Rank {rank}] Watchdog caught collective "
+                              "operation timeout: WorkNCCL(SeqNum={seq}, OpType={op}, NumelIn={numel}, NumelOut={numel}, "
+                              "Timeout(ms)={timeout}) ran for {ran} milliseconds before timing out.",
+                              "[rank{rank}]:[E{stamp} ProcessGroupNCCL.cpp:1785] [PG ID 0 PG GUID 0(default_pg) Rank {rank}] "
+                              "Exception (either an error or timeout) detected by watchdog at work: {seq}, last enqueued "
+                              "NCCL work: {enqueued}, last completed NCCL work: {completed}."),
+                 (dict(rank=1, stamp="626 06:24:44.903881913", seq=808, op="ALLREDUCE", numel=9801523, timeout=600000,
+                       ran=600020), dict(rank=1, stamp="626 06:24:44.906457629", seq=808, enqueued=811, completed=807))),
+    # nccl.log 6-10, snowflakedb/ArcticTraining#219 (a newer PyTorch: FlightRecorder, "work sequence id")
+    "watchdog_new": ("nccl.log", ("[rank{rank}]:[E{stamp} ProcessGroupNCCL.cpp:670] Stack trace of the failed collective "
+                                  "not found, potentially because FlightRecorder is disabled. You can enable it by setting "
+                                  "TORCH_NCCL_TRACE_BUFFER_SIZE to a non-zero value.",
+                                  "[rank{rank}]:[E{stamp} ProcessGroupNCCL.cpp:2268] [PG ID 0 PG GUID 0(default_pg) Rank "
+                                  "{rank}]  failure detected by watchdog at work sequence id: {seq} PG status: last enqueued "
+                                  "work: {enqueued}, last completed work: {completed}",
+                                  "[rank{rank}]:[E{stamp} ProcessGroupNCCL.cpp:684] [Rank {rank}] Some NCCL operations have "
+                                  "failed or timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU "
+                                  "operations might run on corrupted/incomplete data.",
+                                  "[rank{rank}]:[E{stamp} ProcessGroupNCCL.cpp:698] [Rank {rank}] To avoid data "
+                                  "inconsistency, we are taking the entire process down."),
+                     (dict(rank=1, stamp="626 16:48:25.440243908"),
+                      dict(rank=5, stamp="626 16:48:25.440238649", seq=120049, enqueued=120051, completed=120048),
+                      dict(rank=3, stamp="626 16:48:25.440250129"), dict(rank=3, stamp="626 16:48:25.440271515"))),
+    # nccl.log 76-79, NVIDIA/nccl#928
+    "ib_warn": ("nccl.log", ("{prefix} transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer {peer}<{port}> "
+                             "with error {err}, opcode {opcode}, len {len}, vendor err {vendor} ({side})",
+                             "{prefix} NCCL INFO transport/net.cc:1008 -> 6", "{prefix} NCCL INFO proxy.cc:679 -> 6",
+                             "{prefix} NCCL INFO proxy.cc:858 -> 6 [Proxy Thread]"),
+                dict(prefix="H100-2:19989:20082 [1]", peer="fe80::966d:ae03:8b:df78%ib0", port=53249, err=4, opcode=32564,
+                     len=32564, vendor=81, side="Send")),
+    # nccl.log 53-56, NVIDIA/nccl#1814 (an external IB plugin)
+    "ib_warn_plugin": ("nccl.log", ("{prefix} ib_plugin.c:1615 NCCL WARN NET/IB : Got completion from peer {peer}<{port}> "
+                                    "with status={err} opcode={opcode} len={len} vendor err {vendor} ({side}) localGid "
+                                    "::ffff:{lgid} remoteGids::ffff:{rgid}",
+                                    "{prefix} NCCL INFO transport/net.cc:1298 -> 6", "{prefix} NCCL INFO proxy.cc:694 -> 6",
+                                    "{prefix} NCCL INFO proxy.cc:874 -> 6 [Progress Thread]"),
+                       dict(prefix="hostname-test:984:1357 [4]", peer="172.36.143.59", port=44206, err=12, opcode=129,
+                            len=65536, vendor=129, side="Recv", lgid="29.87.88.182", rgid="29.87.4.221")),
+    # nccl.log 34-37, NVIDIA/nccl#1235
+    "socket_closed": ("nccl.log", ("{prefix} misc/socket.cc:49 NCCL WARN socketProgress: Connection closed by remote peer "
+                                   "{peer}<{port}>", "{prefix} NCCL INFO misc/socket.cc:749 -> 6",
+                                   "{prefix} proxy.cc:1143 NCCL WARN Socket recv failed while polling for opId={op}",
+                                   "{prefix} NCCL INFO group.cc:65 -> 3 [Async thread]"),
+                      dict(prefix="ng30903:3063025:3066048 [0]", peer="ng30903-ib.narval.calcul.quebec", port=51159,
+                           op="0x55a51966cc80")),
+    # ib_pcie.log 4 and 6, leptonai/gpud#1209
+    "link_up": ("ib_pcie.log", ("mlx5_core {pci} mlx5_{k}: Port: 1 Link INIT", "mlx5_core {pci} mlx5_{k}: Port: 1 Link ACTIVE"),
+                dict(pci="0000:ab:00.0", k=5)),
+}
+
+
+def _real(sample: str, **values) -> list[str]:
+    """The lines of real sample ``sample`` with generated values."""
+    return [line.format(**values) for line in REAL[sample][1]]
+
+
 BOOT = (  # (seconds after boot, dmesg text); {gpu}/{hca} lines repeat per device
     (0.0, f"Linux version {KERNEL.split()[0]} (buildd@lcy02-amd64-007) (gcc (Ubuntu 11.4.0-1ubuntu1~22.04) 11.4.0, "
           f"GNU ld (GNU Binutils for Ubuntu) 2.38) {KERNEL.split()[1]} SMP Mon Apr 15 09:52:04 UTC 2024 "
@@ -688,16 +864,30 @@ def _outcome(rng: np.random.Generator) -> str:
 class _Cluster:
     """The simulation: Slurm scheduling, job runs, incidents, and the files they write."""
 
-    def __init__(self, files: _Files, n_nodes: int, gpus: int, seed: int, start: int, horizon: int | None) -> None:
+    def __init__(self, files: _Files, n_nodes: int, gpus: int, seed: int, start: int, horizon: int | None,
+                 plan: dict = INCIDENTS, scenario: bool = False, rate: float = 1.0, skew_s: float = 0.0,
+                 first_job_id: int = FIRST_JOB_ID) -> None:
         self.rng = np.random.default_rng(seed)
         self.start, self.horizon, self.gpus = start, horizon, gpus
         self.files, self.out = files, _Outbox()
         self.nodes = [_Node(i, gpus, self.rng, start) for i in range(n_nodes)]
+        self.plan, self.scenario, self.rate = plan, scenario, rate
+        # A separate stream, so that skew and scenario draws leave the default run's bytes unchanged.
+        extra = np.random.default_rng([seed, 0x5CE7])
+        self.skew = np.zeros(n_nodes, dtype=np.int64)
+        if skew_s > 0:
+            self.skew = np.round(extra.uniform(-skew_s, skew_s, n_nodes) * S).astype(np.int64)
+            for node, skew in zip(self.nodes, self.skew.tolist()):
+                node.skew = skew
+        self.leaf = int(extra.integers(4, 9))  # nodes per InfiniBand leaf switch (ib_switch)
+        self.dead_at = np.full(n_nodes, np.iinfo(np.int64).max, dtype=np.int64)  # crashed nodes write nothing after
+        self.crashed: list[_Node] = []
+        self.hit: set[int] = set()  # jobs with an incident record
         self.hosts = _Hosts({k: [n.daemons[k] for n in self.nodes] for k in ("logind", "chronyd", "exporter")},
                             [n.pid_base for n in self.nodes], [n.session for n in self.nodes])
         self.controller = _Hosts({}, [0], [0])
         self.boots = np.array([n.boot for n in self.nodes], dtype=np.int64)
-        fits = [(k, tuple(n for n in k.nodes if n <= n_nodes)) for k in KINDS]
+        fits = [(k, tuple(n for n in k.nodes if n <= n_nodes)) for k in (SCENARIO_KINDS if scenario else KINDS)]
         self.kinds = [_Kind(k.name, k.script, n, k.hours, k.weight, k.every, k.limit) for k, n in fits if n]
         weights = np.array([k.weight for k in self.kinds])
         self.weights = weights / weights.sum()
@@ -707,13 +897,13 @@ class _Cluster:
         self.live: list[_Run] = []
         self.events: list = []
         self.seq = 0
-        self.next_id = FIRST_JOB_ID
+        self.next_id = first_job_id
         self.incidents: list[dict] = []
         self.files.add("slurm/slurmctld.log", "slurm", node="ctl1")
         self.files.add("slurm/jobcomp.log", "slurm_jobs", node="ctl1")
         for node in self.nodes:
             self.files.add(f"nodes/{node.name}/syslog", "syslog", node=node.name)
-            self.files.add(f"nodes/{node.name}/dmesg", "kernel", node=node.name, boot_time=_utc(node.boot))
+            self.files.add(f"nodes/{node.name}/dmesg", "kernel", node=node.name, boot_time=_utc(node.boot + node.skew))
             self.files.write(f"nodes/{node.name}/dmesg", self._boot_lines(node))
         for _ in range(n_nodes // 2 + 1):  # a queue is waiting when the logs begin
             self._at(start + int(self.rng.integers(0, 10 * MINUTE)), self._arrive)
@@ -738,11 +928,14 @@ class _Cluster:
     def close(self, end: int) -> Manifest:
         """Write each node's nvidia-smi snapshot, close the files, return the manifest."""
         for node in self.nodes:
+            if node in self.crashed:  # still down: nothing to run nvidia-smi on
+                continue
             rel = f"nodes/{node.name}/nvidia-smi.xml"
             self.files.add(rel, "nvidia_smi", node=node.name)
-            self.files.write(rel, [_nvidia_smi(node, end, self.rng)])
+            self.files.write(rel, [_nvidia_smi(node, end + node.skew, self.rng)])
         files = self.files.close()
-        return Manifest(files, self.files.bytes, self.incidents, _utc(self.start), _utc(end))
+        skew = {n.name: n.skew / S for n in self.nodes} if self.skew.any() else {}
+        return Manifest(files, self.files.bytes, self.incidents, _utc(self.start), _utc(end), skew)
 
     # --- writing
 
@@ -765,14 +958,15 @@ class _Cluster:
             out.put(("job", run.id), t, lines)
         self.live = [r for r in self.live if not r.ended]
         names = [f"nodes/{n.name}/" for n in self.nodes]
-        kt, kn, kmsg = self._due("kernel", KERNEL_NOISE, self.hosts, t0, t1)
+        kt, kn, kmsg = self._alive(*self._due("kernel", KERNEL_NOISE, self.hosts, t0, t1))
         dmesg = [UPTIME % divmod(u, S) + " " + m for u, m in zip((kt - self.boots[kn]).tolist(), kmsg)]
         for i, a, b in _slices(kn):
             self.files.write(names[i] + "dmesg", dmesg[a:b])
-        st, sn, body = self._due("syslog", SYSLOG_NOISE, self.hosts, t0, t1,
-                                 also=(kt, kn, ["kernel: " + line for line in dmesg]))
+        st, sn, body = self._alive(*self._due("syslog", SYSLOG_NOISE, self.hosts, t0, t1,
+                                              also=(kt, kn, ["kernel: " + line for line in dmesg])))
         hosts = [f" {n.name} " for n in self.nodes]
-        lines = [s + hosts[i] + b for s, i, b in zip(_syslog_stamps(st), sn.tolist(), body)]
+        stamps = _syslog_stamps(st + self.skew[sn] if self.skew.any() else st)
+        lines = [s + hosts[i] + b for s, i, b in zip(stamps, sn.tolist(), body)]
         for i, a, b in _slices(sn):
             self.files.write(names[i] + "syslog", lines[a:b])
         ct, _, msgs = self._due("ctl", CONTROLLER_NOISE, self.controller, t0, t1)
@@ -803,6 +997,13 @@ class _Cluster:
             self.out.put((kind, int(host[j])), int(t[j]), texts[j])
         order = order[t[order] < until]
         return t[order], host[order], [texts[j] for j in order.tolist()]
+
+    def _alive(self, t: np.ndarray, host: np.ndarray, texts: list[str]) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        """Drop the lines of crashed nodes from their crash on."""
+        if not self.crashed:
+            return t, host, texts
+        keep = t < self.dead_at[host]
+        return t[keep], host[keep], [x for x, k in zip(texts, keep.tolist()) if k]
 
     def _ctl(self, t: int, *lines: str) -> None:
         self.out.put(("ctl", 0), t, list(lines))
@@ -891,7 +1092,7 @@ class _Cluster:
         job, first, rng = run.job, run.nodes[0].name, self.rng
         done = t + int(rng.integers(S // 2, 3 * S))
         if run.fate == "COMPLETED":
-            self._job(run, t, [f"[{_py_stamp(t)}] [INFO] [{job.kind.script}:455] training finished: {run.step} steps in "
+            self._job(run, t, [f"[{_py_stamp(t + run.skew0)}] [INFO] [{job.kind.script}:455] training finished: {run.step} steps in "
                                f"{(t - run.start) // HOUR}h{(t - run.start) % HOUR // MINUTE:02d}m"])
             if run.ranks > 1:
                 self._job(run, t + 1000, [f"{run.prefix(r)} NCCL INFO comm {run.comms[r]} rank {r} nranks {run.ranks} cudaDev "
@@ -902,10 +1103,13 @@ class _Cluster:
             self._ctl(t, f"_slurm_rpc_kill_job: REQUEST_KILL_JOB JobId={job.id} uid {job.user[1]}" if cancelled
                       else f"Time limit exhausted for JobId={job.id}")
             why = "" if cancelled else " DUE TO TIME LIMIT"
-            self._job(run, t + S // 2, [f"slurmstepd: error: *** JOB {job.id} ON {first} CANCELLED AT {_iso(t)}{why} ***",
-                                        f"slurmstepd: error: *** STEP {job.id}.0 ON {first} CANCELLED AT {_iso(t)}{why} ***"])
+            at = _iso(t + run.skew0)
+            self._job(run, t + S // 2, [f"slurmstepd: error: *** JOB {job.id} ON {first} CANCELLED AT {at}{why} ***",
+                                        f"slurmstepd: error: *** STEP {job.id}.0 ON {first} CANCELLED AT {at}{why} ***"])
             run.status, run.exit = "WTERMSIG 15", "0:15"
             done += int(rng.integers(1, 30)) * S
+            if cancelled and self.scenario and job.id not in self.hit and rng.random() < 0.5:
+                self._killed_xids(t + S // 2, run)
         if run.status:
             self._ctl(done, f"_job_complete: JobId={job.id} {run.status}", f"_job_complete: JobId={job.id} done")
         for k, n in enumerate(run.nodes):
@@ -923,7 +1127,7 @@ class _Cluster:
 
     def _header(self, run: _Run, t: int) -> list[str]:
         job = run.job
-        stamp, script = _py_stamp(t), job.kind.script
+        stamp, script = _py_stamp(t + run.skew0), job.kind.script
         lines = [f"SLURM_JOB_ID={job.id} SLURM_JOB_NODELIST={run.nodelist} MASTER_ADDR={run.nodes[0].name} MASTER_PORT=29500",
                  f"[{stamp}] [INFO] [{script}:48] starting {job.kind.name} job {job.id} on {len(run.nodes)} node(s) "
                  f"{run.nodelist}: world_size={run.ranks}",
@@ -980,7 +1184,7 @@ class _Cluster:
         if run.ranks > 1:
             lines.append(f"srun: Terminating StepId={run.id}.0" if terminate
                          else "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.")
-            lines.append(f"slurmstepd: error: *** STEP {run.id}.0 ON {run.nodes[0].name} CANCELLED AT {_iso(t + S)} ***")
+            lines.append(f"slurmstepd: error: *** STEP {run.id}.0 ON {run.nodes[0].name} CANCELLED AT {_iso(t + S + run.skew0)} ***")
             for k, n in enumerate(run.nodes):
                 others = [r for r in range(k * run.gpus, (k + 1) * run.gpus) if r != rank]
                 if others:
@@ -999,7 +1203,7 @@ class _Cluster:
 
     def _app_error(self, t: int, run: _Run) -> None:
         """The run's own bug ends it: a traceback on one rank, srun kills the rest."""
-        if run.doomed or run.ended:
+        if run.doomed or run.ended or (self.scenario and (run.noisy or run.job.id in self.hit)):
             return
         rng = self.rng
         kind, path, line, fn, code, exc = APP_ERRORS[rng.integers(len(APP_ERRORS))]
@@ -1011,23 +1215,31 @@ class _Cluster:
         self._fail(run, t, done + int(rng.integers(5, 30)) * S, "FAILED", "WEXITSTATUS 1", "1:0")
         self._record("user_error", t, run, node, None, kind, None)
 
-    def _record(self, name: str, t: int, run: _Run, node: _Node, gpu: _Gpu | None, kind: str, code: int | None) -> None:
-        self.incidents.append({"type": name, "node": node.name, "gpu": gpu.pci if gpu else None, "job_id": run.id,
-                               "ts": _utc(t).isoformat(), "kind": kind, "code": code})
+    def _record(self, name: str, t: int, run: _Run, node: _Node, gpu: _Gpu | None, kind: str, code: int | None,
+                nodes: list[str] | None = None, **extra) -> None:
+        self.incidents.append({"type": name, "node": node.name, "nodes": nodes or [node.name],
+                               "gpu": gpu.pci if gpu else None, "job_id": run.id, "ts": _utc(t).isoformat(), "kind": kind,
+                               "code": code, "category": TYPES[name][1], **extra})
+        self.hit.add(run.job.id)
 
     def _plan_incidents(self, day: int) -> None:
         scale = len(self.nodes) / 16
-        for name, (per_day, multi) in INCIDENTS.items():
-            for _ in range(max(1, round(per_day * scale)) if len(self.nodes) > 1 or not multi else 0):
+        for name, (per_day, multi) in self.plan.items():
+            n = per_day * scale * self.rate
+            for _ in range(max(1, round(n)) if n > 0 and (len(self.nodes) > 1 or not multi) else 0):
                 self._at(day + int(self.rng.integers(0, DAY)), self._incident, name)
 
     def _incident(self, t: int, name: str) -> None:
         """Inject incident ``name`` into a running job; retry later when none is eligible."""
         if self.horizon is not None and t + 20 * MINUTE > self.horizon:
             return
-        multi = INCIDENTS[name][1]
+        multi = self.plan[name][1]
         runs = [r for r in self.live if not r.doomed and not r.ended and r.start + 10 * MINUTE < t < r.end - 20 * MINUTE
                 and (len(r.nodes) > 1 or not multi)]
+        if self.scenario:  # a job fails of one cause at most; noise goes to jobs that no incident hits
+            runs = [r for r in runs if not r.noisy and r.job.id not in self.hit]
+            if name == "xid_noise":
+                runs = [r for r in runs if len(r.nodes) == 1] or runs
         if not runs:
             self._at(t + 20 * MINUTE, self._incident, name)
             return
@@ -1045,11 +1257,14 @@ class _Cluster:
         rank, node, g, pid = self._pick(run)
         gpu = node.gpus[g]
         node.fallen, node.state = g, "drain"
-        self._kernel(node, t, f"NVRM: GPU at PCI:{gpu.pci}: {gpu.uuid}", f"NVRM: GPU Board Serial Number: {gpu.serial}",
-                     f"NVRM: Xid (PCI:{gpu.pci}): 79, pid={pid}, name=python, GPU has fallen off the bus.",
-                     f"NVRM: GPU {gpu.pci}.0: GPU has fallen off the bus.",
-                     f"NVRM: GPU {gpu.pci}.0: GPU serial number is {gpu.serial}.",
-                     "NVRM: kgspRcAndNotifyAllChannels_IMPL: RC all channels for critical error 79.")
+        if self.scenario and rng.random() < 0.5:  # the real sample's shape: no pid, a sanity-check line after
+            self._kernel(node, t, *_real("xid79", pci=gpu.pci, uuid=gpu.uuid, serial=gpu.serial))
+        else:
+            self._kernel(node, t, f"NVRM: GPU at PCI:{gpu.pci}: {gpu.uuid}", f"NVRM: GPU Board Serial Number: {gpu.serial}",
+                         f"NVRM: Xid (PCI:{gpu.pci}): 79, pid={pid}, name=python, GPU has fallen off the bus.",
+                         f"NVRM: GPU {gpu.pci}.0: GPU has fallen off the bus.",
+                         f"NVRM: GPU {gpu.pci}.0: GPU serial number is {gpu.serial}.",
+                         "NVRM: kgspRcAndNotifyAllChannels_IMPL: RC all channels for critical error 79.")
         hung = t + 123 * S
         self._kernel(node, hung, f"INFO: task python:{pid} blocked for more than 122 seconds.",
                      f"      Tainted: P           OE      {KERNEL}",
@@ -1064,13 +1279,14 @@ class _Cluster:
             timeout = (f"[Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, "
                        f"NumelIn={numel}, NumelOut={numel}, Timeout(ms)=600000) ran for {ran} milliseconds before timing out.")
             pg = f"[PG ID 0 PG GUID 0(default_pg) Rank {r}]"
-            text = [f"[rank{r}]:[E{_glog(w)} ProcessGroupNCCL.cpp:616] {timeout}",
-                    f"[rank{r}]:[E{_glog(w + 2500)} ProcessGroupNCCL.cpp:1785] {pg} Exception (either an error or timeout) "
+            c = w + run.skew(r)
+            text = [f"[rank{r}]:[E{_glog(c)} ProcessGroupNCCL.cpp:616] {timeout}",
+                    f"[rank{r}]:[E{_glog(c + 2500)} ProcessGroupNCCL.cpp:1785] {pg} Exception (either an error or timeout) "
                     f"detected by watchdog at work: {seq}, last enqueued NCCL work: {seq + 3}, last completed NCCL work: {seq - 1}.",
-                    f"[rank{r}]:[E{_glog(w + 2600)} ProcessGroupNCCL.cpp:630] [Rank {r}] Some NCCL operations have failed or "
+                    f"[rank{r}]:[E{_glog(c + 2600)} ProcessGroupNCCL.cpp:630] [Rank {r}] Some NCCL operations have failed or "
                     "timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on "
                     "corrupted/incomplete data.",
-                    f"[rank{r}]:[E{_glog(w + 2700)} ProcessGroupNCCL.cpp:636] [Rank {r}] To avoid data inconsistency, we are "
+                    f"[rank{r}]:[E{_glog(c + 2700)} ProcessGroupNCCL.cpp:636] [Rank {r}] To avoid data inconsistency, we are "
                     "taking the entire process down.",
                     "terminate called after throwing an instance of 'c10::DistBackendError'",
                     f"  what():  {pg} Process group watchdog thread terminated with exception: {timeout}"]
@@ -1083,7 +1299,7 @@ class _Cluster:
         stuck = end + int(rng.integers(60, 90)) * S
         k = run.nodes.index(node)
         self._syslog(node, stuck, f"slurmstepd[{run.stepd[k]}]: error: *** JOB {run.id} STEPD TERMINATED ON {node.name} "
-                                  f"AT {_iso(stuck)} DUE TO JOB NOT ENDING WITH SIGNALS ***")
+                                  f"AT {_iso(stuck + node.skew)} DUE TO JOB NOT ENDING WITH SIGNALS ***")
         self._ctl(stuck + 2000, f"error: slurmd error running JobId={run.id} on node(s)={node.name}: Kill task failed",
                   f"update_node: node {node.name} reason set to: Kill task failed",
                   f"update_node: node {node.name} state set to DRAINING")
@@ -1112,7 +1328,7 @@ class _Cluster:
             w += 400_000
         pg = f"[PG ID 0 PG GUID 0(default_pg) Rank {rank}]"
         self._job(run, w + 3 * S, [
-            f"[rank{rank}]:[E{_glog(w + 3 * S)} ProcessGroupNCCL.cpp:1595] {pg} Process group watchdog thread terminated "
+            f"[rank{rank}]:[E{_glog(w + 3 * S + run.skew(rank))} ProcessGroupNCCL.cpp:1595] {pg} Process group watchdog thread terminated "
             f"with exception: NCCL error: remote process exited or there was a network error, NCCL version {NCCL_VERSION}",
             "ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.",
             "terminate called after throwing an instance of 'c10::DistBackendError'"])
@@ -1172,7 +1388,7 @@ class _Cluster:
         self._ctl(t + 100 * S, f"error: Nodes {node.name} not responding")
         self._ctl(down, f"error: Nodes {node.name} not responding, setting DOWN",
                   f"Killing JobId={run.id} on failed node {node.name}", f"Requeuing JobId={run.id}")
-        self._job(run, down + S, [f"slurmstepd: error: *** JOB {run.id} ON {run.nodes[0].name} CANCELLED AT {_iso(down)} DUE TO "
+        self._job(run, down + S, [f"slurmstepd: error: *** JOB {run.id} ON {run.nodes[0].name} CANCELLED AT {_iso(down + run.skew0)} DUE TO "
                                   "NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***",
                                   f"srun: error: Node failure on {node.name}",
                                   "srun: Job step aborted: Waiting up to 32 seconds for job step to finish."])
@@ -1189,6 +1405,274 @@ class _Cluster:
         self._at(back, self._repaired, node, [f"Node {node.name} now responding",
                                               f"node_did_resp: node {node.name} returned to service"])
         self._record("node_not_responding", t, run, node, None, "slurm_node_not_responding", None)
+
+    # --- scenario mode
+
+    def _drain(self, node: _Node, t: int, reason: str) -> None:
+        """slurmctld drains ``node`` at ``t``; an admin returns it to service hours later."""
+        node.state = "drain"
+        self._ctl(t, f"update_node: node {node.name} reason set to: {reason}",
+                  f"update_node: node {node.name} state set to DRAINING")
+        self._at(t + int(self.rng.integers(2 * HOUR, 6 * HOUR)), self._repaired, node,
+                 [f"update_node: node {node.name} state set to IDLE"])
+
+    def _watchdog(self, run: _Run, r: int, w: int, seq: int, enqueued: int, completed: int, op: str, numel: int,
+                  new: bool) -> tuple[list[int], list[str]]:
+        """Rank ``r``'s PyTorch watchdog timing out on collective ``seq`` at ``w``, as the real samples
+        print it (``new``: a newer PyTorch's wording), then the process going down."""
+        ran = 600_000 + int(self.rng.integers(5, 120))
+        c = w + run.skew(r)
+        values = dict(rank=r, seq=seq, op=op, numel=numel, timeout=600000, ran=ran, enqueued=enqueued, completed=completed)
+        timeout = REAL["watchdog"][1][0].format(stamp=_c10(c), **values)
+        if new:
+            rest = [x.format(stamp=_c10(c + 2400 + 100 * i), **values) for i, x in enumerate(REAL["watchdog_new"][1])]
+        else:
+            rest = [REAL["watchdog"][1][1].format(stamp=_c10(c + 2500), **values),
+                    f"[rank{r}]:[E{_c10(c + 2600)} ProcessGroupNCCL.cpp:630] [Rank {r}] Some NCCL operations have failed or "
+                    "timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on "
+                    "corrupted/incomplete data.",
+                    f"[rank{r}]:[E{_c10(c + 2700)} ProcessGroupNCCL.cpp:636] [Rank {r}] To avoid data inconsistency, we are "
+                    "taking the entire process down."]
+        lines = [timeout, *rest, "terminate called after throwing an instance of 'c10::DistBackendError'",
+                 f"  what():  [PG ID 0 PG GUID 0(default_pg) Rank {r}] Process group watchdog thread terminated with "
+                 f"exception: {timeout.split('cpp:616] ', 1)[1]}"]
+        return [w + 2500 * min(i, 1) + 100 * i for i in range(len(lines))], lines
+
+    def _collective(self) -> tuple[int, str, int, bool]:
+        """A collective that hangs: sequence number, op, element count, whether PyTorch is the newer one."""
+        rng = self.rng
+        return (int(rng.integers(800, 90_000)), str(rng.choice(["ALLREDUCE", "_REDUCE_SCATTER_BASE", "_ALLGATHER_BASE"])),
+                int(rng.choice([9801523, 2106881, 544997376, 5056])), bool(rng.random() < 0.5))
+
+    def _gpu_hang(self, t: int, run: _Run, rank: int) -> int:
+        """The GPU of ``rank`` stops: every rank's watchdog times out 10 minutes later, the job fails."""
+        rng = self.rng
+        seq, op, numel, new = self._collective()
+        fired = t + 600 * S - int(rng.integers(0, 3 * S))
+        times, lines = [], []
+        for r in range(run.ranks):
+            a, b = self._watchdog(run, r, fired + int(rng.integers(0, 900_000)), seq, seq + int(rng.integers(0, 4)),
+                                  seq - 1, op, numel, new)
+            times += a
+            lines += b
+        self._job(run, times, lines)
+        done = self._abort(run, max(times) + 2 * S, (rank + 1) % run.ranks, "Aborted (core dumped)")
+        end = done + 30 * S
+        self._fail(run, t, end, "FAILED", "WEXITSTATUS 1", "1:0")
+        return end
+
+    def _fatal_xid(self, t: int, run: _Run) -> None:
+        """A node-fault Xid on one GPU: uncorrectable ECC (48, 64, 94, 95: the rank's CUDA call fails, the
+        job aborts) or the GSP stops answering (119, 120: the GPU hangs, every rank's watchdog fires)."""
+        rng = self.rng
+        rank, node, g, pid = self._pick(run)
+        gpu, code = node.gpus[g], int(rng.choice(FATAL_XIDS))
+        head, anon = f"NVRM: Xid (PCI:{gpu.pci}): {code}, ", "pid='<unknown>', name=<unknown>, "
+        addr = int(rng.integers(0x1000000, 0xfffffffff))
+        lines = [f"NVRM: GPU at PCI:{gpu.pci}: {gpu.uuid}"]
+        if code == 48:
+            lines.append(head + anon + f"An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer "
+                                       f"at physAddr 0x{addr:x} partition {int(rng.integers(0, 20))}, "
+                                       f"subpartition {int(rng.integers(0, 4))}.")
+            if rng.random() < 0.5:
+                lines.append(f"NVRM: Xid (PCI:{gpu.pci}): 63, " + anon +
+                             f"Row Remapper: New row (0x{addr:016x}) marked for remapping, reset gpu to activate.")
+        elif code == 64:
+            lines.append(head + anon + f"Row Remapper: Failed to remap row (0x{addr:016x}): no spare rows left in bank "
+                                       f"{int(rng.integers(0, 16))}, reset gpu and run field diagnostics.")
+        elif code == 94:
+            lines.append(head + f"pid={pid}, name=python, Contained: SM (0x1). RST: No, D-RST: No")
+        elif code == 95:
+            lines.append(head + f"pid={pid}, name=python, Uncontained: LTC TAG (0x2,0x0). RST: Yes, D-RST: No")
+        elif code == 119:
+            ctl = f"(0x{int(rng.choice([0x20802a02, 0x20809004, 0x90cc0301])):08x} 0x{int(rng.integers(1, 0x700)):x})"
+            rpc = head + f"pid={pid}, name=python, Timeout after 6s of waiting for RPC response from GPU{g} GSP! " \
+                         f"Expected function 76 (GSP_RM_CONTROL) {ctl}."
+            lines.append(rpc)
+            self._kernel(node, t + 6 * S, rpc)
+            self._kernel(node, t + 12 * S, rpc)
+        else:  # 120: the real sample
+            store = bool(rng.random() < 0.5)
+            lines = _real("xid120", pci=gpu.pci, uuid=gpu.uuid, access="store" if store else "load",
+                          cause="0xf" if store else "0xd", pc=f"0x{int(rng.integers(0x1300000, 0x1500000)):x}",
+                          part=int(rng.integers(2, 5)), task=3, libos=int(rng.integers(4, 6)), ts=(t - node.boot) // S)
+        self._kernel(node, t, *lines)
+        if code in (119, 120):
+            node.state = "drain"
+            end = self._gpu_hang(t, run, rank)
+            self._drain(node, end + int(rng.integers(60, 90)) * S, "Kill task failed")
+        else:
+            self._traceback(run, t + S // 2, rank, ("trainer.py", 171, "training_step", "loss.backward()"), CUDA_ECC)
+            done = self._abort(run, t + S, rank, "Exited with exit code 1")
+            end = done + int(rng.integers(5, 30)) * S
+            self._fail(run, t, end, "FAILED", "WEXITSTATUS 1", "1:0")
+            if code != 94:  # a contained error leaves the GPU usable
+                node.state = "drain"
+                self._drain(node, end + int(rng.integers(20, 120)) * S, f"NHC: nv_health: GPU {g} Xid {code}")
+        self._record("fatal_xid", t, run, node, gpu, "gpu_xid", code)
+
+    def _net_errors(self, run: _Run, t: int, hit: list[_Node], k: int) -> None:
+        """NCCL's IB transport fails on the ranks using rail ``k`` of the ``hit`` nodes; the job aborts."""
+        rng, gpus = self.rng, run.gpus
+        w = t + int(rng.integers(2 * S, 8 * S))
+        plugin = rng.random() < 0.4
+        pairs = []
+        for node in hit[:2]:
+            rank = run.nodes.index(node) * gpus + k % gpus
+            peer = (rank + gpus) % run.ranks
+            pairs += [(rank, node, run.where(peer)[0], "Recv"), (peer, run.where(peer)[0], node, "Send")]
+        for rank, me, other, side in pairs:
+            prefix, port = run.prefix(rank, 63), int(rng.integers(32768, 61000))
+            if plugin:
+                lines = _real("ib_warn_plugin", prefix=prefix, peer=other.ib_ip, port=port, err=12, opcode=0, len=0,
+                              vendor=129, side=side, lgid=me.ib_ip, rgid=other.ib_ip)
+            else:
+                lines = _real("ib_warn", prefix=prefix, peer=f"fe80::966d:ae03:{other.index:x}:{0xdf00 + k:x}%ib{k}",
+                              port=port, err=12, opcode=0, len=0, vendor=129, side=side)
+            self._job(run, [w + i * 300 for i in range(len(lines))], lines)
+            w += 400_000
+        rank = pairs[0][0]
+        pg = f"[PG ID 0 PG GUID 0(default_pg) Rank {rank}]"
+        self._job(run, w + 3 * S, [
+            f"[rank{rank}]:[E{_c10(w + 3 * S + run.skew(rank))} ProcessGroupNCCL.cpp:1595] {pg} Process group watchdog "
+            f"thread terminated with exception: NCCL error: remote process exited or there was a network error, "
+            f"NCCL version {NCCL_VERSION}",
+            "ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.",
+            "terminate called after throwing an instance of 'c10::DistBackendError'"])
+        done = self._abort(run, w + 5 * S, rank, "Aborted (core dumped)")
+        self._fail(run, t, done + int(rng.integers(10, 40)) * S, "FAILED", "WEXITSTATUS 1", "1:0")
+
+    def _ib_switch(self, t: int, run: _Run) -> None:
+        """A leaf switch fails: one rail's links go down on all of its 4-8 consecutive nodes within a
+        minute; every multi-node job on them fails with NCCL network errors (one record per job)."""
+        rng, n = self.rng, len(self.nodes)
+        size = min(self.leaf, n)
+        if size < 4:  # no leaf switch with several nodes in so small a cluster
+            self._ib_link_down(t, run)
+            return
+        target = run.nodes[int(rng.integers(len(run.nodes)))]
+        lo = min(target.index - target.index % size, n - size)
+        k = int(rng.integers(target.hcas))
+        offsets = np.sort(rng.integers(0, 50 * S, size))
+        offsets = (offsets - offsets[0])[rng.permutation(size)].tolist()
+        pci = f"0000:{HCA_BUS[k]}:00.0"
+        back = t + int(rng.integers(8, 25)) * MINUTE
+        down: dict[str, int] = {}
+        for node, off in zip(self.nodes[lo:lo + size], offsets):
+            if self.dead_at[node.index] <= t:
+                continue
+            down[node.name] = t + off
+            self._kernel(node, t + off, f"mlx5_core {pci} mlx5_{k}: Port: 1 Link DOWN")
+            up = back + off + int(rng.integers(0, 3 * S))
+            init, active = _real("link_up", pci=pci, k=k)
+            self._kernel(node, up, init)
+            self._kernel(node, up + int(rng.integers(S, 4 * S)), active)
+        runs = [r for r in self.live if not r.doomed and not r.ended and len(r.nodes) > 1 and r.start + MINUTE < t
+                and t + 2 * MINUTE < r.end and r.job.id not in self.hit and any(x.name in down for x in r.nodes)]
+        for r in runs:
+            hit = sorted((x for x in r.nodes if x.name in down), key=lambda x: down[x.name])
+            first = down[hit[0].name]
+            self._net_errors(r, first, hit, k)
+            self._record("ib_switch", first, r, hit[0], None, "ib_link_down", None, nodes=sorted(x.name for x in hit),
+                         switch_nodes=sorted(down))
+
+    def _hung_rank(self, t: int, run: _Run) -> None:
+        """One rank stops issuing collectives (a deadlock in user code, a stuck data loader): no kernel
+        or Slurm event; 10 minutes later every other rank's watchdog times out on collective N with
+        N-1 completed, while the hung rank prints nothing or times out on N-1 (it never enqueued N)."""
+        rng = self.rng
+        hung, node, _, _ = self._pick(run)
+        seq, op, numel, new = self._collective()
+        silent = rng.random() < 0.5
+        fired = t + 600 * S + int(rng.integers(0, 2 * S))
+        times, lines = [], []
+        for r in range(run.ranks):
+            if r == hung:
+                if silent:
+                    continue
+                a, b = self._watchdog(run, r, fired - int(rng.integers(S, 20 * S)), seq - 1, seq - 1, seq - 2, op, numel, new)
+            else:
+                a, b = self._watchdog(run, r, fired + int(rng.integers(0, 900_000)), seq, seq + int(rng.integers(0, 3)),
+                                      seq - 1, op, numel, new)
+            times += a
+            lines += b
+        self._job(run, times, lines)
+        done = self._abort(run, max(times) + 2 * S, (hung + 1) % run.ranks, "Aborted (core dumped)")
+        self._fail(run, t, done + int(rng.integers(10, 40)) * S, "FAILED", "WEXITSTATUS 1", "1:0")
+        self._record("hung_rank", t, run, node, None, "nccl_timeout", None, rank=hung,
+                     evidence_ts=_utc(min(times)).isoformat())
+
+    def _node_crash(self, t: int, run: _Run) -> None:
+        """A node dies (hard hang, power): its logs stop, slurmctld marks it DOWN after SlurmdTimeout,
+        the other ranks lose their peers; the job ends NODE_FAIL. The node stays down. When the batch
+        host (the job's first node) is the one that died, the job's output just stops too."""
+        rng = self.rng
+        if len(self.crashed) >= max(1, len(self.nodes) // 4):  # keep most of the cluster up
+            return
+        k = int(rng.integers(1, len(run.nodes))) if rng.random() < 0.75 else 0
+        node, gpus = run.nodes[k], run.gpus
+        node.state = "down"
+        self.dead_at[node.index] = t
+        self.crashed.append(node)
+        seen = t + int(rng.integers(30, 100)) * S
+        down = seen + 200 * S
+        self._ctl(seen, f"error: Nodes {node.name} not responding")
+        self._ctl(seen + 100 * S, f"error: Nodes {node.name} not responding")
+        self._ctl(down, f"error: Nodes {node.name} not responding, setting DOWN",
+                  f"Killing JobId={run.id} on failed node {node.name}")
+        if k:
+            w = t + int(rng.integers(2 * S, 20 * S))
+            socket = rng.random() < 0.4
+            for r, side in (((k * gpus - 1) % run.ranks, "Send"), (((k + 1) * gpus) % run.ranks, "Recv")):
+                prefix, port = run.prefix(r, 63), int(rng.integers(32768, 61000))
+                if socket:
+                    lines = _real("socket_closed", prefix=prefix, peer=node.name, port=port,
+                                  op=f"0x{int(rng.integers(0x55d000000000, 0x55dfffffffff)):x}")
+                else:
+                    lines = _real("ib_warn", prefix=prefix, peer=node.ib_ip, port=port, err=12, opcode=0, len=0,
+                                  vendor=129, side=side)
+                pg = f"[PG ID 0 PG GUID 0(default_pg) Rank {r}]"
+                lines += [f"[rank{r}]:[E{_c10(w + 3 * S + run.skew(r))} ProcessGroupNCCL.cpp:1595] {pg} Process group "
+                          f"watchdog thread terminated with exception: NCCL error: remote process exited or there was a "
+                          f"network error, NCCL version {NCCL_VERSION}",
+                          "terminate called after throwing an instance of 'c10::DistBackendError'"]
+                self._job(run, [w + i * 300 + (3 * S if i >= len(lines) - 2 else 0) for i in range(len(lines))], lines)
+                w += 500_000
+            alive = [(n, range(i * gpus, (i + 1) * gpus)) for i, n in enumerate(run.nodes) if i != k]
+            self._job(run, [w + 5 * S + i * 2000 for i in range(len(alive))],
+                      [f"srun: error: {n.name}: tasks {_ranges(list(ranks))}: Aborted (core dumped)" for n, ranks in alive])
+            self._job(run, [down + S, down + S, down + S + 2000], [
+                f"srun: error: Node failure on {node.name}",
+                "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.",
+                f"slurmstepd: error: *** JOB {run.id} ON {run.nodes[0].name} CANCELLED AT {_iso(down + run.skew0)} DUE TO "
+                "NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***"])
+        self._fail(run, t, down + 2 * S, "NODE_FAIL", None, "0:0")
+        self._record("node_crash", t, run, node, None, "slurm_node_not_responding", None, evidence_ts=_utc(seen).isoformat())
+
+    def _xid_noise(self, t: int, run: _Run) -> None:
+        """An application Xid (13 or 31) that the job survives; no incident."""
+        rng = self.rng
+        _, node, g, pid = self._pick(run)
+        gpu = node.gpus[g]
+        run.noisy = True
+        v = int(rng.integers(3))
+        if v < 2:
+            lines = _real("xid13", pci=gpu.pci, pid="'<unknown>'" if v == 0 else pid, name="<unknown>" if v == 0 else "python",
+                          gpc=int(rng.integers(0, 8)), tpc=int(rng.integers(0, 9)))
+        else:
+            lines = _real("xid31", pci=gpu.pci, pid=pid, name="python", ch=f"{int(rng.integers(8, 64)):08x}",
+                          addr=f"0x7f{int(rng.integers(16, 255)):02x}_{int(rng.integers(0, 1 << 32)):08x}")
+        self._kernel(node, t, *lines)
+
+    def _killed_xids(self, t: int, run: _Run) -> None:
+        """Xid 43 then 45 on a GPU whose process was killed (a cancelled job); no incident."""
+        rng = self.rng
+        _, node, g, pid = self._pick(run)
+        gpu = node.gpus[g]
+        ch = f"{int(rng.integers(8, 64)):08x}"
+        self._kernel(node, t, f"NVRM: Xid (PCI:{gpu.pci}): 43, pid={pid}, name=python, Ch {ch}")
+        self._kernel(node, t + int(rng.integers(50_000, 400_000)),
+                     *_real("xid45", pci=gpu.pci, pid="'<unknown>'", name="<unknown>", ch=ch))
 
     def _repaired(self, t: int, node: _Node, lines: list[str]) -> None:
         node.state, node.fallen = "idle", None

@@ -41,6 +41,7 @@ class Cause:
     action: str
     symptom: bool = False
     lead_s: float | None = None  # how long before the onset it can cause it (default: onset_window_s)
+    needs: tuple[str, ...] = ()  # kinds in the job's own output that must corroborate it
     attrs: tuple[tuple[str, str], ...] = ()  # only events whose attrs have these values
 
 
@@ -60,14 +61,15 @@ class Causes:
         entry wins: one whose attrs condition matches over the plain one)."""
         ev = events.filter(pl.col("kind").is_in(self.kinds()))
         cols = {"weight": pl.Float64, "category": pl.String, "action": pl.String, "symptom": pl.Boolean,
-                "lead_s": pl.Float64}
+                "lead_s": pl.Float64, "needs": pl.List(pl.String)}
         out = {name: pl.lit(None, dtype=dtype) for name, dtype in cols.items()}
         for cause in sorted(self.causes.values(), key=lambda c: len(c.attrs)):
             match = pl.col("kind") == cause.kind
             for key, value in cause.attrs:
                 match = match & (pl.col("attrs").str.json_path_match(f"$.{key}") == value)
-            for name in cols:
-                out[name] = pl.when(match).then(pl.lit(getattr(cause, name))).otherwise(out[name])
+            for name, dtype in cols.items():
+                value = pl.lit(list(cause.needs), dtype=dtype) if name == "needs" else pl.lit(getattr(cause, name))
+                out[name] = pl.when(match).then(value).otherwise(out[name])
         ev = ev.with_columns(expr.alias(name) for name, expr in out.items()).filter(pl.col("weight").is_not_null())
         # gpu_xid: the Xid catalog (merged into attrs at ingest) tells whose fault it is
         xid = pl.col("kind") == "gpu_xid"
@@ -101,6 +103,7 @@ def _load_causes(paths: tuple[Path, ...]) -> Causes:
             for entry in doc.get("cause", []):
                 cause = Cause(entry["kind"], float(entry["weight"]), entry.get("category", "unknown"),
                               entry.get("action", ""), bool(entry.get("symptom", False)), entry.get("lead_s"),
+                              tuple(entry.get("needs", [])),
                               tuple(sorted((k, str(v)) for k, v in entry.get("attrs", {}).items())))
                 if cause.category not in CATEGORIES:
                     raise ValueError(f"category {cause.category!r} not one of {', '.join(CATEGORIES)}")
@@ -199,6 +202,8 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes) -> pl.DataFrame:
     """
     sc = causes.scoring
     skew = timedelta(seconds=sc.get("skew_s", 5))
+    if "approx" not in events.columns:  # times placed from neighbouring lines (see run_events)
+        events = events.with_columns(pl.lit(False).alias("approx"))
     ev = causes.annotate(events.filter(pl.col("job_id").is_null() | (pl.col("job_id") == run.job_id)))
     if run.end is not None:
         ev = ev.filter(pl.col("ts").is_null() | (pl.col("ts") <= run.end + timedelta(minutes=10)))
@@ -207,15 +212,21 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes) -> pl.DataFrame:
     # the onset: the first symptom, or the first error the job itself printed, or the end
     first_signs = ev.filter(pl.col("symptom") | (pl.col("job_id") == run.job_id), pl.col("ts").is_not_null())
     onset = first_signs.get_column("ts").min() if first_signs.height else run.end
-    groups = (ev.sort("ts", nulls_last=True)
-              .group_by("node", "kind", "code", "gpu", maintain_order=True)
+    # repeats of one event close together are one candidate; the same event an hour apart is two
+    same = ["node", "kind", "code", "gpu"]
+    episode = (pl.col("ts").diff().over(same) > timedelta(seconds=sc.get("episode_gap_s", 600))).fill_null(False)
+    groups = (ev.sort("ts", nulls_last=True).with_columns(episode.cum_sum().over(same).alias("_episode"))
+              .group_by(*same, "_episode", maintain_order=True)
               .agg(pl.col("ts").min(), pl.len().alias("count"), pl.col("message").first(),
                    pl.col("weight").first(), pl.col("category").first(), pl.col("action").first(),
-                   pl.col("symptom").first(), pl.col("lead_s").first(), pl.col("rank").drop_nulls().first()))
-    groups = pl.concat([groups, _stalls(events, run, sc)], how="diagonal_relaxed")
-    spread = groups.filter(pl.col("node").is_not_null()).group_by("kind").agg(pl.col("node").n_unique().alias("_nodes"))
-    groups = groups.join(spread, on="kind", how="left", maintain_order="left")
-    first_cause = groups.filter(~pl.col("symptom"), pl.col("ts").is_not_null()).get_column("ts").min()
+                   pl.col("symptom").first(), pl.col("lead_s").first(), pl.col("needs").first(), pl.col("approx").all(),
+                   pl.col("rank").drop_nulls().first()))
+    groups = (pl.concat([groups.drop("_episode"), _stalls(events, run, sc)], how="diagonal_relaxed")
+              .with_columns(pl.col("approx").fill_null(False)))
+    spread = (groups.filter(pl.col("node").is_not_null()).group_by("kind", "code")
+              .agg(pl.col("node").n_unique().alias("_nodes")))
+    groups = groups.join(spread, on=["kind", "code"], how="left", maintain_order="left", nulls_equal=True)
+    first_cause = groups.filter(~pl.col("symptom"), ~pl.col("approx"), pl.col("ts").is_not_null()).get_column("ts").min()
     ts = pl.col("ts")
     terms = [pl.col("weight"),
              pl.when((pl.col("_nodes") == 1) & (len(run.nodes) > 1)).then(sc.get("unique_node", 10)).otherwise(0)]
@@ -227,10 +238,16 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes) -> pl.DataFrame:
                   pl.when(ts > _lit(onset) + late).then(sc.get("after_onset", -25)).otherwise(0)]
     if run.start is not None:
         terms.append(pl.when(ts < _lit(run.start) - skew).then(sc.get("before_start", -40)).otherwise(0))
+    own = events.filter(pl.col("job_id") == run.job_id)
+    if own.filter(pl.col("source") == "nccl").height:  # the job logs NCCL/PyTorch output: it can corroborate
+        seen = own.get_column("kind").unique().to_list()
+        terms.append(pl.when(pl.col("needs").list.len() > 0, ~pl.col("needs").list.eval(pl.element().is_in(seen)).list.any())
+                     .then(sc.get("uncorroborated", -50)).otherwise(0))
     if first_cause is not None:
-        terms.append(pl.when(~pl.col("symptom") & (ts <= _lit(first_cause) + skew)).then(sc.get("earliest", 5)).otherwise(0))
+        terms.append(pl.when(~pl.col("symptom") & ~pl.col("approx") & (ts <= _lit(first_cause) + skew))
+                     .then(sc.get("earliest", 5)).otherwise(0))
     score = pl.sum_horizontal([t.fill_null(0) for t in terms])
-    return (groups.with_columns(score.alias("score")).drop("_nodes", "weight", "lead_s")
+    return (groups.with_columns(score.alias("score")).drop("_nodes", "weight", "lead_s", "needs")
             .sort(["score", "ts"], descending=[True, False], nulls_last=True))
 
 
@@ -286,8 +303,7 @@ def confidence(ranked: pl.DataFrame) -> float:
     if ranked.is_empty():
         return 0.0
     top = ranked.row(0, named=True)
-    rivals = ranked.slice(1).filter((pl.col("node") != top["node"]) | (pl.col("category") != top["category"])
-                                    | pl.col("node").is_null())
+    rivals = ranked.slice(1).filter(pl.col("node").ne_missing(top["node"]) | (pl.col("category") != top["category"]))
     margin = top["score"] - (rivals.get_column("score").max() or 0.0)
     return round(min(0.99, max(0.3, 0.5 + margin / 80)), 2)
 
@@ -297,14 +313,16 @@ def confidence(ranked: pl.DataFrame) -> float:
 
 def run_events(store: Store, run: Run, before: timedelta, after: timedelta) -> pl.DataFrame:
     """Every event on the run's nodes from ``before`` its start to ``after`` its end, plus the job's
-    own output and records (whatever their node). Lines without a time of their own (NCCL INFO)
-    are placed by the nearest stamped line before them in the same file, so that a requeued
-    job's earlier runs stay out."""
+    own output and records (whatever their node). Lines without a time of their own (NCCL INFO,
+    tracebacks) take the time of the next stamped line in the same file, else the run's end, else
+    the previous stamped line (column ``approx`` says so): a bound that never puts them too early.
+    It also keeps a requeued job's earlier runs out."""
     anchor_lo, anchor_hi = run.start or run.end, run.end or run.start
     since = anchor_lo - before if anchor_lo else None
     until = anchor_hi + after if anchor_hi else None
     on_nodes = search(store, since=since, until=until, nodes=run.nodes or None).collect()
-    placed = pl.coalesce("ts", pl.col("ts").forward_fill().over("file_id"), pl.col("ts").backward_fill().over("file_id"))
+    end = pl.lit(run.end, dtype=pl.Datetime("us", "UTC"))
+    placed = pl.coalesce("ts", pl.col("ts").backward_fill().over("file_id"), end, pl.col("ts").forward_fill().over("file_id"))
     # the job's output: its stamped lines near the run, and its unstamped ones (placed between them)
     near = (since - timedelta(days=1), until + timedelta(days=1)) if since and until else (None, None)
     mine = search(store, since=near[0], until=near[1], job=run.job_id, undated=True).collect()
@@ -312,7 +330,8 @@ def run_events(store: Store, run: Run, before: timedelta, after: timedelta) -> p
     inside = pl.col("_at").is_null()
     if since is not None and until is not None:
         inside = inside | pl.col("_at").is_between(since, until)
-    mine = mine.filter(inside).drop("_at")
+    mine = mine.filter(inside).with_columns(pl.col("ts").is_null().alias("approx"), pl.col("_at").alias("ts")).drop("_at")
+    on_nodes = on_nodes.with_columns(pl.lit(False).alias("approx"))
     return pl.concat([on_nodes, mine]).unique(subset=["file_id", "offset", "kind"], keep="first", maintain_order=True)
 
 

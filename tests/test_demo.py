@@ -15,7 +15,7 @@ START = datetime(2026, 11, 20, tzinfo=timezone.utc)
 RFC3164 = re.compile(r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d gpu\d{3} [\w.-]+(?:\[\d+\])?: \S")
 SLURMCTLD = re.compile(r"^\[\d{4}-\d\d-\d\dT[\d:.]+\] ")
 DMESG = re.compile(r"^\[ *(\d+\.\d{6})\] ")
-INCIDENT_KEYS = {"type", "node", "gpu", "job_id", "ts", "kind", "code"}
+INCIDENT_KEYS = {"type", "node", "nodes", "gpu", "job_id", "ts", "kind", "code", "category"}
 
 
 @pytest.fixture(scope="module")
