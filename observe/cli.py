@@ -290,6 +290,52 @@ def nodes_cmd(
                                             ("last", 19), ("kinds", 36), ("last_message", 0)])
 
 
+@app.command("patterns")
+def patterns_cmd(
+    since: Annotated[str, typer.Option(help="Window start: ISO time or span before now.")] = "1h",
+    until: Annotated[Optional[str], typer.Option(help="Window end (default now).")] = None,
+    baseline: Annotated[str, typer.Option(help="Compare with this span just before the window.")] = "24h",
+    node: Annotated[Optional[str], typer.Option(help="Slurm hostlist, e.g. gpu[001-004,010].")] = None,
+    source: Annotated[Optional[list[str]], typer.Option(help="Source (repeatable).")] = None,
+    min_count: Annotated[int, typer.Option(help="Fewest lines in the window for a template to be reported.")] = 3,
+    min_ratio: Annotated[float, typer.Option(help="How many times its baseline rate makes a template unusually frequent.")] = 5.0,
+    all_: Annotated[bool, typer.Option("--all", help="List every template of the window, most frequent first (no baseline).")] = False,
+    limit: Annotated[int, typer.Option(help="Most rows to print (0 = all).")] = 50,
+    fmt: Annotated[str, typer.Option("--format", help="table or json (one object per line).")] = "table",
+    store: StoreOpt = None,
+) -> None:
+    """Message templates that are new or unusually frequent in a window against a baseline.
+
+    Messages are masked (numbers, hex, addresses, ids; queries/patterns.toml) and clustered into
+    templates the way Drain does; a template is new when the baseline never had it, frequent when
+    its rate is --min-ratio times the baseline's.
+
+    Example: observe patterns --since 2h --baseline 7d --node 'gpu[001-064]'
+    """
+    from datetime import timezone
+
+    from queries.patterns import compare, mine
+
+    if fmt not in ("table", "json"):
+        _fail(f"unknown format {fmt!r}: use table or json")
+    start, end = _time(since), _time(until) or datetime.now(timezone.utc)
+    try:
+        span = parse_span(baseline)
+        nodes = expand_nodes(node) if node else None
+    except ValueError as exc:
+        _fail(str(exc))
+    st = _store(store)
+    window = search(st, since=start, until=end, nodes=nodes, sources=source)
+    if all_:
+        found = mine(window)
+        columns = [("count", 8), ("nodes", 5), ("last_ts", 19), ("template", 0)]
+    else:
+        found = compare(window, search(st, since=start - span, until=start, nodes=nodes, sources=source),
+                        window_span=end - start, baseline_span=span, min_count=min_count, min_ratio=min_ratio)
+        columns = [("status", 8), ("count", 7), ("baseline_count", 14), ("nodes", 5), ("last_ts", 19), ("template", 0)]
+    _print_frame(found.head(limit) if limit else found, fmt, columns)
+
+
 @app.command("stats")
 def stats_cmd(store: StoreOpt = None) -> None:
     """What the store holds, per source and day (segments, rows, bytes)."""
