@@ -351,7 +351,7 @@ def explain(store: Store, job_id: str, at: datetime | None = None, before: timed
     causes = load_causes()
     ranked = candidates(events, run, causes)
     root = None
-    if ranked.height:
+    if ranked.height and (run.state or "").split()[:1] != ["COMPLETED"]:
         top = ranked.row(0, named=True)
         root = {k: top[k] for k in ("node", "kind", "code", "gpu", "ts", "message", "category", "action", "rank", "score")}
         root["confidence"] = confidence(ranked)
@@ -388,7 +388,9 @@ def report(e: Explanation) -> list[str]:
     lines = [f"job {e.job_id}  {e.state or 'state unknown'}  exit {e.exit_code or '-'}  "
              f"{len(e.nodes)} node(s) {nodes}  {when(e.start)} -> {when(e.end)} UTC", ""]
     r = e.root_cause
-    if r is None:
+    if r is None and (e.state or "").startswith("COMPLETED"):
+        lines.append("ROOT CAUSE  none: the job completed (candidates below are context only)")
+    elif r is None:
         lines.append("ROOT CAUSE  none found: no event on the job's nodes or in its output explains it")
     else:
         what = r["kind"] + (f" {r['code']}" if r["code"] is not None else "")

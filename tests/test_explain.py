@@ -138,3 +138,15 @@ def test_explain_end_to_end_and_cli(store, tmp_path) -> None:
     assert xml.dom.minidom.parseString(svg).getElementsByTagName("circle").length >= 3  # marks + the ring
     missing = runner.invoke(app, ["explain", "8", "--store", str(store.root)])
     assert missing.exit_code == 2 and missing.output.count("\n") == 1 and "no Slurm record" in missing.output
+
+
+def test_completed_job_has_no_root_cause(store) -> None:
+    rows = [ev("slurm_job_start", "ctl1", -600, "slurm", job_id="9", attrs={"nodes": "gpu001"}),
+            ev("slurm_job_end", "ctl1", 600, "slurm", job_id="9", attrs={"state": "COMPLETED", "exit_code": "0:0"}),
+            ev("ib_link_down", "gpu001", 0)]
+    for i, row in enumerate(rows):
+        row["offset"] = i
+    store.write(frame(rows))
+    result = explain(store, "9")
+    assert result.state == "COMPLETED" and result.root_cause is None
+    assert result.candidates and result.candidates[0]["kind"] == "ib_link_down"  # kept as context
