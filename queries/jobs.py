@@ -26,7 +26,10 @@ def runs(events: pl.LazyFrame) -> pl.DataFrame:
     attr = pl.col("attrs").str.json_path_match
     rec = (events.filter(pl.col("kind").is_in(RUN_KINDS), pl.col("job_id").is_not_null())
            .select("job_id", "kind", "ts", "code",
-                   attr("$.nodes").alias("nodelist"), attr("$.state").alias("state"),
+                   attr("$.nodes").alias("nodelist"), pl.coalesce(attr("$.state"), _state_from_status()).alias("state"),
+                   # which state to believe: a job record's, then one derived from slurmctld, then a requeue
+                   pl.when(attr("$.state").is_not_null()).then(0).when(pl.col("kind") == "slurm_job_requeue")
+                   .then(2).otherwise(1).alias("_trust"),
                    attr("$.exit_code").alias("exit_code"), tp.iso(attr("$.start")).alias("a_start"),
                    tp.iso(attr("$.end")).alias("a_end"))
            .collect())
@@ -56,15 +59,22 @@ def runs(events: pl.LazyFrame) -> pl.DataFrame:
             .select(list(RUN_SCHEMA)).sort("job_id", "start", nulls_last=True))
 
 
+def _state_from_status() -> pl.Expr:
+    """slurmctld's ``_job_complete: JobId=N WEXITSTATUS 1`` / ``WTERMSIG 9`` as a job state."""
+    status = pl.col("attrs").str.json_path_match("$.status")
+    return (pl.when(status == "WTERMSIG").then(pl.lit("FAILED"))
+            .when((status == "WEXITSTATUS") & (pl.col("code") == 0)).then(pl.lit("COMPLETED"))
+            .when(status == "WEXITSTATUS").then(pl.lit("FAILED")))
+
+
 def _moments(rec: pl.DataFrame) -> pl.DataFrame:
     """Rows within SAME_MOMENT of the previous one of the same job are one moment (first non-null
-    value of each column wins; a job record's state over a REQUEUED guess)."""
+    value of each column wins, the most trusted first)."""
     if rec.is_empty():
         return rec.select("job_id", "at", "state", "exit_code", "nodelist", "a_start")
     rec = rec.sort("job_id", "at").with_columns(
         (pl.col("at").diff().over("job_id").fill_null(SAME_MOMENT * 2) > SAME_MOMENT).cum_sum().alias("_m"))
-    return (rec.with_columns((pl.col("state") == "REQUEUED").alias("_guess"))
-            .sort("job_id", "_m", "_guess")
+    return (rec.sort("job_id", "_m", "_trust", maintain_order=True)
             .group_by("job_id", "_m", maintain_order=True)
             .agg(pl.col("at").min(), pl.col("state").drop_nulls().first(), pl.col("exit_code").drop_nulls().first(),
                  pl.col("nodelist").drop_nulls().first(), pl.col("a_start").drop_nulls().first())

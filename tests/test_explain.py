@@ -150,3 +150,10 @@ def test_completed_job_has_no_root_cause(store) -> None:
     result = explain(store, "9")
     assert result.state == "COMPLETED" and result.root_cause is None
     assert result.candidates and result.candidates[0]["kind"] == "ib_link_down"  # kept as context
+
+
+def test_state_from_slurmctld_lines_alone() -> None:
+    rows = [ev("slurm_job_start", "ctl1", 0, "slurm", job_id="5", attrs={"nodes": "gpu[001-002]"}),
+            ev("slurm_job_end", "ctl1", 60, "slurm", job_id="5", code=1, attrs={"status": "WEXITSTATUS"})]
+    (run,) = job_runs(frame(rows).lazy(), "5")
+    assert (run.state, run.exit_code, run.nodes) == ("FAILED", "1", ["gpu001", "gpu002"])
