@@ -9,11 +9,12 @@ sequence numbers) and ranks that went silent point at their node when no event d
 """
 from __future__ import annotations
 
+import json
 import math
 import tomllib
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 
 import hostlist
@@ -56,21 +57,28 @@ class Causes:
     def kinds(self) -> list[str]:
         return sorted({c.kind for c in self.causes.values()})
 
+    @cached_property
+    def table(self) -> pl.DataFrame:
+        """The entries as a frame: kind, the attrs condition (``cond``, JSON or null) and the values."""
+        rows = [{"kind": c.kind, "cond": json.dumps(dict(c.attrs)) if c.attrs else None, "weight": c.weight,
+                 "category": c.category, "action": c.action, "symptom": c.symptom, "lead_s": c.lead_s,
+                 "needs": list(c.needs)} for c in self.causes.values()]
+        return pl.DataFrame(rows, schema={"kind": pl.String, "cond": pl.String, "weight": pl.Float64,
+                                          "category": pl.String, "action": pl.String, "symptom": pl.Boolean,
+                                          "lead_s": pl.Float64, "needs": pl.List(pl.String)})
+
     def annotate(self, events: pl.DataFrame) -> pl.DataFrame:
-        """Events of catalogued kinds with weight, category, action and symptom (the most specific
-        entry wins: one whose attrs condition matches over the plain one)."""
-        ev = events.filter(pl.col("kind").is_in(self.kinds()))
-        cols = {"weight": pl.Float64, "category": pl.String, "action": pl.String, "symptom": pl.Boolean,
-                "lead_s": pl.Float64, "needs": pl.List(pl.String)}
-        out = {name: pl.lit(None, dtype=dtype) for name, dtype in cols.items()}
-        for cause in sorted(self.causes.values(), key=lambda c: len(c.attrs)):
-            match = pl.col("kind") == cause.kind
-            for key, value in cause.attrs:
+        """Events of catalogued kinds with weight, category, action, symptom, lead_s and needs (the
+        most specific entry wins: one whose attrs condition matches over the plain one)."""
+        table = self.table
+        plain = table.filter(pl.col("cond").is_null()).drop("cond")
+        ev = events.join(plain, on="kind", how="inner", maintain_order="left")
+        for row in table.filter(pl.col("cond").is_not_null()).iter_rows(named=True):
+            match = pl.col("kind") == row["kind"]
+            for key, value in json.loads(row["cond"]).items():
                 match = match & (pl.col("attrs").str.json_path_match(f"$.{key}") == value)
-            for name, dtype in cols.items():
-                value = pl.lit(list(cause.needs), dtype=dtype) if name == "needs" else pl.lit(getattr(cause, name))
-                out[name] = pl.when(match).then(value).otherwise(out[name])
-        ev = ev.with_columns(expr.alias(name) for name, expr in out.items()).filter(pl.col("weight").is_not_null())
+            ev = ev.with_columns(pl.when(match).then(pl.lit(row[name], dtype=table.schema[name])).otherwise(name).alias(name)
+                                 for name in plain.columns if name != "kind")
         # gpu_xid: the Xid catalog (merged into attrs at ingest) tells whose fault it is
         xid = pl.col("kind") == "gpu_xid"
         xid_cat = pl.col("attrs").str.json_path_match("$.category")
@@ -320,12 +328,11 @@ def run_events(store: Store, run: Run, before: timedelta, after: timedelta) -> p
     anchor_lo, anchor_hi = run.start or run.end, run.end or run.start
     since = anchor_lo - before if anchor_lo else None
     until = anchor_hi + after if anchor_hi else None
-    on_nodes = search(store, since=since, until=until, nodes=run.nodes or None).collect()
     end = pl.lit(run.end, dtype=pl.Datetime("us", "UTC"))
     placed = pl.coalesce("ts", pl.col("ts").backward_fill().over("file_id"), end, pl.col("ts").forward_fill().over("file_id"))
     # the job's output: its stamped lines near the run, and its unstamped ones (placed between them)
-    near = (since - timedelta(days=1), until + timedelta(days=1)) if since and until else (None, None)
-    mine = search(store, since=near[0], until=near[1], job=run.job_id, undated=True).collect()
+    on_nodes, mine = pl.collect_all([search(store, since=since, until=until, nodes=run.nodes or None),
+                                     search(store, since=since, until=until, job=run.job_id, undated=True)])
     mine = mine.sort("file_id", "offset").with_columns(placed.alias("_at"))
     inside = pl.col("_at").is_null()
     if since is not None and until is not None:
