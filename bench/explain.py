@@ -5,7 +5,8 @@ raw logs (the operator's way today: search every log for the job's nodes and id)
     python bench/explain.py --gb 5.5          # about 50 million events (a month of a 256-node cluster)
     python bench/explain.py --gb 0.1 --jobs 3 # a quick run
 
-Generates the logs with observe.demo (kept in --dir for later runs), ingests them once, then for
+Generates the logs with observe.demo (kept in --dir for later runs), ingests, compacts and indexes
+them once (as a long-running store is), then for
 --jobs failed jobs of the ground truth prints the median of 5 explain runs (in process, warm) and of
 `rg` searching all raw logs for the job's nodes and id, with the ratio and whether explain named
 the injected root cause. Needs `rg` (apt-get install ripgrep).
@@ -36,6 +37,7 @@ def main() -> None:
     from observe.demo import generate
     from observe.ingest import ingest_inputs
     from observe.store import Store
+    from queries import jobs
     from queries.explain import explain
 
     logs, store_dir = args.dir / "logs", args.dir / "store"
@@ -50,7 +52,12 @@ def main() -> None:
         t = time.perf_counter()
         summary = ingest_inputs([(str(f.path), {"source": f.format, "node": f.node, "job": f.job})
                                  for f in manifest.files], store)
-        print(f"  {summary.stored:,} events stored in {time.perf_counter() - t:.0f}s", flush=True)
+        print(f"  {summary.stored:,} events stored in {time.perf_counter() - t:.0f}s; compacting ...", flush=True)
+        t = time.perf_counter()
+        for partition in store.partitions():  # what a long-running store looks like: compacted, indexed
+            store.compact(partition)
+        jobs.write_index(store)
+        print(f"  compacted and indexed in {time.perf_counter() - t:.0f}s", flush=True)
         truth_file.write_text(json.dumps(manifest.incidents))
     incidents = json.loads(truth_file.read_text())
     events = sum(row["rows"] for row in store.stats().iter_rows(named=True))

@@ -68,6 +68,14 @@ def _summary(s: Summary) -> None:
     out.print(table)
 
 
+def _index_jobs(store: Store, summary: Summary) -> None:
+    """Refresh the job index (where each job's records are) when the run stored job records."""
+    from queries import jobs
+
+    if any(summary.kinds.get(kind) for kind in jobs.RUN_KINDS):
+        jobs.write_index(store)
+
+
 @app.command("ingest")
 def ingest_cmd(
     paths: Annotated[list[str], typer.Argument(help="Files, directories, globs, or - for stdin.")],
@@ -99,6 +107,7 @@ def ingest_cmd(
     except OSError as exc:
         _fail(f"{exc.filename or ''}: {exc.strerror or exc}")
     _summary(summary)
+    _index_jobs(_store(store), summary)
     for line in summary.failed:
         err.print(f"[red]error:[/red] {line}", highlight=False, soft_wrap=True)
     if summary.failed:
@@ -124,6 +133,7 @@ def demo_cmd(
     manifest = generate(logs, nodes=nodes, hours=hours, seed=seed)
     summary = ingest_inputs([(str(f.path), {"source": f.format, "node": f.node, "job": f.job}) for f in manifest.files], store)
     _summary(summary)
+    _index_jobs(store, summary)
     out.print(f"\n[bold]Injected incidents[/bold] (ground truth, {len(manifest.incidents)}):")
     for inc in manifest.incidents:
         out.print(f"  {inc['ts'][:19]}  job {inc['job_id']:>6}  {inc['type']:13} node={inc['node'] or '-'} gpu={inc['gpu'] or '-'}",
@@ -353,7 +363,7 @@ def stats_cmd(store: StoreOpt = None) -> None:
 
 @app.command("compact")
 def compact_cmd(store: StoreOpt = None) -> None:
-    """Merge each partition's small segments into one file (atomic, duplicates dropped)."""
+    """Merge each partition's small segments into one file (atomic, duplicates dropped); refresh the job index."""
     s = _store(store)
     merged = 0
     for part in s.partitions():
@@ -362,6 +372,10 @@ def compact_cmd(store: StoreOpt = None) -> None:
             merged += done[0]
             out.print(f"{part.source}/{part.date}: {done[0]} segments -> 1 ({done[1]} rows)")
     out.print(f"compacted {merged} segment(s)")
+    from queries import jobs
+
+    if s.partitions(sources=["slurm"]):
+        out.print(f"job index: {jobs.write_index(s)} run(s)")
 
 
 @app.command("rules")

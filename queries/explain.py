@@ -331,15 +331,15 @@ def run_events(store: Store, run: Run, before: timedelta, after: timedelta) -> p
     end = pl.lit(run.end, dtype=pl.Datetime("us", "UTC"))
     placed = pl.coalesce("ts", pl.col("ts").backward_fill().over("file_id"), end, pl.col("ts").forward_fill().over("file_id"))
     # the job's output: its stamped lines near the run, and its unstamped ones (placed between them)
-    on_nodes, mine = pl.collect_all([search(store, since=since, until=until, nodes=run.nodes or None),
-                                     search(store, since=since, until=until, job=run.job_id, undated=True)])
-    mine = mine.sort("file_id", "offset").with_columns(placed.alias("_at"))
+    mine = (search(store, since=since, until=until, job=run.job_id, undated=True)
+            .sort("file_id", "offset").with_columns(placed.alias("_at")))
     inside = pl.col("_at").is_null()
     if since is not None and until is not None:
         inside = inside | pl.col("_at").is_between(since, until)
     mine = mine.filter(inside).with_columns(pl.col("ts").is_null().alias("approx"), pl.col("_at").alias("ts")).drop("_at")
-    on_nodes = on_nodes.with_columns(pl.lit(False).alias("approx"))
-    return pl.concat([on_nodes, mine]).unique(subset=["file_id", "offset", "kind"], keep="first", maintain_order=True)
+    on_nodes = search(store, since=since, until=until, nodes=run.nodes or None).with_columns(pl.lit(False).alias("approx"))
+    return (pl.concat([on_nodes, mine]).unique(subset=["file_id", "offset", "kind"], keep="first", maintain_order=True)
+            .collect())
 
 
 def explain(store: Store, job_id: str, at: datetime | None = None, before: timedelta = timedelta(minutes=15),
@@ -348,7 +348,11 @@ def explain(store: Store, job_id: str, at: datetime | None = None, before: timed
 
     ExplainError when the store has no Slurm record of the job (or of a run at ``at``).
     """
-    runs = job_runs(search(store, kinds=jobs.RUN_KINDS, sources=["slurm"]), job_id)
+    first, last = jobs.span(store, job_id)  # the job index (refreshed by ingest) says where to read
+    day = timedelta(days=1)
+    records = search(store, kinds=jobs.RUN_KINDS, sources=["slurm"], since=first - day if first else None,
+                     until=last + day if last else None)
+    runs = job_runs(records, job_id)
     run = failed_run(runs, at)
     if run is None:
         when = f" running at {at.isoformat()}" if at and runs else ""

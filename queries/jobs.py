@@ -2,12 +2,15 @@
 start, end, state and exit code, from job records (jobcomp, sacct) and slurmctld lines alike."""
 from __future__ import annotations
 
-from datetime import timedelta
+import os
+from datetime import datetime, timedelta
+from pathlib import Path
 
 import hostlist
 import polars as pl
 
 from observe import timeparse as tp
+from observe.store import Store
 
 RUN_KINDS = ["slurm_job_start", "slurm_job_end", "slurm_job_requeue"]
 SAME_MOMENT = timedelta(minutes=2)  # a job record and the slurmctld line of the same start or end
@@ -22,6 +25,7 @@ def runs(events: pl.LazyFrame) -> pl.DataFrame:
 
     Starts and ends seen by several sources within two minutes are one start or end; each start
     is paired with the first end after it. ``end`` is null for a run still going when the logs end.
+    One lazy query: a single collect however few the rows.
     """
     attr = pl.col("attrs").str.json_path_match
     rec = (events.filter(pl.col("kind").is_in(RUN_KINDS), pl.col("job_id").is_not_null())
@@ -32,27 +36,25 @@ def runs(events: pl.LazyFrame) -> pl.DataFrame:
                    .then(2).otherwise(1).alias("_trust"),
                    attr("$.exit_code").alias("exit_code"), tp.iso(attr("$.start")).alias("a_start"),
                    tp.iso(attr("$.end")).alias("a_end"))
-           .collect())
+           .cache())
     starts = _moments(rec.filter(pl.col("kind") == "slurm_job_start")
                       .with_columns(pl.coalesce("a_start", "ts").alias("at")))
     ends = _moments(rec.filter(pl.col("kind") != "slurm_job_start").with_columns(
         pl.coalesce("a_end", "ts").alias("at"),
         pl.when(pl.col("kind") == "slurm_job_requeue").then(pl.lit("REQUEUED")).otherwise("state").alias("state"),
-        pl.coalesce("exit_code", pl.col("code").cast(pl.String)).alias("exit_code")))
-    if starts.is_empty() and ends.is_empty():
-        return pl.DataFrame(schema=RUN_SCHEMA)
+        pl.coalesce("exit_code", pl.col("code").cast(pl.String)).alias("exit_code"))).cache()
     right = ends.select("job_id", pl.col("at").alias("end"), pl.col("at").alias("_e"), "state", "exit_code",
                         pl.col("nodelist").alias("end_nodes")).sort("end")
     paired = (starts.select("job_id", pl.col("at").alias("start"), "nodelist").sort("start")
               .join_asof(right, left_on="start", right_on="end", by="job_id", strategy="forward",
-                         check_sortedness=False))
-    paired = paired.with_columns(pl.coalesce("nodelist", "end_nodes").alias("nodelist"))
+                         check_sortedness=False)
+              .with_columns(pl.coalesce("nodelist", "end_nodes").alias("nodelist"))).cache()
     # an end whose start is before the logs begin: a run with an unknown start
-    orphans = ends.join(paired.select("job_id", pl.col("_e").alias("at")), on=["job_id", "at"], how="anti")
-    orphans = orphans.select("job_id", pl.col("a_start").alias("start"), pl.col("at").alias("end"), "state",
-                             "exit_code", "nodelist")
+    orphans = (ends.join(paired.select("job_id", pl.col("_e").alias("at")), on=["job_id", "at"], how="anti")
+               .select("job_id", pl.col("a_start").alias("start"), pl.col("at").alias("end"), "state",
+                       "exit_code", "nodelist"))
     both = pl.concat([paired.select("job_id", "start", "end", "state", "exit_code", "nodelist"), orphans],
-                     how="diagonal_relaxed")
+                     how="diagonal_relaxed").collect()
     nodes = both.get_column("nodelist").map_elements(_hosts, return_dtype=pl.List(pl.String), skip_nulls=False)
     return (both.with_columns(nodes.alias("nodes")).drop("nodelist")
             .with_columns(pl.col(c).cast(t) for c, t in RUN_SCHEMA.items())
@@ -67,14 +69,13 @@ def _state_from_status() -> pl.Expr:
             .when(status == "WEXITSTATUS").then(pl.lit("FAILED")))
 
 
-def _moments(rec: pl.DataFrame) -> pl.DataFrame:
+def _moments(rec: pl.LazyFrame) -> pl.LazyFrame:
     """Rows within SAME_MOMENT of the previous one of the same job are one moment (first non-null
     value of each column wins, the most trusted first)."""
-    if rec.is_empty():
-        return rec.select("job_id", "at", "state", "exit_code", "nodelist", "a_start")
-    rec = rec.sort("job_id", "at").with_columns(
-        (pl.col("at").diff().over("job_id").fill_null(SAME_MOMENT * 2) > SAME_MOMENT).cum_sum().alias("_m"))
-    return (rec.sort("job_id", "_m", "_trust", maintain_order=True)
+    return (rec.sort("job_id", "at")
+            .with_columns((pl.col("at").diff().over("job_id").fill_null(SAME_MOMENT * 2) > SAME_MOMENT)
+                          .cum_sum().alias("_m"))
+            .sort("job_id", "_m", "_trust", maintain_order=True)
             .group_by("job_id", "_m", maintain_order=True)
             .agg(pl.col("at").min(), pl.col("state").drop_nulls().first(), pl.col("exit_code").drop_nulls().first(),
                  pl.col("nodelist").drop_nulls().first(), pl.col("a_start").drop_nulls().first())
@@ -95,3 +96,37 @@ def on_nodes(runs_: pl.DataFrame, nodes: pl.Series | list[str], since, until) ->
     wanted = set(nodes)
     overlap = (pl.col("start").is_null() | (pl.col("start") <= until)) & (pl.col("end").is_null() | (pl.col("end") >= since))
     return runs_.filter(overlap, pl.col("nodes").list.eval(pl.element().is_in(list(wanted))).list.any())
+
+
+def index_path(store: Store) -> Path:
+    return store.root / "index" / "jobs.parquet"
+
+
+def write_index(store: Store) -> int:
+    """Write every run in the store to ``index/jobs.parquet`` (atomically); returns the runs written.
+
+    The index only tells where to start looking for a job's records: a job missing from it (or
+    runs newer than it) are still found by scanning, so a stale index is never wrong, only slower.
+    """
+    table = runs(store.scan(sources=["slurm"]).filter(pl.col("kind").is_in(RUN_KINDS)))
+    path = index_path(store)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    table.write_parquet(tmp)
+    os.replace(tmp, path)
+    return table.height
+
+
+def span(store: Store, job_id: str) -> tuple[datetime | None, datetime | None]:
+    """When the job's first run started and its last run ended, by the index: where its records
+    are. (None, None) when the index does not know the job; the end is None while a run is going."""
+    path = index_path(store)
+    if not path.exists():
+        return None, None
+    row = (pl.scan_parquet(path).filter(pl.col("job_id") == job_id)
+           .select(pl.coalesce("start", "end").min().alias("first"), pl.col("end").max().alias("last"),
+                   pl.col("end").is_null().any().alias("open"), pl.len().alias("n"))
+           .collect().row(0, named=True))
+    if not row["n"]:
+        return None, None
+    return row["first"], None if row["open"] else row["last"]

@@ -157,3 +157,25 @@ def test_state_from_slurmctld_lines_alone() -> None:
             ev("slurm_job_end", "ctl1", 60, "slurm", job_id="5", code=1, attrs={"status": "WEXITSTATUS"})]
     (run,) = job_runs(frame(rows).lazy(), "5")
     assert (run.state, run.exit_code, run.nodes) == ("FAILED", "1", ["gpu001", "gpu002"])
+
+
+def test_job_index_bounds_the_search_and_a_stale_one_is_not_wrong(store) -> None:
+    from queries import jobs
+
+    day = 86400
+    rows = [ev("slurm_job_start", "ctl1", 0, "slurm", job_id="3", attrs={"nodes": "gpu001"}),
+            ev("slurm_job_end", "ctl1", 600, "slurm", job_id="3", attrs={"state": "NODE_FAIL"})]
+    for i, row in enumerate(rows):
+        row["offset"] = i
+    store.write(frame(rows))
+    assert jobs.write_index(store) == 1
+    first, last = jobs.span(store, "3")
+    assert (first, last) == (T, T + timedelta(seconds=600))
+    assert jobs.span(store, "4") == (None, None)
+    # a job the index has never seen is still found (by scanning everything)
+    later = [ev("slurm_job_start", "ctl1", 3 * day, "slurm", job_id="4", attrs={"nodes": "gpu002"}),
+             ev("slurm_job_end", "ctl1", 3 * day + 60, "slurm", job_id="4", attrs={"state": "FAILED"})]
+    for i, row in enumerate(later):
+        row["offset"] = 10 + i
+    store.write(frame(later))
+    assert explain(store, "4").nodes == ["gpu002"]
