@@ -207,7 +207,7 @@ def explain_cmd(
 
     Example: observe explain 127427 --format json
     """
-    from queries.explain import ExplainError, explain, report
+    from queries.explain import explain, report
 
     if fmt not in ("table", "json"):
         _fail(f"unknown format {fmt!r}: use table or json")

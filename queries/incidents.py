@@ -9,7 +9,7 @@ import hostlist
 import polars as pl
 
 from queries import jobs
-from queries.explain import load_causes
+from queries.causes import load_causes
 
 GAP = timedelta(seconds=60)  # nodes whose faults of one category begin this close are one incident
 LINGER = timedelta(minutes=15)  # repeats of a category on one node this close are one episode

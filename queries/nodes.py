@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from queries.explain import load_causes
+from queries.causes import load_causes
 from queries.incidents import LINGER, _sessions, faults
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from html import escape
 
+from queries.causes import load_causes
 from queries.explain import Explanation
 
 COLOURS = {"gpu": "#d62728", "network": "#1f77b4", "memory": "#9467bd", "node": "#8c564b",
@@ -14,8 +15,6 @@ LANE, LEFT, WIDTH = 28, 120, 1000
 
 def timeline_html(e: Explanation, categories: dict[str, str] | None = None) -> str:
     """The per-node timeline around the failure (``categories`` maps kinds to colour groups)."""
-    from queries.explain import load_causes
-
     categories = categories or {c.kind: c.category for c in load_causes().causes.values() if not c.attrs}
     rows = [t for t in e.timeline if t["ts"] is not None]
     lanes = sorted({t["node"] or "(job)" for t in rows} | set(e.nodes))

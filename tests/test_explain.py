@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 from observe.cli import app
 from observe.rules import attrs_json
 from observe.schema import conform
-from queries.explain import Run, candidates, explain, failed_run, job_runs, load_causes, place_ranks
+from queries.causes import load_causes
+from queries.explain import Run, candidates, explain, failed_run, job_runs, place_ranks
 
 T = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
 NODES = ["gpu001", "gpu002", "gpu003", "gpu004"]

@@ -1,0 +1,109 @@
+"""The cause catalog: how much each event kind weighs as the root cause of a failed job, its
+category and recommended action, and the scoring constants (``causes.toml``, then a ``causes.toml`` in
+each directory of ``OBSERVE_RULES``). Used by explain, incidents and nodes."""
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import dataclass
+from functools import cache, cached_property
+from pathlib import Path
+
+import polars as pl
+
+from observe.rules import rule_dirs
+
+CAUSES = Path(__file__).with_name("causes.toml")
+CATEGORIES = ("gpu", "network", "memory", "node", "software", "user", "unknown")
+XID_CATEGORY = {"application": "user", "memory": "gpu", "nvlink": "gpu", "driver": "gpu", "gpu": "gpu"}
+
+
+class CauseError(ValueError):
+    """A cause file is invalid; the message is one line."""
+
+
+@dataclass(frozen=True)
+class Cause:
+    kind: str
+    weight: float
+    category: str
+    action: str
+    symptom: bool = False
+    lead_s: float | None = None  # how long before the onset it can cause it (default: onset_window_s)
+    needs: tuple[str, ...] = ()  # kinds in the job's own output that must corroborate it
+    attrs: tuple[tuple[str, str], ...] = ()  # only events whose attrs have these values
+
+
+@dataclass(frozen=True)
+class Causes:
+    """The cause catalog and scoring constants (``causes.toml``, then site overrides)."""
+
+    causes: dict[tuple[str, tuple], Cause]
+    scoring: dict[str, float]
+    nodes: dict
+
+    def kinds(self) -> list[str]:
+        return sorted({c.kind for c in self.causes.values()})
+
+    @cached_property
+    def table(self) -> pl.DataFrame:
+        """The entries as a frame: kind, the attrs condition (``cond``, JSON or null) and the values."""
+        rows = [{"kind": c.kind, "cond": json.dumps(dict(c.attrs)) if c.attrs else None, "weight": c.weight,
+                 "category": c.category, "action": c.action, "symptom": c.symptom, "lead_s": c.lead_s,
+                 "needs": list(c.needs)} for c in self.causes.values()]
+        return pl.DataFrame(rows, schema={"kind": pl.String, "cond": pl.String, "weight": pl.Float64,
+                                          "category": pl.String, "action": pl.String, "symptom": pl.Boolean,
+                                          "lead_s": pl.Float64, "needs": pl.List(pl.String)})
+
+    def annotate(self, events: pl.DataFrame) -> pl.DataFrame:
+        """Events of catalogued kinds with weight, category, action, symptom, lead_s and needs (the
+        most specific entry wins: one whose attrs condition matches over the plain one)."""
+        table = self.table
+        plain = table.filter(pl.col("cond").is_null()).drop("cond")
+        ev = events.join(plain, on="kind", how="inner", maintain_order="left")
+        for row in table.filter(pl.col("cond").is_not_null()).iter_rows(named=True):
+            match = pl.col("kind") == row["kind"]
+            for key, value in json.loads(row["cond"]).items():
+                match = match & (pl.col("attrs").str.json_path_match(f"$.{key}") == value)
+            ev = ev.with_columns(pl.when(match).then(pl.lit(row[name], dtype=table.schema[name])).otherwise(name).alias(name)
+                                 for name in plain.columns if name != "kind")
+        # gpu_xid: the Xid catalog (merged into attrs at ingest) tells whose fault it is
+        xid = pl.col("kind") == "gpu_xid"
+        xid_cat = pl.col("attrs").str.json_path_match("$.category")
+        xid_action = pl.col("attrs").str.json_path_match("$.action")
+        return ev.with_columns(
+            pl.when(xid & (xid_cat == "application")).then(pl.lit(self.scoring.get("application_weight", 55.0)))
+            .otherwise("weight").alias("weight"),
+            pl.when(xid).then(xid_cat.replace_strict(XID_CATEGORY, default="gpu")).otherwise("category").alias("category"),
+            pl.when(xid & xid_action.is_not_null()).then(pl.format("{} (Xid catalog: {})", pl.col("action"), xid_action))
+            .otherwise("action").alias("action"),
+        )
+
+
+def load_causes() -> Causes:
+    """``queries/causes.toml`` plus any ``causes.toml`` in the directories of ``OBSERVE_RULES``."""
+    extra = [d / "causes.toml" for d in rule_dirs()[1:]]
+    return _load_causes(tuple(p for p in [CAUSES, *extra] if p.is_file()))
+
+
+@cache
+def _load_causes(paths: tuple[Path, ...]) -> Causes:
+    causes: dict[tuple[str, tuple], Cause] = {}
+    scoring: dict[str, float] = {}
+    nodes: dict = {}
+    for path in paths:
+        try:
+            doc = tomllib.loads(path.read_text())
+            scoring.update(doc.get("scoring", {}))
+            nodes.update(doc.get("nodes", {}))
+            for entry in doc.get("cause", []):
+                cause = Cause(entry["kind"], float(entry["weight"]), entry.get("category", "unknown"),
+                              entry.get("action", ""), bool(entry.get("symptom", False)), entry.get("lead_s"),
+                              tuple(entry.get("needs", [])),
+                              tuple(sorted((k, str(v)) for k, v in entry.get("attrs", {}).items())))
+                if cause.category not in CATEGORIES:
+                    raise ValueError(f"category {cause.category!r} not one of {', '.join(CATEGORIES)}")
+                causes[(cause.kind, cause.attrs)] = cause
+        except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise CauseError(f"{path}: {exc}") from None
+    return Causes(causes, scoring, nodes)
