@@ -23,7 +23,10 @@ from observe.schema import EVENT_SCHEMA, KEY, STORED_SCHEMA, conform, from_store
 
 ROW_GROUP_ROWS = 128 * 1024
 SEGMENT_ROWS = 250_000
-ZSTD_LEVEL = 1
+ZSTD_LEVEL = 1  # ingest writes fast; compaction rewrites partitions smaller (slower zstd levels)
+COMPACT_LEVEL = 6
+COMPACT_TEXT_LEVEL = 16
+TEXT_COLUMNS = ("message", "header", "raw", "attrs")
 # Rows of one input stay together, in file order: offsets and times then delta-encode to almost
 # nothing and neighbouring lines compress together (smaller and faster than sorting by time);
 # row groups still carry ts statistics, and the partition is one day.
@@ -83,7 +86,8 @@ class Store:
         """A buffered writer: one segment per partition per ``max_rows`` rows (bounded memory)."""
         return SegmentWriter(self, max_rows)
 
-    def _write_file(self, df: pl.DataFrame, directory: Path, name: str) -> Path:
+    def _write_file(self, df: pl.DataFrame, directory: Path, name: str, level: int = ZSTD_LEVEL,
+                    text_level: int = ZSTD_LEVEL) -> Path:
         directory.mkdir(parents=True, exist_ok=True)
         final = directory / name
         tmp = directory / f".{name}.tmp"
@@ -91,7 +95,7 @@ class Store:
         with open(tmp, "wb") as f:
             pq.write_table(
                 table, f, compression="zstd", row_group_size=ROW_GROUP_ROWS,
-                compression_level=ZSTD_LEVEL,
+                compression_level={c: text_level if c in TEXT_COLUMNS else level for c in STORED_SCHEMA.names},
                 use_dictionary=DICTIONARY_COLUMNS, column_encoding=DELTA_COLUMNS, write_statistics=STATISTICS_COLUMNS,
             )
             f.flush()
@@ -171,7 +175,8 @@ class Store:
 
     # -- maintenance ---------------------------------------------------------------------------
     def compact(self, partition: Partition, min_segments: int = 2) -> tuple[int, int] | None:
-        """Merge a partition's segments into one file, dropping duplicate records.
+        """Merge a partition's segments into one file, dropping duplicate records, its text columns
+        compressed harder than at ingest.
 
         Returns (segments replaced, rows written), or None when there was nothing to do.
         """
@@ -179,8 +184,8 @@ class Store:
         for note in directory.glob("c-*.json"):  # finish a compaction that was interrupted
             self._finish(note)
         segs = self.segments(directory)
-        if len(segs) < min_segments:
-            return None
+        if not segs or (len(segs) < min_segments and all(s.name.startswith("c-") for s in segs)):
+            return None  # already one compacted file (a lone ingest segment is still recompressed)
         # a duplicate is the same input's same text at the same offset (inputs may share an identity)
         df = pl.read_parquet([str(s) for s in segs]).unique(
             subset=[*KEY, "raw", "header", "message"], keep="first", maintain_order=True)
@@ -190,7 +195,7 @@ class Store:
         tmp = directory / f".{name}.json.tmp"
         tmp.write_text(json.dumps({"replaces": [s.name for s in segs]}))
         os.replace(tmp, note)
-        self._write_file(df, directory, f"{name}.parquet")
+        self._write_file(df, directory, f"{name}.parquet", level=COMPACT_LEVEL, text_level=COMPACT_TEXT_LEVEL)
         self._finish(note)
         return len(segs), df.height
 

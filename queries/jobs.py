@@ -9,7 +9,6 @@ from pathlib import Path
 import hostlist
 import polars as pl
 
-from observe import timeparse as tp
 from observe.store import Store
 
 RUN_KINDS = ["slurm_job_start", "slurm_job_end", "slurm_job_requeue"]
@@ -34,8 +33,8 @@ def runs(events: pl.LazyFrame) -> pl.DataFrame:
                    # which state to believe: a job record's, then one derived from slurmctld, then a requeue
                    pl.when(attr("$.state").is_not_null()).then(0).when(pl.col("kind") == "slurm_job_requeue")
                    .then(2).otherwise(1).alias("_trust"),
-                   attr("$.exit_code").alias("exit_code"), tp.iso(attr("$.start")).alias("a_start"),
-                   tp.iso(attr("$.end")).alias("a_end"))
+                   attr("$.exit_code").alias("exit_code"), _record_time(attr("$.start")).alias("a_start"),
+                   _record_time(attr("$.end")).alias("a_end"))
            .cache())
     starts = _moments(rec.filter(pl.col("kind") == "slurm_job_start")
                       .with_columns(pl.coalesce("a_start", "ts").alias("at")))
@@ -59,6 +58,11 @@ def runs(events: pl.LazyFrame) -> pl.DataFrame:
     return (both.with_columns(nodes.alias("nodes")).drop("nodelist")
             .with_columns(pl.col(c).cast(t) for c, t in RUN_SCHEMA.items())
             .select(list(RUN_SCHEMA)).sort("job_id", "start", nulls_last=True))
+
+
+def _record_time(text: pl.Expr) -> pl.Expr:
+    """A job record's ``StartTime``/``EndTime`` (``2024-10-22T12:26:42``, as jobcomp and sacct print it)."""
+    return text.str.to_datetime("%Y-%m-%dT%H:%M:%S", time_unit="us", strict=False).dt.replace_time_zone("UTC")
 
 
 def _state_from_status() -> pl.Expr:
