@@ -4,7 +4,8 @@ same generated logs, side by side; also store bytes against `zstd -3` of the sam
     python bench/ingest.py                      # ~1.1 GB of generated mixed logs in /tmp/observe-bench
     python bench/ingest.py --gb 0.2 --dir DIR   # a smaller run
 
-Prints MB/s of each, the speed ratio, peak RSS of each, and store sizes.
+Prints MB/s of each, the speed ratio, peak RSS of each, and store sizes (observe's also after
+`observe compact`, which rewrites partitions with slower, tighter zstd levels).
 """
 from __future__ import annotations
 
@@ -71,11 +72,16 @@ def main() -> None:
         print(f"running {name} ...", flush=True)
         seconds, rss = run(cmd)
         results[name] = (seconds, rss, du(args.dir / f"store-{name}"))
+    print("compacting observe's store ...", flush=True)
+    compact_s, compact_rss = run([sys.executable, "-m", "observe.cli", "compact", "--store", str(args.dir / "store-observe")])
+    compacted = du(args.dir / "store-observe")
     z = zstd3(logs)
     print(f"\ninput: {raw / 1e6:.0f} MB in {files} files ({args.dir})")
     print(f"{'':10}{'seconds':>10}{'MB/s':>10}{'peak RSS MB':>14}{'store MB':>10}{'store/zstd-3':>14}")
     for name, (seconds, rss, size) in results.items():
         print(f"{name:10}{seconds:10.1f}{raw / 1e6 / seconds:10.1f}{rss / 1e6:14.0f}{size / 1e6:10.1f}{size / z:14.2f}")
+    print(f"{'compacted':10}{compact_s:10.1f}{'':10}{compact_rss / 1e6:14.0f}{compacted / 1e6:10.1f}{compacted / z:14.2f}"
+          "   (observe compact: text columns zstd 16, others 6)")
     print(f"{'zstd -3':10}{'':10}{'':10}{'':14}{z / 1e6:10.1f}{1:14.2f}")
     print(f"\nspeed ratio observe / baseline: {results['baseline'][0] / results['observe'][0]:.2f}x")
 
