@@ -239,8 +239,9 @@ def run_events(store: Store, run: Run, before: timedelta, after: timedelta) -> p
     mine = (search(store, since=since, until=until, job=run.job_id, undated=True)
             .sort("file_id", "offset").with_columns(placed.alias("_at")))
     inside = pl.col("_at").is_null()
-    if since is not None and until is not None:
-        inside = inside | pl.col("_at").is_between(since, until)
+    if since is not None and until is not None:  # the job's own output starts with its run, not before
+        own_since = run.start - timedelta(minutes=1) if run.start else since
+        inside = inside | pl.col("_at").is_between(own_since, until)
     mine = mine.filter(inside).with_columns(pl.col("ts").is_null().alias("approx"), pl.col("_at").alias("ts")).drop("_at")
     on_nodes = search(store, since=since, until=until, nodes=run.nodes or None).with_columns(pl.lit(False).alias("approx"))
     return (pl.concat([on_nodes, mine]).unique(subset=["file_id", "offset", "kind"], keep="first", maintain_order=True)
@@ -318,7 +319,7 @@ def report(e: Explanation) -> list[str]:
                   f"  action: {r['action']}"]
     if e.candidates:
         lines += ["", "CANDIDATES", f"  {'score':>5}  {'node':10} {'kind':26} {'code':>5}  {'first seen':19}  {'count':>5}  message"]
-        for c in e.candidates:
+        for c in _fold_symptoms(e.candidates):
             code = "" if c["code"] is None else str(c["code"])
             lines.append(f"  {c['score']:5.0f}  {c['node'] or '-':10} {c['kind']:26} {code:>5}  {when(c['ts']):19}  "
                          f"{c['count']:5d}  {(c['message'] or '').splitlines()[0][:100]}")
@@ -330,3 +331,24 @@ def report(e: Explanation) -> list[str]:
             lines.append(f"  {when(t['ts'], '%m-%d %H:%M:%S')}  {t['node'] or '-':10} {t['source']:7} "
                          f"{t['kind'] + code:28}{many}  {(t['message'] or '')[:110]}")
     return lines
+
+
+def _fold_symptoms(candidates: list[dict]) -> list[dict]:
+    """One row per symptom kind (what every rank reports), its nodes as a hostlist; causes as they are."""
+    out: list[dict] = []
+    folded: dict[str, dict] = {}
+    for c in candidates:
+        if not c.get("symptom") or c["node"] is None:
+            out.append(c)
+        elif c["kind"] in folded:
+            row = folded[c["kind"]]
+            row["_nodes"].append(c["node"])
+            row["count"] += c["count"]
+            row["ts"] = min(t for t in (row["ts"], c["ts"]) if t is not None) if row["ts"] or c["ts"] else None
+        else:
+            folded[c["kind"]] = row = {**c, "_nodes": [c["node"]]}
+            out.append(row)
+    for row in folded.values():
+        nodes = row.pop("_nodes")
+        row["node"] = hostlist.collect_hostlist(nodes) if len(nodes) > 1 else nodes[0]
+    return out

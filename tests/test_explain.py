@@ -180,3 +180,24 @@ def test_job_index_bounds_the_search_and_a_stale_one_is_not_wrong(store) -> None
         row["offset"] = 10 + i
     store.write(frame(later))
     assert explain(store, "4").nodes == ["gpu002"]
+
+
+def test_a_requeued_jobs_earlier_output_stays_out(store) -> None:
+    """Run 1 placed rank 0 on gpu009; run 2 (which failed) on gpu001: the exception is gpu001's."""
+    out = [ev("nccl_comm_init", "gpu009", None, "nccl", rank=0, job_id="8", attrs={"nranks": "8"}),
+           ev("log", None, -900, "nccl", job_id="8"),
+           ev("nccl_comm_init", "gpu001", None, "nccl", rank=0, job_id="8", attrs={"nranks": "8"}),
+           ev("python_exception", None, None, "nccl", rank=0, job_id="8"),
+           ev("log", None, 30, "nccl", job_id="8")]
+    for i, row in enumerate(out):
+        row["offset"], row["file_id"] = i, "slurm-8.out"
+    records = [ev("slurm_job_start", "ctl1", -1000, "slurm", job_id="8", attrs={"nodes": "gpu009"}),
+               ev("slurm_job_requeue", "ctl1", -800, "slurm", job_id="8"),
+               ev("slurm_job_start", "ctl1", -600, "slurm", job_id="8", attrs={"nodes": "gpu001"}),
+               ev("slurm_job_end", "ctl1", 60, "slurm", job_id="8", attrs={"state": "FAILED"})]
+    for i, row in enumerate(records):
+        row["offset"], row["file_id"] = i, "slurmctld"
+    store.write(frame(out + records))
+    result = explain(store, "8")
+    assert result.nodes == ["gpu001"]
+    assert (result.root_cause["node"], result.root_cause["kind"]) == ("gpu001", "python_exception")
