@@ -18,10 +18,10 @@ from observe import rules
 from observe.collector import Collector, Context
 from observe.reader import CHUNK_BYTES, fingerprint, log_name, lines_of, open_input, peek_head, read_lines
 from observe.schema import FIELDS, POLARS_SCHEMA, conform
-from observe.store import SegmentWriter, Store
+from observe.store import SegmentWriter, Store, buffered_parts
 
 MAX_RECORD_LINES = 500
-PARSE_THREADS = 2
+PARSE_THREADS = 4
 SMALL_FILE_BYTES = 2 << 20
 INPUT_BITS = 40
 SAMPLE_LINES = 40
@@ -321,11 +321,26 @@ class _Pipeline:
             self.pool.shutdown(wait=True)
 
 
-def _parse_unit(recs: pl.DataFrame, inputs: list[_Input], c: Collector, ctx: Context) -> tuple:
+@dataclass
+class _Parsed:
+    """A parsed unit, ready to store: its fresh records by partition and what the summary counts."""
+
+    parts: dict[tuple[str, str], pl.DataFrame] = field(default_factory=dict)
+    blank: int = 0
+    records: int = 0
+    unparsed: int = 0
+    duplicates: int = 0
+    stored: int = 0
+    kinds: dict[str, int] = field(default_factory=dict)
+    boots: dict[str, datetime] = field(default_factory=dict)
+
+
+def _parse_unit(recs: pl.DataFrame, inputs: list[_Input], c: Collector, ctx: Context) -> _Parsed:
+    """Parse, classify, drop what the store already holds and split by partition (on a worker)."""
     blank = recs.get_column("raw").str.strip_chars() == ""
     recs = recs.filter(~blank)
     if not recs.height:
-        return None, int(blank.sum()), inputs
+        return _Parsed(blank=int(blank.sum()))
     out = c.parse(recs, ctx).sort("offset")  # file order (a batch: input by input)
     if len(inputs) == 1:
         out = out.with_columns(pl.lit(inputs[0].file_id).alias("file_id"),
@@ -336,31 +351,34 @@ def _parse_unit(recs: pl.DataFrame, inputs: list[_Input], c: Collector, ctx: Con
         out = out.with_columns((pl.col("offset") // (1 << INPUT_BITS)).alias("_in"),
                                (pl.col("offset") % (1 << INPUT_BITS)).alias("offset"))
         out = out.join(hints, on="_in", how="left", maintain_order="left").drop("_in")
-    return finalize(out, c, ctx), int(blank.sum()), inputs
-
-
-def _store_unit(parsed: tuple, c: Collector, ctx: Context, writer: SegmentWriter, summary: Summary) -> Context:
-    out, blank, inputs = parsed
-    summary.blank += blank
-    if out is None:
-        return ctx
-    summary.records += out.height
-    summary.unparsed += int((out.get_column("kind") == "unparsed").sum())
-    summary.kinds.update(dict(out.get_column("kind").value_counts().iter_rows()))
+    out = finalize(out, c, ctx)
+    kinds = out.get_column("kind").value_counts()
+    done = _Parsed(blank=int(blank.sum()), records=out.height, kinds=dict(kinds.iter_rows()))
+    done.unparsed = done.kinds.get("unparsed", 0)
     known = [i.known.with_columns(pl.lit(i.file_id).alias("file_id")) for i in inputs if i.known.height]
     if known:  # a record is a duplicate only if the same input holds the same text at that offset
         keyed = out.with_columns(pl.col("raw").hash().alias("text"))
         fresh = keyed.join(pl.concat(known), on=["file_id", "offset", "text"], how="anti", maintain_order="left").drop("text")
-        summary.duplicates += out.height - fresh.height
+        done.duplicates = out.height - fresh.height
         out = fresh
-    writer.add(out)
-    summary.stored += out.height
-    learn_boot_times(out, summary.boot_times)
-    if ctx.boot_time is None and c.source == "kernel":  # later records of this file use it too
-        mine: dict[str, datetime] = {}
-        learn_boot_times(out, mine)
-        if mine:
-            ctx = replace(ctx, boot_time=mine.get(ctx.node or "") or next(iter(mine.values())))
+    done.stored = out.height
+    learn_boot_times(out, done.boots)
+    done.parts = buffered_parts(out)
+    return done
+
+
+def _store_unit(parsed: _Parsed, c: Collector, ctx: Context, writer: SegmentWriter, summary: Summary) -> Context:
+    summary.blank += parsed.blank
+    summary.records += parsed.records
+    summary.unparsed += parsed.unparsed
+    summary.kinds.update(parsed.kinds)
+    summary.duplicates += parsed.duplicates
+    summary.stored += parsed.stored
+    writer.add_parts(parsed.parts)
+    for node, boot in parsed.boots.items():
+        summary.boot_times.setdefault(node, boot)
+    if ctx.boot_time is None and c.source == "kernel" and parsed.boots:  # later records of this file use it
+        ctx = replace(ctx, boot_time=parsed.boots.get(ctx.node or "") or next(iter(parsed.boots.values())))
     return ctx
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from observe.schema import EVENT_SCHEMA, KEY, STORED_SCHEMA, conform, from_store
 
 ROW_GROUP_ROWS = 128 * 1024
 SEGMENT_ROWS = 250_000
+WRITE_THREADS = 2
 ZSTD_LEVEL = 1  # ingest writes fast; compaction rewrites partitions smaller (slower zstd levels)
 COMPACT_LEVEL = 6
 COMPACT_TEXT_LEVEL = 16
@@ -237,14 +239,22 @@ def _entries(directory: Path, prefix: str) -> list[tuple[str, str]]:
         return []
 
 
+def buffered_parts(df: pl.DataFrame) -> dict[tuple[str, str], pl.DataFrame]:
+    """``df`` conformed and split by partition, ready to wait in a writer's buffer: a small part is
+    copied, because polars strings are views into the whole input chunk, which would otherwise stay
+    in memory as long as any of its rows."""
+    df = conform(df)
+    parts = split_partitions(df)
+    return {key: pl.from_arrow(part.to_arrow()) if part.height * 4 < df.height else part
+            for key, part in parts.items()}
+
+
 class SegmentWriter:
     """Collects frames and writes them as few, large segments; ``close`` writes the rest.
 
-    At most ``max_rows`` rows wait in memory (the largest partition is written first). A small part
-    of a frame is copied before it waits: polars strings are views into the whole input chunk, which
-    would otherwise stay in memory as long as any of its rows. Segments are
-    written on a background thread while the caller parses the next input (at most one write in
-    flight); an error in a write is raised by the next ``add`` or by ``close``.
+    At most ``max_rows`` rows wait in memory (the largest partition is written first). Segments are
+    written on background threads while the caller parses the next input (at most WRITE_THREADS
+    writes in flight); an error in a write is raised by the next ``add`` or by ``close``.
     """
 
     def __init__(self, store: Store, max_rows: int):
@@ -252,17 +262,18 @@ class SegmentWriter:
         self.max_rows = max_rows
         self.parts: dict[tuple[str, str], list[pl.DataFrame]] = {}
         self.rows = 0
-        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="observe-writer")
-        self.pending: Future | None = None
+        self.pool = ThreadPoolExecutor(max_workers=WRITE_THREADS, thread_name_prefix="observe-writer")
+        self.pending: deque[Future] = deque()
 
     def add(self, df: pl.DataFrame) -> None:
         """Buffer ``df`` (any schema-conformable frame); each input's rows must come in file order."""
-        df = conform(df)
-        for key, part in split_partitions(df).items():
-            if part.height * 4 < df.height:
-                part = pl.from_arrow(part.to_arrow())  # own buffers: the chunk can be freed
+        self.add_parts(buffered_parts(df))
+
+    def add_parts(self, parts: dict[tuple[str, str], pl.DataFrame]) -> None:
+        """Buffer frames already split by :func:`buffered_parts` (which may run on another thread)."""
+        for key, part in parts.items():
             self.parts.setdefault(key, []).append(part)
-        self.rows += df.height
+            self.rows += part.height
         while self.rows > self.max_rows:
             key = max(self.parts, key=lambda k: sum(f.height for f in self.parts[k]))
             self._flush(key)
@@ -270,13 +281,13 @@ class SegmentWriter:
     def _flush(self, key: tuple[str, str]) -> None:
         df = pl.concat(self.parts.pop(key))
         self.rows -= df.height
-        self._wait()
-        self.pending = self.pool.submit(self.store.write_partition, *key, df)
+        self._wait(WRITE_THREADS - 1)
+        self.pending.append(self.pool.submit(self.store.write_partition, *key, df))
 
-    def _wait(self) -> None:
-        if self.pending is not None:
-            pending, self.pending = self.pending, None
-            pending.result()
+    def _wait(self, in_flight: int = 0) -> None:
+        """Wait until at most ``in_flight`` writes are still going (oldest first)."""
+        while len(self.pending) > in_flight:
+            self.pending.popleft().result()
 
     def flush(self) -> None:
         """Write everything buffered so far and wait until it is durable."""
