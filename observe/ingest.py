@@ -65,7 +65,14 @@ def job_from_name(path: str) -> str | None:
 
 def short_host(expr: pl.Expr) -> pl.Expr:
     """Host names to short node names (``gpu001.cluster.local`` -> ``gpu001``); IPs kept."""
-    return pl.when(expr.str.contains(r"^[0-9.:]+$")).then(expr).otherwise(expr.str.extract(r"^([^.]+)", 1))
+    return expr.map_batches(_short_hosts, return_dtype=pl.String, is_elementwise=True)
+
+
+def _short_hosts(hosts: pl.Series) -> pl.Series:
+    names = hosts.unique().drop_nulls()  # a few per chunk: shorten each once
+    short = pl.select(pl.when(names.str.contains(r"^[0-9.:]+$")).then(names)
+                      .otherwise(names.str.extract(r"^([^.]+)", 1))).to_series()
+    return hosts.replace_strict(names, short, default=None, return_dtype=pl.String)
 
 
 def finalize(df: pl.DataFrame, c: Collector, ctx: Context, file_id: str | None = None) -> pl.DataFrame:

@@ -30,7 +30,9 @@ def lines_of(body: bytes, base: int = 0) -> pl.DataFrame:
         raw = pl.from_arrow(arr)
     except pa.ArrowInvalid:  # invalid UTF-8 somewhere in the chunk: decode line by line, replacing
         raw = pl.Series([body[s:e].decode("utf-8", "replace") for s, e in zip(offs[:-1], offs[1:])], dtype=pl.String)
-    raw = raw.str.strip_suffix("\n").str.strip_suffix("\r")
+    raw = raw.str.strip_suffix("\n")
+    if b"\r" in body:
+        raw = raw.str.strip_suffix("\r")
     return pl.DataFrame({"raw": raw, "offset": starts + base})
 
 

@@ -171,46 +171,66 @@ def apply(df: pl.DataFrame, rules: tuple[Rule, ...] | None = None) -> pl.DataFra
     """Set ``kind``/``severity`` and rule-extracted fields on rows whose ``kind`` is still null.
 
     ``df`` needs ``source``, ``message``, ``kind``, ``severity``, ``attrs`` and the field columns.
-    Per source, one Aho-Corasick pass over the rules' literals picks the candidate rows; only those
-    meet the regexes.
+    Per source, one Aho-Corasick pass over the rules' literals picks the candidate rows and the rules
+    whose literals occur; only those rules' regexes run, on those rows (the first match wins). A few
+    lazy queries do it all: compiling every regex, or an eager step per rule, would cost more than
+    the matching.
     """
     rules = load()[0] if rules is None else rules
     df = df.with_row_index("_i")
-    hits: list[pl.DataFrame] = []
-    by_source: dict[str, list[Rule]] = {}
-    for rule in rules:
-        by_source.setdefault(rule.source, []).append(rule)
-    todo = df.filter(pl.col("kind").is_null()).select("_i", "source", pl.col("message").fill_null(""))
+    by_source: dict[str, list[int]] = {}
+    for i, rule in enumerate(rules):
+        by_source.setdefault(rule.source, []).append(i)
+    todo = df.lazy().filter(pl.col("kind").is_null()).select("_i", "source", pl.col("message").fill_null(""))
+    msg = pl.col("message")
+    found_literals = []
     for source, group in by_source.items():
+        literals = sorted({x for i in group for x in rules[i].literals})
         cand = todo.filter(pl.col("source") == source)
-        if all(r.literals for r in group):
-            cand = cand.filter(pl.col("message").str.contains_any(sorted({x for r in group for x in r.literals})))
-        for rule in group:
-            if cand.is_empty():
-                break
-            sub = cand.filter(pl.col("message").str.contains_any(list(rule.literals))) if rule.literals else cand
-            sub = sub.filter(pl.col("message").str.contains(rule.pattern))
-            if sub.is_empty():
-                continue
-            hits.append(_extract(sub, rule))
-            cand = cand.join(sub.select("_i"), on="_i", how="anti")
-    if not hits:
+        if all(rules[i].literals for i in group):
+            cand = cand.filter(msg.str.contains_any(literals))
+        found_literals.append(cand.with_columns(msg.str.extract_many(literals or [""], overlapping=True).alias("_lit")))
+    cands = pl.concat(found_literals).collect() if found_literals else pl.DataFrame()
+    if cands.is_empty():
         return df.drop("_i")
-    found = pl.concat(hits, how="diagonal_relaxed")
+    matched = []
+    for (source,), part in cands.group_by("source"):
+        seen = set(part.get_column("_lit").explode().drop_nulls().unique().to_list())
+        which = pl.lit(None, dtype=pl.Int32)
+        for i in reversed(by_source[source]):  # the first rule that matches wins
+            rule = rules[i]
+            if rule.literals and not seen.intersection(rule.literals):
+                continue
+            hit = msg.str.contains(rule.pattern)
+            if rule.literals:
+                hit = msg.str.contains_any(list(rule.literals)) & hit
+            which = pl.when(hit).then(pl.lit(i, dtype=pl.Int32)).otherwise(which)
+        matched.append(part.lazy().with_columns(which.alias("_rule")).filter(pl.col("_rule").is_not_null()))
+    found = pl.concat(matched).collect()
+    if found.is_empty():
+        return df.drop("_i")
+    found = pl.concat([_extract(part.lazy(), rules[i]) for (i,), part in found.group_by("_rule")],
+                      how="diagonal_relaxed").collect()
     for name in FIELD_GROUPS:
         if name not in found.columns:
             found = found.with_columns(pl.lit(None, dtype=pl.String).alias(name))
-    df = df.join(found, on="_i", how="left", suffix="_rule", maintain_order="left")
-    fills = [pl.coalesce(pl.col(f"{n}_rule").cast(POLARS_SCHEMA[n], strict=False), pl.col(n)).alias(n) for n in FIELD_GROUPS]
-    return df.with_columns(
-        pl.coalesce("kind_rule", "kind").alias("kind"),
-        pl.coalesce("severity_rule", "severity").alias("severity"),
-        merge_attrs(pl.col("attrs"), pl.col("attrs_rule")).alias("attrs"),
-        *fills,
-    ).drop("_i", "kind_rule", "severity_rule", "attrs_rule", *(f"{n}_rule" for n in FIELD_GROUPS))
+    idx = found.get_column("_i")
+    now = df.select(pl.all().gather(idx).name.suffix("_now"))
+    new = pl.concat([found, now], how="horizontal").select(
+        pl.coalesce("kind", "kind_now").alias("kind"),
+        pl.coalesce("severity", "severity_now").alias("severity"),
+        merge_attrs(pl.col("attrs_now"), pl.col("attrs")).alias("attrs"),
+        *(pl.coalesce(pl.col(n).cast(POLARS_SCHEMA[n], strict=False), f"{n}_now").alias(n) for n in FIELD_GROUPS),
+    )
+    return _scatter(df.drop("_i"), idx, new)
 
 
-def _extract(cand: pl.DataFrame, rule: Rule) -> pl.DataFrame:
+def _scatter(df: pl.DataFrame, idx: pl.Series, new: pl.DataFrame) -> pl.DataFrame:
+    """``df`` with rows ``idx`` of ``new``'s columns replaced by ``new`` (few rows: no whole-frame join)."""
+    return df.with_columns(df.get_column(c).clone().scatter(idx, new.get_column(c)) for c in new.columns)
+
+
+def _extract(cand: pl.LazyFrame, rule: Rule) -> pl.LazyFrame:
     cols = [pl.col("_i"), pl.lit(rule.kind).alias("kind"), pl.lit(rule.severity).alias("severity")]
     extra: list[tuple[str, pl.Expr]] = [(k, pl.lit(v)) for k, v in rule.attrs]
     if rule.groups:
@@ -227,22 +247,25 @@ def _extract(cand: pl.DataFrame, rule: Rule) -> pl.DataFrame:
 
 def enrich(df: pl.DataFrame) -> pl.DataFrame:
     """Merge catalog entries into ``attrs`` (and ``severity``) of events of each catalog's kind."""
+    kinds = df.get_column("kind")
     for cat in load()[1]:
-        if cat.kind not in set(df.get_column("kind").unique().to_list()):
+        idx = (kinds == cat.kind).arg_true()
+        if not len(idx):
             continue
         entries = cat.entries
         key_dtype = POLARS_SCHEMA.get(cat.key, pl.String)
         info = [c for c in entries.columns if c not in (cat.key, "severity")]
         entries = entries.select(
-            pl.col(cat.key).cast(key_dtype).alias("_key"),
+            pl.col(cat.key).cast(key_dtype).alias(cat.key),
             (pl.col("severity") if "severity" in entries.columns else pl.lit(None, dtype=pl.String)).alias("_sev"),
             attrs_json([(c, pl.col(c)) for c in info]).alias("_cat"),
         )
-        df = df.with_columns(pl.when(pl.col("kind") == cat.kind).then(pl.col(cat.key)).alias("_key"))
-        df = df.join(entries, on="_key", how="left", maintain_order="left").with_columns(
+        new = df.select(pl.col(cat.key, "severity", "attrs").gather(idx)).join(
+            entries, on=cat.key, how="left", maintain_order="left").select(
             pl.coalesce("_sev", "severity").alias("severity"),
             merge_attrs(pl.col("attrs"), pl.col("_cat")).alias("attrs"),
-        ).drop("_key", "_sev", "_cat")
+        )
+        df = _scatter(df, idx, new)
     return df
 
 

@@ -57,8 +57,8 @@ def to_stored(df: pl.DataFrame) -> pl.DataFrame:
     """The on-disk layout of a conformed frame: ``raw`` split into header and message when it can be."""
     raw, message = pl.col("raw"), pl.col("message")
     tail = raw.str.ends_with(message).fill_null(False)
-    header = raw.str.head(raw.str.len_chars() - message.str.len_chars())
-    return df.with_columns(pl.when(~tail).then(raw).alias("raw"), pl.when(tail).then(header).alias("header"))
+    return df.with_columns(pl.when(~tail).then(raw).alias("raw"),
+                           pl.when(tail).then(raw.str.strip_suffix(message)).alias("header"))
 
 
 def from_stored(lf: pl.LazyFrame) -> pl.LazyFrame:

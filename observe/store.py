@@ -240,13 +240,20 @@ def _entries(directory: Path, prefix: str) -> list[tuple[str, str]]:
 
 
 def buffered_parts(df: pl.DataFrame) -> dict[tuple[str, str], pl.DataFrame]:
-    """``df`` conformed and split by partition, ready to wait in a writer's buffer: a small part is
-    copied, because polars strings are views into the whole input chunk, which would otherwise stay
-    in memory as long as any of its rows."""
+    """``df`` conformed and split by partition, ready to wait in a writer's buffer.
+
+    A small part gets its own string buffers: polars strings are views into the whole input
+    chunk, which would otherwise stay in memory as long as any of its rows waits.
+    """
     df = conform(df)
     parts = split_partitions(df)
-    return {key: pl.from_arrow(part.to_arrow()) if part.height * 4 < df.height else part
-            for key, part in parts.items()}
+    return {key: _own_strings(part) if part.height * 4 < df.height else part for key, part in parts.items()}
+
+
+def _own_strings(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` with its string columns copied into new buffers (concatenation always allocates;
+    several times cheaper than a round trip through Arrow)."""
+    return df.with_columns(pl.col(pl.String) + "")
 
 
 class SegmentWriter:

@@ -1,7 +1,8 @@
 """Vectorised timestamp parsing shared by collectors: ISO, ctime, year-less syslog, boot-relative."""
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
+from zoneinfo import ZoneInfo
 
 import polars as pl
 
@@ -38,16 +39,17 @@ def iso(s: pl.Expr, tz: str = _UTC) -> pl.Expr:
 
 
 def _iso(batch: pl.Series, tz: str) -> pl.Series:
-    # Fixed positions and integer arithmetic on materialised columns: several times faster than
-    # strptime (and than one big expression, whose shared parts polars would compute repeatedly).
+    # Fixed positions and integer arithmetic on materialised columns, dates once per distinct date:
+    # several times faster than strptime (and than one big expression, whose shared parts polars
+    # would compute repeatedly).
     f = pl.DataFrame({"s": batch.str.strip_chars()})
     s = pl.col("s")
-    f = f.with_columns(s.str.contains(ISO_SHAPE).alias("ok"), s.str.slice(19).alias("tail"))
-    tail = pl.col("tail")
+    f = f.with_columns(pl.when(s.str.contains(ISO_SHAPE)).then(s.str.slice(0, 10)).alias("date"),
+                       s.str.slice(19).alias("tail"))
+    date, tail = pl.col("date"), pl.col("tail")
+    f = _per_key(f, ["date"], _days(_int(date, 0, 4), _int(date, 5, 2), _int(date, 8, 2)), "days")
     f = f.with_columns(
-        pl.when("ok").then(_int(s, 0, 4)).alias("y"), _int(s, 5, 2).alias("m"), _int(s, 8, 2).alias("d"),
-        _int(s, 11, 2).alias("hh"), _int(s, 14, 2).alias("mm"), _int(s, 17, 2).alias("ss"),
-        _micros(tail.str.extract(r"^[.,](\d+)", 1)).alias("us"),
+        _clock(_int(s, 11, 2), _int(s, 14, 2), _int(s, 17, 2), _micros(tail.str.extract(r"^[.,](\d+)", 1))).alias("us"),
         tail.str.extract(r"(Z|[+-]\d\d(?::?\d\d)?)$", 1).alias("off"),
     )
     off = pl.col("off")
@@ -68,22 +70,34 @@ def _micros(digits: pl.Expr) -> pl.Expr:
     return digits.str.pad_end(6, "0").str.slice(0, 6).cast(pl.Int64, strict=False).fill_null(0)
 
 
-def _naive() -> pl.Expr:
-    """A naive datetime from Int64 columns y, m, d, hh, mm, ss, us; null where a part is missing or
-    out of range."""
-    y, m, d, hh, mm, ss = (pl.col(c) for c in ("y", "m", "d", "hh", "mm", "ss"))
+def _per_key(f: pl.DataFrame, keys: list[str], value: pl.Expr, name: str) -> pl.DataFrame:
+    """``f`` with column ``name``: ``value`` computed once per distinct ``keys`` (dates: a few per chunk)."""
+    distinct = f.select(keys).unique().with_columns(value.alias(name)).select(*keys, name)
+    return f.join(distinct, on=keys, how="left", maintain_order="left", nulls_equal=True)
+
+
+def _days(y: pl.Expr, m: pl.Expr, d: pl.Expr) -> pl.Expr:
+    """Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil); null
+    where the date is missing or invalid."""
     leap = ((y % 4 == 0) & (y % 100 != 0)) | (y % 400 == 0)
     month_days = pl.when(m == 2).then(28 + leap.cast(pl.Int64)).otherwise(30 + (m + m // 8) % 2)
-    ok = (m.is_between(1, 12) & d.is_between(1, month_days) & hh.is_between(0, 23) & mm.is_between(0, 59)
-          & ss.is_between(0, 60))
-    # days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil)
     yy = y - (m <= 2).cast(pl.Int64)
     era = yy // 400
     yoe = yy - era * 400
     doy = (153 * ((m + 9) % 12) + 2) // 5 + d - 1
     days = era * 146097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719468
-    seconds = days * 86400 + hh * 3600 + mm * 60 + ss
-    return pl.when(ok).then(pl.from_epoch(seconds * 1_000_000 + pl.col("us"), time_unit="us"))
+    return pl.when(m.is_between(1, 12) & d.is_between(1, month_days)).then(days)
+
+
+def _clock(hh: pl.Expr, mm: pl.Expr, ss: pl.Expr, us: pl.Expr) -> pl.Expr:
+    """Microseconds since midnight; null where a part is missing or out of range."""
+    ok = hh.is_between(0, 23) & mm.is_between(0, 59) & ss.is_between(0, 60)
+    return pl.when(ok).then(((hh * 60 + mm) * 60 + ss) * 1_000_000 + us)
+
+
+def _naive() -> pl.Expr:
+    """A naive datetime from the Int64 columns ``days`` and ``us`` (either null: null)."""
+    return pl.from_epoch(pl.col("days") * 86_400_000_000 + pl.col("us"), time_unit="us")
 
 
 def ctime(s: pl.Expr, tz: str = _UTC) -> pl.Expr:
@@ -102,8 +116,8 @@ def yearless(month: pl.Expr, day: pl.Expr, clock: pl.Expr, reference: datetime, 
              year: pl.Expr | None = None) -> pl.Expr:
     """Syslog ``Mon dd HH:MM:SS[.frac]`` to UTC, the year taken from ``reference``.
 
-    A stamp more than a day after the reference belongs to the previous year (December lines
-    read in January).
+    A stamp dated more than a day after the reference's date belongs to the previous year
+    (December lines read in January).
     """
     y = year.cast(pl.Int64, strict=False) if year is not None else pl.lit(None, dtype=pl.Int64)
     parts = pl.struct(month.alias("month"), day.alias("day"), clock.alias("clock"), y.alias("year"))
@@ -115,20 +129,19 @@ def _yearless(f: pl.DataFrame, reference: datetime, tz: str, has_year: bool) -> 
     clock = pl.col("clock").str.strip_chars()
     f = f.with_columns(clock.alias("clock"))
     clock = pl.col("clock")
+    y = pl.col("year") if has_year else pl.lit(reference.year, dtype=pl.Int64)
+    m = month_number(pl.col("month")).cast(pl.Int64)
+    d = pl.col("day").str.strip_chars().cast(pl.Int64, strict=False)
+    days = _days(y, m, d)
+    if not has_year:  # a date more than a day after the reference's is last year's
+        ref = reference.astimezone(ZoneInfo(tz)) if reference.tzinfo else reference
+        limit = (ref.date() - date(1970, 1, 1)).days + 1
+        days = pl.when(days > limit).then(_days(y - 1, m, d)).otherwise(days)
+    f = _per_key(f, ["month", "day", "year"], days, "days")
     sep = clock.str.slice(2, 1).eq(":") & clock.str.slice(5, 1).eq(":")
-    f = f.with_columns(
-        pl.when(sep).then(pl.col("year") if has_year else pl.lit(reference.year, dtype=pl.Int64)).alias("y"),
-        month_number(pl.col("month")).cast(pl.Int64).alias("m"),
-        pl.col("day").str.strip_chars().cast(pl.Int64, strict=False).alias("d"),
-        _int(clock, 0, 2).alias("hh"), _int(clock, 3, 2).alias("mm"), _int(clock, 6, 2).alias("ss"),
-        _micros(pl.when(clock.str.slice(8, 1).is_in([".", ","])).then(clock.str.slice(9))).alias("us"),
-    )
-    ts = localize(_naive(), tz)
-    if not has_year:
-        limit = pl.lit(reference).dt.replace_time_zone(_UTC) if reference.tzinfo is None else pl.lit(reference)
-        limit = limit.dt.convert_time_zone(_UTC).dt.cast_time_unit("us") + pl.duration(days=1)
-        ts = pl.when(ts > limit).then(ts.dt.offset_by("-1y")).otherwise(ts)
-    return f.select(ts).to_series()
+    us = _micros(pl.when(clock.str.slice(8, 1).is_in([".", ","])).then(clock.str.slice(9)))
+    f = f.with_columns(pl.when(sep).then(_clock(_int(clock, 0, 2), _int(clock, 3, 2), _int(clock, 6, 2), us)).alias("us"))
+    return f.select(localize(_naive(), tz)).to_series()
 
 
 def since_boot(seconds: pl.Expr, boot_time: datetime | None) -> pl.Expr:
