@@ -4,13 +4,14 @@ from __future__ import annotations
 import json
 import os
 import sys
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Optional
 
 import polars as pl
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 from rich.table import Table
 
@@ -41,7 +42,7 @@ def _store(path: str | None) -> Store:
 
 
 def _fail(message: str) -> None:
-    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 
@@ -378,6 +379,47 @@ def compact_cmd(store: StoreOpt = None) -> None:
         out.print(f"job index: {jobs.write_index(s)} run(s)")
 
 
+@app.command("retention")
+def retention_cmd(
+    keep: Annotated[str, typer.Option("--keep", help="How much to keep: 30d, 12h, 90m (whole days are dropped).")],
+    store: StoreOpt = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be dropped; drop nothing.")] = False,
+) -> None:
+    """Drop partitions older than --keep (events without a time are kept)."""
+    try:
+        span = parse_span(keep)
+    except ValueError as exc:
+        _fail(str(exc))
+    cutoff = (datetime.now(timezone.utc) - span).strftime("%Y-%m-%d")
+    dropped = _store(store).expire(cutoff, dry_run=dry_run)
+    for p in dropped:
+        out.print(f"{'would drop' if dry_run else 'dropped'} {p.source}/{p.date}")
+    out.print(f"{len(dropped)} partition(s) before {cutoff} {'would be ' if dry_run else ''}dropped")
+
+
+@app.command("collect")
+def collect_cmd(
+    config: Annotated[Path, typer.Option("--config", help="Collector config (TOML): inputs, spool, central store.")],
+    once: Annotated[bool, typer.Option("--once", help="Collect what is there now, ship it and exit (tests, cron).")] = False,
+) -> None:
+    """Follow log files on this node into a local spool and ship them to the central store.
+
+    Positions survive kills and reboots; rotation (rename or copytruncate) and truncation are
+    handled; every line is stored exactly once. Stops cleanly on SIGTERM. Counters:
+    <spool>/stats.json. See docs/collector.toml for every setting.
+    """
+    from observe.collect import Config, ConfigError, NodeCollector
+
+    try:
+        node = NodeCollector(Config.load(config))
+    except (ConfigError, ValueError, OSError) as exc:
+        _fail(str(exc))
+    node.handle_signals()
+    counters = node.run(once=once)
+    out.print(f"{counters.lines} lines, {counters.stored} events spooled, {counters.shipped_files} file(s) shipped, "
+              f"{counters.spool_files} waiting, {counters.ship_failures} ship failure(s), {counters.dropped_records} dropped")
+
+
 @app.command("rules")
 def rules_cmd(check: Annotated[bool, typer.Option(help="Check every rule's examples; exit 1 on a failure.")] = False) -> None:
     """List the detection rules (built-in plus $OBSERVE_RULES directories), or check their examples."""
@@ -411,7 +453,7 @@ def main() -> None:
     except Exception as exc:  # a bug, not bad input: say so in one line and exit non-zero
         if os.environ.get("OBSERVE_DEBUG"):
             raise
-        err.print(f"[red]internal error:[/red] {type(exc).__name__}: {exc} (set OBSERVE_DEBUG=1 for the traceback)")
+        err.print(f"[red]internal error:[/red] {type(exc).__name__}: {escape(str(exc))} (set OBSERVE_DEBUG=1 for the traceback)")
         sys.exit(1)
 
 

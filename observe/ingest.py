@@ -245,20 +245,22 @@ def _batches(paths: list[str], jobs: list[str | None], c: Collector, store: Stor
             inputs.append(one)
             size += len(data)
         if size >= CHUNK_BYTES:
-            yield _joined(datas, c), inputs
+            yield joined_records(datas, c), inputs
             datas, inputs, size = [], [], 0
     if datas:
-        yield _joined(datas, c), inputs
+        yield joined_records(datas, c), inputs
 
 
-def _joined(datas: list[bytes], c: Collector) -> pl.DataFrame:
-    """Records of several files; each offset carries its file's index in the high bits."""
+def joined_records(datas: list[bytes], c: Collector, bases: list[int] | None = None) -> pl.DataFrame:
+    """Records of several inputs' bytes (each ending with a newline, starting at byte ``bases[i]``
+    of its input, default 0); each offset carries its input's index in the high bits."""
     starts = np.cumsum([0] + [len(d) for d in datas[:-1]])
     lines = lines_of(b"".join(datas))
     index = np.searchsorted(starts, lines.get_column("offset").to_numpy(), side="right") - 1
+    shift = starts[index] - (np.asarray(bases, dtype=np.int64)[index] if bases is not None else 0)
     lines = lines.with_columns(
         pl.Series("_in", index, dtype=pl.Int64),
-        (pl.col("offset") - pl.Series(starts[index], dtype=pl.Int64)).alias("offset"),
+        (pl.col("offset") - pl.Series(shift, dtype=pl.Int64)).alias("offset"),
     )
     rid = _record_ids(lines, c, first=pl.col("_in") != pl.col("_in").shift(1))
     return _join(lines, rid).with_columns(pl.col("offset") + pl.col("_in") * (1 << INPUT_BITS)).drop("_in")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import uuid
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -76,13 +77,14 @@ class Store:
         parts = split_partitions(conform(df))
         return [self.write_partition(source, day, part.sort(*SEGMENT_ORDER)) for (source, day), part in parts.items()]
 
-    def write_partition(self, source: str, day: str, df: pl.DataFrame) -> Path:
-        """Write the conformed rows of one partition, in their order, as a new segment."""
+    def write_partition(self, source: str, day: str, df: pl.DataFrame, tag: str = "s") -> Path:
+        """Write the conformed rows of one partition, in their order, as a new segment named
+        ``<tag>-<uuid>.parquet``."""
         df = to_stored(df)
         self.inputs.mkdir(parents=True, exist_ok=True)
         for file_id in df.get_column("file_id").unique().drop_nulls():
             (self.inputs / file_id).touch()  # before the data: a marker never lags its records
-        return self._write_file(df, self.events / f"source={source}" / f"date={day}", f"s-{uuid.uuid4().hex}.parquet")
+        return self._write_file(df, self.events / f"source={source}" / f"date={day}", f"{tag}-{uuid.uuid4().hex}.parquet")
 
     def writer(self, max_rows: int = SEGMENT_ROWS) -> SegmentWriter:
         """A buffered writer: one segment per partition per ``max_rows`` rows (bounded memory)."""
@@ -208,6 +210,19 @@ class Store:
             for name in json.loads(note.read_text())["replaces"]:
                 (note.parent / name).unlink(missing_ok=True)
         note.unlink(missing_ok=True)
+
+    def expire(self, before: str, dry_run: bool = False) -> list[Partition]:
+        """Delete every dated partition older than ``before`` (``YYYY-MM-DD``); undated ones stay.
+
+        Each goes in one rename out of the listing (readers stop seeing it at once), then is removed.
+        """
+        old = [p for p in self.partitions() if p.date != UNKNOWN_DATE and p.date < before]
+        if not dry_run:
+            for p in old:
+                doomed = p.path.with_name(f".expired-{p.path.name}-{uuid.uuid4().hex}")
+                os.replace(p.path, doomed)
+                shutil.rmtree(doomed, ignore_errors=True)
+        return old
 
     def stats(self) -> pl.DataFrame:
         """Per partition: segments, rows, bytes, first and last event time."""

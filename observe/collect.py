@@ -1,0 +1,357 @@
+"""The node collector: follows log files, writes typed events to a local spool, ships them on.
+
+One cycle: find every input's files (rotated ones too), read what is new up to complete records,
+parse it with the same collectors and rules as ``observe ingest``, write the events to the spool as
+segments tagged with the next batch number, then commit the positions with that batch number.
+A crash before the commit leaves segments of an uncommitted batch, which the next start deletes
+before reading the same bytes again; so every line is stored exactly once. Committed segments
+are shipped to the central store (:mod:`observe.ship`).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import time
+import tomllib
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import polars as pl
+
+from observe import collector as registry
+from observe.collector import Collector, Context
+from observe.ingest import SAMPLE_LINES, InputError, _Input, _parse_unit, choose, job_from_name, joined_records
+from observe.reader import lines_of, peek_head
+from observe.rules import to_json
+from observe.schema import POLARS_SCHEMA
+from observe.ship import Destination, batch_of, ship, spool_files
+from observe.store import Store, buffered_parts
+from observe.tail import FORGET_AFTER_S, Checkpoint, Finder, Found, Positions, complete, is_idle, read_new, write_atomic
+
+NO_KNOWN = pl.DataFrame(schema={"offset": pl.Int64, "text": pl.UInt64})
+UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+SIZES = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
+
+
+class ConfigError(ValueError):
+    """The collector configuration is invalid; the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One configured input: a path or glob and how to read it."""
+
+    path: str
+    source: str = "auto"
+    job: str | None = None
+    tz: str = "UTC"
+
+
+@dataclass(frozen=True)
+class Config:
+    """A collector's configuration (see ``docs/collector.toml``)."""
+
+    spool: Path
+    store: str
+    inputs: tuple[InputSpec, ...]
+    node: str = field(default_factory=lambda: socket.gethostname().split(".")[0])
+    flush_interval_s: float = 5.0
+    partial_timeout_s: float = 5.0
+    max_batch_bytes: int = 64 << 20
+    spool_max_bytes: int = 2 << 30
+    stats_interval_s: float = 60.0
+
+    @classmethod
+    def load(cls, path: str | Path) -> Config:
+        """Read and check a TOML config; ConfigError (one line) when it is wrong."""
+        try:
+            doc = tomllib.loads(Path(path).read_text())
+        except OSError as exc:
+            raise ConfigError(f"{path}: {exc.strerror or exc}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+        return cls.from_dict(doc, str(path))
+
+    @classmethod
+    def from_dict(cls, doc: dict, where: str = "config") -> Config:
+        known = {"spool", "store", "input", "node", "flush_interval", "partial_timeout", "max_batch",
+                 "spool_max", "stats_interval"}
+        unknown = set(doc) - known
+        if unknown:
+            raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
+        for key in ("spool", "store"):
+            if not isinstance(doc.get(key), str) or not doc[key]:
+                raise ConfigError(f"{where}: {key!r} (a path or URL) is required")
+        inputs = []
+        for i, raw in enumerate(doc.get("input", [])):
+            if not isinstance(raw, dict) or not isinstance(raw.get("path"), str):
+                raise ConfigError(f"{where}: input {i + 1} needs a 'path'")
+            extra = set(raw) - {"path", "source", "job", "tz"}
+            if extra:
+                raise ConfigError(f"{where}: input {i + 1}: unknown key(s) {', '.join(sorted(extra))}")
+            spec = InputSpec(raw["path"], raw.get("source", "auto"), raw.get("job"), raw.get("tz", "UTC"))
+            if spec.source != "auto":
+                try:
+                    c = registry.get(spec.source)
+                except ValueError as exc:
+                    raise ConfigError(f"{where}: input {i + 1}: {exc}") from None
+                if c.whole_file:
+                    raise ConfigError(f"{where}: input {i + 1}: source {spec.source!r} is read as whole documents, "
+                                      f"not followed line by line; ingest its files with 'observe ingest'")
+            inputs.append(spec)
+        if not inputs:
+            raise ConfigError(f"{where}: no [[input]] tables: nothing to collect")
+        opts = {}
+        for key, name, parse in (("flush_interval", "flush_interval_s", seconds), ("partial_timeout", "partial_timeout_s", seconds),
+                                 ("stats_interval", "stats_interval_s", seconds), ("max_batch", "max_batch_bytes", size),
+                                 ("spool_max", "spool_max_bytes", size)):
+            if key in doc:
+                try:
+                    opts[name] = parse(doc[key])
+                except ValueError as exc:
+                    raise ConfigError(f"{where}: {key}: {exc}") from None
+        if "node" in doc:
+            opts["node"] = str(doc["node"])
+        return cls(spool=Path(doc["spool"]), store=doc["store"], inputs=tuple(inputs), **opts)
+
+
+def seconds(value: object) -> float:
+    """``5``, ``"5s"``, ``"2m"``, ``"1h"``, ``"7d"`` to seconds."""
+    return _number(value, UNITS, "a duration such as 5s, 2m, 1h")
+
+
+def size(value: object) -> int:
+    """``1048576``, ``"64MB"``, ``"2GiB"`` to bytes."""
+    return int(_number(value, SIZES, "a size such as 64MB or 2GiB"))
+
+
+def _number(value: object, units: dict[str, float], what: str) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    text = str(value).strip().lower()
+    digits = text.rstrip("abcdefghijklmnopqrstuvwxyz")
+    try:
+        n = float(digits)
+    except ValueError:
+        raise ValueError(f"{value!r} is not {what}") from None
+    unit = text[len(digits):].strip()
+    if unit not in units or n < 0:
+        raise ValueError(f"{value!r} is not {what}")
+    return n * units[unit]
+
+
+@dataclass
+class Counters:
+    """The collector's own health, written to ``<spool>/stats.json`` after every cycle."""
+
+    cycles: int = 0
+    lines: int = 0
+    bytes: int = 0
+    records: int = 0
+    unparsed: int = 0
+    stored: int = 0
+    lag_bytes: int = 0
+    spool_files: int = 0
+    spool_bytes: int = 0
+    shipped_files: int = 0
+    ship_failures: int = 0
+    dropped_files: int = 0
+    dropped_records: int = 0
+    dropped_bytes: int = 0
+    last_error: str = ""
+    updated: float = 0.0
+
+
+def _where(cp: Checkpoint | None) -> tuple | None:
+    return None if cp is None else (cp.path, cp.dev, cp.ino, cp.offset)
+
+
+def boot_time() -> datetime | None:
+    """This host's boot time from ``/proc/stat`` (btime), for boot-relative kernel stamps."""
+    try:
+        for line in Path("/proc/stat").read_text().splitlines():
+            if line.startswith("btime "):
+                return datetime.fromtimestamp(int(line.split()[1]), timezone.utc)
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+class NodeCollector:
+    """Follows a config's inputs into its spool and ships the spool to the central store."""
+
+    def __init__(self, config: Config):
+        self.config = config
+        self.spool = Store(config.spool)
+        self.positions_path = config.spool / "positions.json"
+        self.stats_path = config.spool / "stats.json"
+        self.dest = Destination.from_url(config.store)
+        self.finders = {spec.path: Finder(spec.path, config.node, lambda p, spec=spec: spec.job or job_from_name(p))
+                        for spec in config.inputs}
+        self.kinds: dict[str, Collector] = {}
+        self.counters = Counters()
+        self.stop = False
+        self.last_stats = 0.0
+        self.boot = boot_time()
+        config.spool.mkdir(parents=True, exist_ok=True)
+        self.positions = Positions.load(self.positions_path)
+        self._recover()
+
+    def _recover(self) -> None:
+        """Delete segments of a batch that was written but never committed (a crash in between)."""
+        for path in spool_files(self.config.spool):
+            if path.suffix == ".parquet" and batch_of(path) > self.positions.batch:
+                path.unlink(missing_ok=True)
+        for tmp in self.config.spool.rglob(".*.tmp"):
+            tmp.unlink(missing_ok=True)
+
+    # -- one cycle -------------------------------------------------------------------------------
+    def cycle(self) -> bool:
+        """Read, parse, spool and commit what is new; True when the byte budget left some unread."""
+        now = time.time()
+        budget = self.config.max_batch_bytes
+        groups: dict[tuple[str, str], list[tuple[Found, int, bytes, int, InputSpec]]] = {}
+        touched: dict[str, Checkpoint] = {}
+        lag = 0
+        more = False
+        for spec in self.config.inputs:
+            known = [cp for cp in self.positions.checkpoints.values() if cp.input == spec.path]
+            for found in self.finders[spec.path].find(known).values():
+                cp = self.positions.checkpoints.get(found.file_id)
+                touched[found.file_id] = Checkpoint(found.file_id, spec.path, found.path, found.dev, found.ino,
+                                                    cp.offset if cp else 0, now)
+                if budget <= 0:
+                    more = more or found.size > (cp.offset if cp else 0)
+                    continue
+                c = self._collector(spec, found)
+                start, data = read_new(found, cp, budget) if c is not None else (0, b"")
+                if not data:
+                    continue
+                body, used = self._records(c, data, is_idle(found, self.config.partial_timeout_s, now)
+                                           and start + len(data) >= found.size)
+                budget -= len(data)
+                more = more or start + len(data) < found.size
+                lag += found.size - start - used
+                if body:
+                    groups.setdefault((c.name, spec.tz), []).append((found, start, body, used, spec))
+                touched[found.file_id].offset = start + used
+        batch = self.positions.batch + 1
+        for (name, tz), reads in groups.items():
+            self._spool(registry.get(name), tz, reads, batch, now)
+        wrote = bool(groups)
+        if now - self.last_stats >= self.config.stats_interval_s:
+            self._spool_stats(batch, now)
+            wrote = True
+        changed = any(_where(self.positions.checkpoints.get(k)) != _where(v) for k, v in touched.items())
+        self.positions.checkpoints.update(touched)
+        for key, cp in list(self.positions.checkpoints.items()):
+            if key not in touched and now - cp.seen > FORGET_AFTER_S:
+                del self.positions.checkpoints[key]
+                changed = True
+        if changed or wrote:
+            self.positions.batch = batch
+            self.positions.save(self.positions_path)  # the commit: after every segment is durable
+        self.counters.cycles += 1
+        self.counters.lag_bytes = lag
+        return more
+
+    def _collector(self, spec: InputSpec, found: Found) -> Collector | None:
+        """The input's collector: configured, or detected once from the file's first lines (None,
+        with a warning, when the format cannot be told: the file stays unread)."""
+        if spec.source != "auto":
+            return registry.get(spec.source)
+        if found.file_id not in self.kinds:
+            try:
+                c = choose("auto", pl.Series(peek_head(found.path).decode("utf-8", "replace")
+                                             .splitlines()[:SAMPLE_LINES], dtype=pl.String), found.path)
+                if c.whole_file:
+                    raise InputError(f"{found.path}: {c.name} documents are not followed line by line")
+            except (InputError, OSError) as exc:
+                c = None
+                self.counters.last_error = str(exc)
+                print(f"observe collect: {exc}; set 'source' on its input", file=sys.stderr, flush=True)
+            self.kinds[found.file_id] = c
+        return self.kinds[found.file_id]
+
+    @staticmethod
+    def _records(c: Collector, data: bytes, idle: bool) -> tuple[bytes, int]:
+        """Complete records of ``data``: complete lines, less the last record while the file is
+        still being written and that record may go on (multi-line formats)."""
+        body, used = complete(data, idle)
+        if idle or not body or type(c).continuation is Collector.continuation:
+            return body, used
+        lines = lines_of(body)
+        starts = lines.filter(~c.continuation(pl.col("raw")).fill_null(False)).get_column("offset")
+        cut = int(starts[-1]) if len(starts) else 0
+        return body[:cut], cut
+
+    def _spool(self, c: Collector, tz: str, reads: list, batch: int, now: float) -> None:
+        recs = joined_records([body for _, _, body, _, _ in reads], c, [start for _, start, _, _, _ in reads])
+        inputs = [_Input(found.file_id, spec.job or job_from_name(found.path), NO_KNOWN) for found, _, _, _, spec in reads]
+        ctx = Context(node=self.config.node, boot_time=self.boot if c.source == "kernel" else None,
+                      reference_time=datetime.fromtimestamp(now, timezone.utc), tz=tz)
+        parsed = _parse_unit(recs, inputs, c, ctx)
+        for (source, day), part in parsed.parts.items():
+            self.spool.write_partition(source, day, part, tag=f"b{batch:010d}")
+        self.counters.lines += recs.height + parsed.blank
+        self.counters.bytes += sum(used for _, _, _, used, _ in reads)
+        self.counters.records += parsed.records
+        self.counters.unparsed += parsed.unparsed
+        self.counters.stored += parsed.stored
+
+    def _spool_stats(self, batch: int, now: float) -> None:
+        """The collector's counters as a ``collector_stats`` health event."""
+        self.last_stats = now
+        attrs = to_json({k: v for k, v in asdict(self.counters).items() if k not in ("last_error", "updated")})
+        ev = pl.DataFrame({
+            "ts": [datetime.fromtimestamp(now, timezone.utc)], "node": [self.config.node], "source": ["health"],
+            "severity": ["info"], "kind": ["collector_stats"],
+            "message": [f"observe collector: {self.counters.lines} lines, {self.counters.stored} stored, "
+                        f"{self.counters.lag_bytes} bytes behind, {self.counters.spool_files} segments spooled"],
+            "attrs": [attrs], "file_id": [f"collector:{self.config.node}"], "offset": [int(now * 1e6)],
+        }).with_columns(pl.col("ts").cast(POLARS_SCHEMA["ts"]))
+        ev = ev.with_columns(pl.col("message").alias("raw"))
+        for (source, day), part in buffered_parts(ev).items():
+            self.spool.write_partition(source, day, part, tag=f"b{batch:010d}")
+
+    # -- shipping and the loop --------------------------------------------------------------------
+    def ship(self) -> None:
+        """Ship committed segments; count failures and drops; write the counters."""
+        result = ship(self.config.spool, self.dest, self.positions.batch, self.config.spool_max_bytes)
+        self.counters.shipped_files += result.shipped
+        if result.failed:
+            self.counters.ship_failures += 1
+            self.counters.last_error = result.error
+        self.counters.dropped_files += result.dropped_files
+        self.counters.dropped_records += result.dropped_rows
+        self.counters.dropped_bytes += result.dropped_bytes
+        left = [p for p in spool_files(self.config.spool) if p.suffix == ".parquet"]
+        self.counters.spool_files = len(left)
+        self.counters.spool_bytes = sum(p.stat().st_size for p in left)
+        self.counters.updated = time.time()
+        write_atomic(self.stats_path, to_json(asdict(self.counters)).encode())
+
+    def run(self, once: bool = False) -> Counters:
+        """Collect until stopped (SIGTERM/SIGINT), or with ``once`` until everything readable now is
+        spooled and shipped."""
+        while not self.stop:
+            started = time.monotonic()
+            more = self.cycle()
+            self.ship()
+            if once and not more:
+                break
+            if not more:
+                while not self.stop and time.monotonic() - started < self.config.flush_interval_s:
+                    time.sleep(min(0.2, self.config.flush_interval_s))
+        return self.counters
+
+    def handle_signals(self) -> None:
+        """Stop after the current cycle on SIGTERM or SIGINT."""
+        def stop(signum, frame):
+            self.stop = True
+            print(f"observe collect: signal {signum}: stopping after this cycle", file=sys.stderr, flush=True)
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)

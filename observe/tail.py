@@ -1,0 +1,181 @@
+"""Following growing log files without losing or repeating a line: identities, positions, rotation.
+
+A file is known by the same identity ``observe ingest`` gives it (a fingerprint of its first line,
+node, job and log name, see :func:`observe.reader.fingerprint`), so a file renamed by rotation
+(``syslog`` -> ``syslog.1``) or copied before a copytruncate is still the same input, and a later
+``observe ingest`` of it stores nothing twice. Device and inode are remembered to find a file
+again cheaply. Positions live in one JSON file written atomically (temp, fsync, rename); the
+caller commits them only after the segment holding the lines it read is durable.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from observe.reader import FINGERPRINT_BYTES, fingerprint, log_name
+
+POSITIONS_VERSION = 1
+FORGET_AFTER_S = 7 * 86400  # a checkpoint whose file is gone this long is dropped
+COMPRESSED = (".gz", ".xz", ".bz2", ".zst")
+
+
+@dataclass
+class Checkpoint:
+    """Where reading of one input stands."""
+
+    file_id: str
+    input: str  # the configured path or glob that found it
+    path: str
+    dev: int
+    ino: int
+    offset: int  # the next byte to read
+    seen: float = 0.0  # when the file was last found (epoch seconds)
+
+
+@dataclass
+class Positions:
+    """Every input's checkpoint and the last batch whose segments are durable."""
+
+    batch: int = 0
+    checkpoints: dict[str, Checkpoint] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: Path) -> Positions:
+        """The positions in ``path`` (empty when it does not exist yet)."""
+        try:
+            doc = json.loads(path.read_text())
+        except FileNotFoundError:
+            return cls()
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{path}: unreadable positions file: {exc}") from None
+        if doc.get("version") != POSITIONS_VERSION:
+            raise ValueError(f"{path}: positions version {doc.get('version')!r}, expected {POSITIONS_VERSION}")
+        cps = [Checkpoint(**cp) for cp in doc.get("checkpoints", [])]
+        return cls(batch=int(doc.get("batch", 0)), checkpoints={cp.file_id: cp for cp in cps})
+
+    def save(self, path: Path) -> None:
+        """Write atomically: a crash leaves either the old or the new file, never a torn one."""
+        doc = {"version": POSITIONS_VERSION, "batch": self.batch,
+               "checkpoints": [asdict(cp) for cp in self.checkpoints.values()]}
+        write_atomic(path, json.dumps(doc, indent=1).encode())
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file, fsync'd, renamed, directory fsync'd."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True)
+class Found:
+    """A file on disk that holds an input: where, which inode, how big, when last written."""
+
+    file_id: str
+    path: str
+    dev: int
+    ino: int
+    size: int
+    mtime: float
+
+
+class Finder:
+    """Finds the files of an input's glob and, for inputs read before, their rotated names.
+
+    ``job`` gives the job hint of a path (Slurm output files carry the job id in their name).
+    """
+
+    def __init__(self, pattern: str, node: str | None, job_of):
+        self.pattern = pattern
+        self.node = node
+        self.job_of = job_of
+        self._ids: dict[tuple[int, int], tuple[int, str]] = {}  # (dev, ino) -> (size when read, file_id)
+
+    def find(self, known: list[Checkpoint]) -> dict[str, Found]:
+        """Files by identity: the glob's matches plus, for ``known`` inputs not among them, files in
+        the same directory with the same log name (rotated by rename, or copied before a truncate).
+        Where two files share an identity (a copy), the larger one is read."""
+        ids, self._ids = self._ids, {}
+        found: dict[str, Found] = {}
+        self._add(found, sorted(p for p in glob.glob(self.pattern, recursive=True) if os.path.isfile(p)), ids)
+        wanted: dict[str, set[str]] = {}
+        for cp in known:
+            if cp.file_id not in found:
+                wanted.setdefault(os.path.dirname(cp.path) or ".", set()).add(log_name(cp.path))
+        for directory, names in wanted.items():
+            try:
+                with os.scandir(directory) as it:
+                    siblings = sorted(e.path for e in it if e.is_file() and not e.name.startswith(".")
+                                      and not e.name.endswith(COMPRESSED) and log_name(e.path) in names)
+            except OSError:
+                continue
+            self._add(found, siblings, ids)
+        return found
+
+    def _add(self, found: dict[str, Found], paths: list[str], ids: dict) -> None:
+        for path in paths:
+            f = self._identify(path, ids)
+            if f is not None and (f.file_id not in found or f.size > found[f.file_id].size):
+                found[f.file_id] = f
+
+    def _identify(self, path: str, ids: dict) -> Found | None:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        key = (st.st_dev, st.st_ino)
+        cached = self._ids.get(key) or ids.get(key)
+        if cached is None or st.st_size < cached[0]:  # new, or truncated: its first line may differ
+            try:
+                with open(path, "rb") as fh:
+                    head = fh.read(FINGERPRINT_BYTES)
+            except OSError:
+                return None
+            if b"\n" not in head and len(head) < FINGERPRINT_BYTES:
+                return None  # the first line is still being written: its identity is not known yet
+            cached = (st.st_size, fingerprint(head, self.node, self.job_of(path), log_name(path)))
+        self._ids[key] = (st.st_size, cached[1])
+        return Found(cached[1], path, st.st_dev, st.st_ino, st.st_size, st.st_mtime)
+
+
+def read_new(found: Found, cp: Checkpoint | None, max_bytes: int) -> tuple[int, bytes]:
+    """The bytes of ``found`` after its checkpoint (at most ``max_bytes``), and where they start.
+
+    A file smaller than its checkpoint was truncated in place: it is read again from the start.
+    """
+    start = cp.offset if cp is not None else 0
+    if found.size < start:
+        start = 0
+    if found.size == start:
+        return start, b""
+    with open(found.path, "rb") as fh:
+        fh.seek(start)
+        return start, fh.read(min(found.size - start, max_bytes))
+
+
+def complete(data: bytes, idle: bool) -> tuple[bytes, int]:
+    """The lines of ``data`` that end with a newline (an idle file's final partial line too, given a
+    newline) and how many of ``data``'s bytes they consume."""
+    if data.endswith(b"\n") or not data:
+        return data, len(data)
+    if idle:
+        return data + b"\n", len(data)
+    cut = data.rfind(b"\n") + 1
+    return data[:cut], cut
+
+
+def is_idle(found: Found, timeout_s: float, now: float | None = None) -> bool:
+    """Whether a file has not been written for ``timeout_s`` (its last record is then complete)."""
+    return (now if now is not None else time.time()) - found.mtime >= timeout_s
