@@ -214,3 +214,37 @@ def test_crash_between_segment_and_commit_is_undone(tmp_path: Path) -> None:
     assert list((tmp_path / "c-spool" / "events").rglob("b*.parquet"))
     NodeCollector(config).run(once=True)
     _exactly_once(_numbers(tmp_path / "central"), 50)
+
+
+def test_ships_to_an_s3_compatible_store_on_loopback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real S3 server (moto's standalone server) on 127.0.0.1, through pyarrow's S3 filesystem."""
+    import pyarrow.fs as pafs
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        env = {**os.environ, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_EC2_METADATA_DISABLED": "true"}
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+        url = f"s3://observe/store?endpoint_override={host}:{port}&scheme=http&region=us-east-1"
+        fs, _ = pafs.FileSystem.from_uri(url + "&allow_bucket_creation=true")
+        fs.create_dir("observe")  # the bucket
+        config = _config(tmp_path, store=url, partial_timeout=0)  # type: ignore[arg-type]
+        log = tmp_path / "c-logs" / "syslog"
+        _write(log, range(200))
+        assert _collect(config, env=env).returncode == 0
+        _write(log, range(200, 300))
+        assert _collect(config, env=env).returncode == 0
+        local = tmp_path / "fetched"
+        for info in fs.get_file_info(pafs.FileSelector("observe/store", recursive=True)):
+            if info.type == pafs.FileType.File:
+                target = local / info.path.removeprefix("observe/store/")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with fs.open_input_stream(info.path) as src:
+                    target.write_bytes(src.read())
+        _exactly_once(_numbers(local), 300)
+        assert json.loads((tmp_path / "c-spool" / "stats.json").read_text())["spool_files"] == 0
+    finally:
+        server.stop()
