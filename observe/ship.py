@@ -16,6 +16,8 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from observe.store import fsync_dir
+
 
 class Destination:
     """Where shipped files go: ``put`` makes a whole file appear at once under a relative path."""
@@ -54,11 +56,7 @@ class LocalDir(Destination):
             w.flush()
             os.fsync(w.fileno())
         os.replace(tmp, final)
-        fd = os.open(final.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_dir(final.parent)
 
     def exists(self, rel: str) -> bool:
         return (self.root / rel).exists()

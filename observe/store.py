@@ -47,7 +47,8 @@ class Partition:
     path: Path
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """Make a rename or a new file in ``path`` durable."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -105,7 +106,7 @@ class Store:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, final)
-        _fsync_dir(directory)
+        fsync_dir(directory)
         return final
 
     # -- reading -------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from observe.reader import FINGERPRINT_BYTES, fingerprint, log_name
+from observe.store import fsync_dir
 
 POSITIONS_VERSION = 1
 FORGET_AFTER_S = 7 * 86400  # a checkpoint whose file is gone this long is dropped
@@ -72,11 +73,7 @@ def write_atomic(path: Path, data: bytes) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_dir(path.parent)
 
 
 @dataclass(frozen=True)
