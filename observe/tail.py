@@ -98,7 +98,7 @@ class Finder:
         self.pattern = pattern
         self.node = node
         self.job_of = job_of
-        self._ids: dict[tuple[int, int], tuple[int, str]] = {}  # (dev, ino) -> (size when read, file_id)
+        self._ids: dict[tuple[int, int], tuple[tuple[int, int], str]] = {}  # (dev, ino) -> ((size, mtime), file_id)
 
     def find(self, known: list[Checkpoint]) -> dict[str, Found]:
         """Files by identity: the glob's matches plus, for ``known`` inputs not among them, files in
@@ -134,7 +134,8 @@ class Finder:
             return None
         key = (st.st_dev, st.st_ino)
         cached = self._ids.get(key) or ids.get(key)
-        if cached is None or st.st_size < cached[0]:  # new, or truncated: its first line may differ
+        if cached is None or cached[0] != (st.st_size, st.st_mtime_ns):
+            # new or changed: a file truncated and grown again has another first line
             try:
                 with open(path, "rb") as fh:
                     head = fh.read(FINGERPRINT_BYTES)
@@ -142,8 +143,8 @@ class Finder:
                 return None
             if b"\n" not in head and len(head) < FINGERPRINT_BYTES:
                 return None  # the first line is still being written: its identity is not known yet
-            cached = (st.st_size, fingerprint(head, self.node, self.job_of(path), log_name(path)))
-        self._ids[key] = (st.st_size, cached[1])
+            cached = ((st.st_size, st.st_mtime_ns), fingerprint(head, self.node, self.job_of(path), log_name(path)))
+        self._ids[key] = cached
         return Found(cached[1], path, st.st_dev, st.st_ino, st.st_size, st.st_mtime)
 
 
