@@ -23,7 +23,7 @@ import polars as pl
 
 from observe import collector as registry
 from observe.collector import Collector, Context
-from observe.ingest import SAMPLE_LINES, InputError, _Input, _parse_unit, choose, job_from_name, joined_records
+from observe.ingest import InputError, ParseInput, choose, job_from_name, joined_records, parse_unit, sample_of
 from observe.reader import lines_of, peek_head
 from observe.rules import to_json
 from observe.schema import POLARS_SCHEMA
@@ -31,7 +31,6 @@ from observe.ship import Destination, batch_of, ship, spool_files
 from observe.store import Store, buffered_parts
 from observe.tail import FORGET_AFTER_S, Checkpoint, Finder, Found, Positions, complete, is_idle, read_new, write_atomic
 
-NO_KNOWN = pl.DataFrame(schema={"offset": pl.Int64, "text": pl.UInt64})
 UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 SIZES = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
 
@@ -265,8 +264,7 @@ class NodeCollector:
             return registry.get(spec.source)
         if found.file_id not in self.kinds:
             try:
-                c = choose("auto", pl.Series(peek_head(found.path).decode("utf-8", "replace")
-                                             .splitlines()[:SAMPLE_LINES], dtype=pl.String), found.path)
+                c = choose("auto", sample_of(peek_head(found.path)), found.path)
                 if c.whole_file:
                     raise InputError(f"{found.path}: {c.name} documents are not followed line by line")
             except (InputError, OSError) as exc:
@@ -290,10 +288,10 @@ class NodeCollector:
 
     def _spool(self, c: Collector, tz: str, reads: list, batch: int, now: float) -> None:
         recs = joined_records([body for _, _, body, _, _ in reads], c, [start for _, start, _, _, _ in reads])
-        inputs = [_Input(found.file_id, spec.job or job_from_name(found.path), NO_KNOWN) for found, _, _, _, spec in reads]
+        inputs = [ParseInput(found.file_id, spec.job or job_from_name(found.path)) for found, _, _, _, spec in reads]
         ctx = Context(node=self.config.node, boot_time=self.boot if c.source == "kernel" else None,
                       reference_time=datetime.fromtimestamp(now, timezone.utc), tz=tz)
-        parsed = _parse_unit(recs, inputs, c, ctx)
+        parsed = parse_unit(recs, inputs, c, ctx)
         for (source, day), part in parsed.parts.items():
             self.spool.write_partition(source, day, part, tag=f"b{batch:010d}")
         self.counters.lines += recs.height + parsed.blank

@@ -18,7 +18,7 @@ from observe import rules
 from observe.collector import Collector, Context
 from observe.reader import CHUNK_BYTES, fingerprint, log_name, lines_of, open_input, peek_head, read_lines
 from observe.schema import FIELDS, POLARS_SCHEMA, conform
-from observe.store import SegmentWriter, Store, buffered_parts
+from observe.store import SegmentWriter, Store, buffered_parts, no_records
 
 MAX_RECORD_LINES = 500
 PARSE_THREADS = 4
@@ -141,6 +141,11 @@ def _join(lines: pl.DataFrame, rid: pl.Series) -> pl.DataFrame:
     )
 
 
+def sample_of(head: bytes) -> pl.Series:
+    """The first lines of an input's first bytes, for format detection."""
+    return pl.Series(head.decode("utf-8", "replace").splitlines()[:SAMPLE_LINES], dtype=pl.String)
+
+
 def choose(source: str, sample: pl.Series, path: str) -> Collector:
     """The collector for an input: the named one, or the best match for its first lines."""
     if source != "auto":
@@ -149,23 +154,23 @@ def choose(source: str, sample: pl.Series, path: str) -> Collector:
 
 
 @dataclass(frozen=True)
-class _Input:
+class ParseInput:
     """One input inside a parse unit: its identity, job hint and offsets already stored."""
 
     file_id: str
     job: str | None
-    known: pl.DataFrame  # offset, text (hash of raw) of records already stored
+    known: pl.DataFrame = field(default_factory=no_records)  # offset, text (hash of raw) already stored
 
 
 def _open(path: str, summary: Summary, node: str | None, store: Store, pipe: _Pipeline,
-          head: bytes, job: str | None) -> _Input:
+          head: bytes, job: str | None) -> ParseInput:
     job = job or job_from_name(path)
     file_id = fingerprint(head, node, job, log_name(path))
     if file_id in summary.file_ids:  # the same identity twice in one run: make the first one visible
         pipe.flush()
     summary.file_ids.add(file_id)
     summary.files += 1
-    return _Input(file_id, job, store.known(file_id))
+    return ParseInput(file_id, job, store.known(file_id))
 
 
 def ingest_file(path: str, store: Store, source: str = "auto", node: str | None = None,
@@ -190,7 +195,7 @@ def ingest_file(path: str, store: Store, source: str = "auto", node: str | None 
             head = stream.peek(64 * 1024)[: 64 * 1024] if hasattr(stream, "peek") else b""
         except OSError as exc:
             raise InputError(f"{path}: {exc.strerror or exc}") from None
-        sample = pl.Series(head.decode("utf-8", "replace").splitlines()[:SAMPLE_LINES], dtype=pl.String)
+        sample = sample_of(head)
         c = choose(source, sample, path)
         boot_time = boot_time or (summary.boot_times.get(node) if node else None)
         mtime = Path(path).stat().st_mtime if path != "-" else time.time()
@@ -226,7 +231,7 @@ def _batches(paths: list[str], jobs: list[str | None], c: Collector, store: Stor
              summary: Summary, node: str | None, progress: Callable[[int], None] | None):
     """Units of up to CHUNK_BYTES from many files: one newline scan over their joined bytes."""
     datas: list[bytes] = []
-    inputs: list[_Input] = []
+    inputs: list[ParseInput] = []
     size = 0
     for path, job in zip(paths, jobs):
         try:
@@ -296,12 +301,12 @@ class _Pipeline:
         self.pool = ThreadPoolExecutor(max_workers=PARSE_THREADS, thread_name_prefix="observe-parse")
         self.window: deque[tuple[Future, Collector, _Holder]] = deque()
 
-    def submit(self, recs: pl.DataFrame, inputs: list[_Input], c: Collector, holder: _Holder) -> None:
+    def submit(self, recs: pl.DataFrame, inputs: list[ParseInput], c: Collector, holder: _Holder) -> None:
         """Queue one unit; stores the oldest when the window is full."""
         sequential = c.source == "kernel" and holder.ctx.boot_time is None
         if sequential:
             self.drain()
-        self.window.append((self.pool.submit(_parse_unit, recs, inputs, c, holder.ctx), c, holder))
+        self.window.append((self.pool.submit(parse_unit, recs, inputs, c, holder.ctx), c, holder))
         if sequential or len(self.window) >= PARSE_THREADS:
             self._store_oldest()
 
@@ -331,7 +336,7 @@ class _Pipeline:
 
 
 @dataclass
-class _Parsed:
+class Parsed:
     """A parsed unit, ready to store: its fresh records by partition and what the summary counts."""
 
     parts: dict[tuple[str, str], pl.DataFrame] = field(default_factory=dict)
@@ -344,12 +349,12 @@ class _Parsed:
     boots: dict[str, datetime] = field(default_factory=dict)
 
 
-def _parse_unit(recs: pl.DataFrame, inputs: list[_Input], c: Collector, ctx: Context) -> _Parsed:
+def parse_unit(recs: pl.DataFrame, inputs: list[ParseInput], c: Collector, ctx: Context) -> Parsed:
     """Parse, classify, drop what the store already holds and split by partition (on a worker)."""
     blank = recs.get_column("raw").str.strip_chars() == ""
     recs = recs.filter(~blank)
     if not recs.height:
-        return _Parsed(blank=int(blank.sum()))
+        return Parsed(blank=int(blank.sum()))
     out = c.parse(recs, ctx).sort("offset")  # file order (a batch: input by input)
     if len(inputs) == 1:
         out = out.with_columns(pl.lit(inputs[0].file_id).alias("file_id"),
@@ -362,7 +367,7 @@ def _parse_unit(recs: pl.DataFrame, inputs: list[_Input], c: Collector, ctx: Con
         out = out.join(hints, on="_in", how="left", maintain_order="left").drop("_in")
     out = finalize(out, c, ctx)
     kinds = out.get_column("kind").value_counts()
-    done = _Parsed(blank=int(blank.sum()), records=out.height, kinds=dict(kinds.iter_rows()))
+    done = Parsed(blank=int(blank.sum()), records=out.height, kinds=dict(kinds.iter_rows()))
     done.unparsed = done.kinds.get("unparsed", 0)
     known = [i.known.with_columns(pl.lit(i.file_id).alias("file_id")) for i in inputs if i.known.height]
     if known:  # a record is a duplicate only if the same input holds the same text at that offset
@@ -376,7 +381,7 @@ def _parse_unit(recs: pl.DataFrame, inputs: list[_Input], c: Collector, ctx: Con
     return done
 
 
-def _store_unit(parsed: _Parsed, c: Collector, ctx: Context, writer: SegmentWriter, summary: Summary) -> Context:
+def _store_unit(parsed: Parsed, c: Collector, ctx: Context, writer: SegmentWriter, summary: Summary) -> Context:
     summary.blank += parsed.blank
     summary.records += parsed.records
     summary.unparsed += parsed.unparsed
@@ -412,7 +417,7 @@ def _plan(inputs: list[tuple[str, dict]]) -> list[tuple[Collector | None, bool]]
             head = b"" if path == "-" else peek_head(path)
         except OSError:
             head = b""
-        samples.append(pl.Series(head.decode("utf-8", "replace").splitlines()[:SAMPLE_LINES], dtype=pl.String))
+        samples.append(sample_of(head))
     plan = []
     for (path, opts), (best, score, scores) in zip(inputs, registry.detect_many(samples)):
         source = opts.get("source", "auto")

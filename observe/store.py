@@ -174,7 +174,7 @@ class Store:
         """
         files = self.files() if (self.inputs / file_id).exists() else []
         if not files:
-            return pl.DataFrame(schema={"offset": pl.Int64, "text": pl.UInt64})
+            return no_records()
         lf = from_stored(pl.scan_parquet([str(f) for f in files]).filter(pl.col("file_id") == file_id))
         return lf.select("offset", pl.col("raw").hash().alias("text")).unique().collect()
 
@@ -237,6 +237,11 @@ class Store:
             })
         return pl.DataFrame(rows, schema={"source": pl.String, "date": pl.String, "segments": pl.Int64,
                                           "rows": pl.Int64, "bytes": pl.Int64})
+
+
+def no_records() -> pl.DataFrame:
+    """What :meth:`Store.known` returns for an input with nothing stored."""
+    return pl.DataFrame(schema={"offset": pl.Int64, "text": pl.UInt64})
 
 
 def split_partitions(df: pl.DataFrame) -> dict[tuple[str, str], pl.DataFrame]:
