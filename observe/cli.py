@@ -19,7 +19,7 @@ from observe import rules
 from observe.ingest import InputError, Summary, ingest
 from observe.reader import input_files
 from observe.schema import DESCRIPTIONS, FIELDS
-from observe.store import Store
+from observe.store import Store, StoreBusy
 from queries.search import expand_nodes, parse_span, parse_time, search
 
 app = typer.Typer(
@@ -363,15 +363,27 @@ def stats_cmd(store: StoreOpt = None) -> None:
 
 
 @app.command("compact")
-def compact_cmd(store: StoreOpt = None) -> None:
-    """Merge each partition's small segments into one file (atomic, duplicates dropped); refresh the job index."""
+def compact_cmd(
+    store: StoreOpt = None,
+    grace: Annotated[str, typer.Option(help="Keep replaced segments this long for queries already running (10m, 0s).")] = "10m",
+) -> None:
+    """Merge each partition's segments into files sorted by time (atomic, duplicates dropped, memory
+    bounded); delete segments replaced longer than --grace ago; refresh the job index."""
+    try:
+        grace_s = parse_span(grace).total_seconds()
+    except ValueError as exc:
+        _fail(str(exc))
     s = _store(store)
     merged = 0
-    for part in s.partitions():
-        done = s.compact(part)
-        if done:
-            merged += done[0]
-            out.print(f"{part.source}/{part.date}: {done[0]} segments -> 1 ({done[1]} rows)")
+    parts = s.partitions()
+    try:
+        for i, part in enumerate(parts, 1):
+            done = s.compact(part, grace_s=grace_s)
+            if done:
+                merged += done[0]
+                out.print(f"[{i}/{len(parts)}] {part.source}/{part.date}: {done[0]} segments, {done[1]} rows")
+    except StoreBusy as exc:
+        _fail(str(exc))
     out.print(f"compacted {merged} segment(s)")
     from queries import jobs
 

@@ -28,8 +28,8 @@ from observe.reader import lines_of, peek_head
 from observe.rules import to_json
 from observe.schema import POLARS_SCHEMA
 from observe.ship import Destination, batch_of, ship, spool_files
-from observe.store import Store, buffered_parts
-from observe.tail import FORGET_AFTER_S, Checkpoint, Finder, Found, Positions, complete, is_idle, read_new, write_atomic
+from observe.store import Store, buffered_parts, write_atomic
+from observe.tail import FORGET_AFTER_S, Checkpoint, Finder, Found, Positions, complete, is_idle, read_new
 
 UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 SIZES = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}

@@ -1,19 +1,25 @@
 """The Parquet event store: ``<root>/events/source=<s>/date=<YYYY-MM-DD|unknown>/<segment>.parquet``.
 
 Every write is a new uniquely named segment written to a hidden temporary name, fsync'd and renamed
-into place, so readers never see a partial file and writers never collide. Compaction writes one
-file per partition plus a small JSON note naming the segments it replaces; readers skip
-replaced segments while the note exists, so a query sees each record exactly once throughout.
+into place, so readers never see a partial file and writers never collide. Compaction first writes
+a small JSON note naming the segments it replaces and the files it will write, then writes those
+files sorted by time; readers use the new files only once all of them exist, and the replaced ones
+until then, so the switch happens at the last rename and a query sees each record exactly once
+throughout. Replaced segments are deleted only after a grace period, so a query that listed them
+just before the switch can still read them.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import time
 import shutil
 import uuid
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -38,6 +44,8 @@ DELTA_COLUMNS = {"ts": "DELTA_BINARY_PACKED", "offset": "DELTA_BINARY_PACKED"}
 DICTIONARY_COLUMNS = ["node", "source", "severity", "kind", "job_id", "gpu", "program", "file_id", "code", "rank"]
 STATISTICS_COLUMNS = ["ts", "node", "source", "severity", "kind", "job_id", "code", "offset", "file_id"]
 UNKNOWN_DATE = "unknown"
+COMPACT_FILE_ROWS = 1_000_000  # rows per compacted file: what one compaction step holds in memory
+COMPACT_GRACE_S = 600.0  # replaced segments outlive a compaction this long, for queries already planned
 
 
 @dataclass(frozen=True)
@@ -132,18 +140,21 @@ class Store:
 
     @staticmethod
     def segments(directory: Path) -> list[Path]:
-        """The live segment files of one partition directory (replaced ones left out)."""
-        with os.scandir(directory) as it:
-            names = [e.name for e in it]
-        files = {n for n in names if n.endswith(".parquet") and not n.startswith(".")}
-        for note in (n for n in names if n.startswith("c-") and n.endswith(".json")):
-            if note[:-5] + ".parquet" in files:
-                try:
-                    replaced = json.loads((directory / note).read_text())["replaces"]
-                except (OSError, ValueError, KeyError):
-                    continue
-                files.difference_update(replaced)
-        return [directory / n for n in sorted(files)]
+        """The live segment files of one partition directory (replaced ones, and the files of a
+        compaction not yet complete, left out)."""
+        for _ in range(10):  # a note deleted while we read: list again
+            with os.scandir(directory) as it:
+                names = [e.name for e in it]
+            listed = {n for n in names if n.endswith(".parquet") and not n.startswith(".")}
+            files = set(listed)
+            try:
+                for note in (n for n in names if n.startswith("c-") and n.endswith(".json")):
+                    replaces, outputs = _read_note(directory / note)
+                    files.difference_update(replaces if outputs <= listed else outputs)
+            except FileNotFoundError:
+                continue
+            return [directory / n for n in sorted(files)]
+        raise RuntimeError(f"{directory}: its compaction notes keep changing; is a compaction looping?")
 
     def files(self, sources: Iterable[str] | None = None, since: datetime | None = None,
               until: datetime | None = None, undated: bool = False) -> list[Path]:
@@ -179,38 +190,43 @@ class Store:
         return lf.select("offset", pl.col("raw").hash().alias("text")).unique().collect()
 
     # -- maintenance ---------------------------------------------------------------------------
-    def compact(self, partition: Partition, min_segments: int = 2) -> tuple[int, int] | None:
-        """Merge a partition's segments into one file, dropping duplicate records, its text columns
-        compressed harder than at ingest.
+    def compact(self, partition: Partition, min_segments: int = 2, grace_s: float = COMPACT_GRACE_S,
+                file_rows: int = COMPACT_FILE_ROWS) -> tuple[int, int] | None:
+        """Merge a partition's segments into files of at most about ``file_rows`` rows sorted by
+        time, dropping duplicate records, text columns compressed harder than at ingest. Memory is
+        bounded by ``file_rows``: each file is one time slice, read with row-group pruning.
 
-        Returns (segments replaced, rows written), or None when there was nothing to do.
+        Segments replaced by a compaction more than ``grace_s`` ago are deleted first. Returns
+        (segments replaced, rows written), or None when there was nothing to do.
         """
         directory = partition.path
-        for note in directory.glob("c-*.json"):  # finish a compaction that was interrupted
-            self._finish(note)
-        segs = self.segments(directory)
-        if not segs or (len(segs) < min_segments and all(s.name.startswith("c-") for s in segs)):
-            return None  # already one compacted file (a lone ingest segment is still recompressed)
-        # a duplicate is the same input's same text at the same offset (inputs may share an identity)
-        df = pl.read_parquet([str(s) for s in segs]).unique(
-            subset=[*KEY, "raw", "header", "message"], keep="first", maintain_order=True)
-        df = df.sort(*SEGMENT_ORDER)
-        name = f"c-{uuid.uuid4().hex}"
-        note = directory / f"{name}.json"
-        tmp = directory / f".{name}.json.tmp"
-        tmp.write_text(json.dumps({"replaces": [s.name for s in segs]}))
-        os.replace(tmp, note)
-        self._write_file(df, directory, f"{name}.parquet", level=COMPACT_LEVEL, text_level=COMPACT_TEXT_LEVEL)
-        self._finish(note)
-        return len(segs), df.height
-
-    @staticmethod
-    def _finish(note: Path) -> None:
-        """Delete the segments a compaction replaced, then its note (or the note alone if it failed)."""
-        if note.with_suffix(".parquet").exists():
-            for name in json.loads(note.read_text())["replaces"]:
-                (note.parent / name).unlink(missing_ok=True)
-        note.unlink(missing_ok=True)
+        with _compaction_lock(self.root):
+            for note in sorted(directory.glob("c-*.json")):  # oldest first: a later one may replace its outputs
+                _settle(note, grace_s)
+            segs = self.segments(directory)
+            if not segs or (len(segs) < min_segments and all(s.name.startswith("c-") for s in segs)):
+                return None  # already compacted (a lone ingest segment is still recompressed)
+            scan = pl.scan_parquet([str(s) for s in segs])
+            slices = _slices(scan, file_rows)
+            name = f"c-{time.time_ns():016x}-{uuid.uuid4().hex[:8]}"  # names sort in time order
+            planned = [f"{name}-{i:04d}.parquet" for i in range(len(slices))]
+            note = directory / f"{name}.json"
+            replaces = [s.name for s in segs]
+            write_atomic(note, json.dumps({"replaces": replaces, "outputs": planned}).encode())
+            rows, written = 0, []
+            for output, where in zip(planned, slices):
+                # a duplicate is the same input's same text at the same offset (inputs may share an identity)
+                df = (scan.filter(where).collect()
+                      .unique(subset=[*KEY, "raw", "header", "message"], keep="first", maintain_order=True)
+                      .sort("ts", *SEGMENT_ORDER, nulls_last=True))
+                if df.height:
+                    self._write_file(df, directory, output, level=COMPACT_LEVEL, text_level=COMPACT_TEXT_LEVEL)
+                    written.append(output)
+                    rows += df.height
+            if written != planned:  # an empty slice: the note's rewrite is the switch
+                write_atomic(note, json.dumps({"replaces": replaces, "outputs": written}).encode())
+            _settle(directory / f"{name}.json", grace_s)
+            return len(segs), rows
 
     def expire(self, before: str, dry_run: bool = False) -> list[Partition]:
         """Delete every dated partition older than ``before`` (``YYYY-MM-DD``); undated ones stay.
@@ -237,6 +253,95 @@ class Store:
             })
         return pl.DataFrame(rows, schema={"source": pl.String, "date": pl.String, "segments": pl.Int64,
                                           "rows": pl.Int64, "bytes": pl.Int64})
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file, fsync'd, renamed, directory fsync'd."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def _read_note(note: Path) -> tuple[set[str], set[str]]:
+    """A compaction note's replaced segments and output files (FileNotFoundError once it is gone)."""
+    try:
+        doc = json.loads(note.read_text())
+        return set(doc["replaces"]), set(doc.get("outputs") or [note.stem + ".parquet"])
+    except (ValueError, KeyError, TypeError):
+        return set(), set()  # not a note this version wrote: ignored
+
+
+def _settle(note: Path, grace_s: float) -> None:
+    """Tidy up after a compaction: once complete and ``grace_s`` old, delete the replaced segments,
+    then the note; if it never completed (a crash), delete its outputs, then the note."""
+    replaces, outputs = _read_note(note)
+    present = [note.parent / o for o in outputs if (note.parent / o).exists()]
+    if len(present) == len(outputs):
+        if time.time() - max(p.stat().st_mtime for p in [note, *present]) < grace_s:
+            return
+        doomed = replaces
+    else:
+        doomed = {p.name for p in present}
+    for name in doomed:
+        (note.parent / name).unlink(missing_ok=True)
+    note.unlink(missing_ok=True)
+
+
+@contextmanager
+def _compaction_lock(root: Path) -> Iterator[None]:
+    """One compaction at a time per store (an advisory lock on ``<root>/.compact.lock``)."""
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".compact.lock", "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise StoreBusy(f"{root}: another compaction is running") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+class StoreBusy(RuntimeError):
+    """Another process holds the store's compaction lock."""
+
+
+def _slices(scan: pl.LazyFrame, file_rows: int) -> list[pl.Expr]:
+    """Filters cutting ``scan``'s rows into consecutive time slices of about ``file_rows`` rows
+    (more only when one second holds more), from a per-second count of the ``ts`` column alone;
+    rows without a time go with the first slice. An undated partition is cut by input instead."""
+    per_second = (scan.group_by(pl.col("ts").dt.truncate("1s").alias("key")).len()
+                  .sort("key", nulls_last=False).collect(engine="streaming"))
+    total = int(per_second.get_column("len").sum())
+    if total <= file_rows:
+        return [pl.lit(True)]
+    if per_second.get_column("key").null_count() == per_second.height:
+        per_input = scan.group_by(pl.col("file_id").alias("key")).len().sort("key").collect(engine="streaming")
+        return _ranges(pl.col("file_id"), _cuts(per_input, file_rows), with_nulls=False)
+    return _ranges(pl.col("ts"), _cuts(per_second.drop_nulls("key"), file_rows), with_nulls=True)
+
+
+def _cuts(counts: pl.DataFrame, file_rows: int) -> list:
+    """The keys that start a new slice, from (key, len) rows sorted by key."""
+    slice_no = ((pl.col("len").cum_sum() - pl.col("len")) // file_rows).alias("slice")
+    starts = counts.with_columns(slice_no).group_by("slice", maintain_order=True).agg(pl.col("key").first())
+    return starts.get_column("key").to_list()[1:]
+
+
+def _ranges(key: pl.Expr, cuts: list, with_nulls: bool) -> list[pl.Expr]:
+    """``[-inf, c1), [c1, c2), ..., [cn, +inf)`` over ``key`` as filters (nulls in the first)."""
+    bounds = [None, *cuts, None]
+    out = []
+    for lo, hi in zip(bounds, bounds[1:]):
+        where = pl.lit(True) if lo is None else key >= lo
+        if hi is not None:
+            where = where & (key < hi)
+        out.append(where | key.is_null() if lo is None and with_nulls else where)
+    return out
 
 
 def no_records() -> pl.DataFrame:

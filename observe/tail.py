@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from observe.reader import FINGERPRINT_BYTES, fingerprint, log_name
-from observe.store import fsync_dir
+from observe.store import write_atomic
 
 POSITIONS_VERSION = 1
 FORGET_AFTER_S = 7 * 86400  # a checkpoint whose file is gone this long is dropped
@@ -63,17 +63,6 @@ class Positions:
         doc = {"version": POSITIONS_VERSION, "batch": self.batch,
                "checkpoints": [asdict(cp) for cp in self.checkpoints.values()]}
         write_atomic(path, json.dumps(doc, indent=1).encode())
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file, fsync'd, renamed, directory fsync'd."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
 
 
 @dataclass(frozen=True)

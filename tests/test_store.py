@@ -11,12 +11,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import polars as pl
+import pytest
 import pyarrow.parquet as pq
 
 from conftest import CORPUS, parse_file
 from observe.ingest import ingest
 from observe.schema import FIELDS
-from observe.store import Store
+from observe.store import Store, StoreBusy
 
 REAL = CORPUS / "real"
 LOGS = [str(REAL / n) for n in ("xid.log", "nccl.log", "slurm.log", "oom.log", "ib_pcie.log")]
@@ -57,7 +58,68 @@ def test_compaction_keeps_rows_identical(store: Store) -> None:
     assert replaced > 1 and len(store.segments(part.path)) == 1
     after = _rows(store)
     assert after.equals(before)
-    assert not list(part.path.glob("c-*.json"))
+    ts = pl.read_parquet(store.segments(part.path)[0]).get_column("ts")
+    assert ts.is_sorted()
+    assert list(part.path.glob("c-*.json"))  # replaced segments outlive the grace period ...
+    assert store.compact(part, grace_s=0) is None  # ... and go at the next compaction after it
+    assert not list(part.path.glob("c-*.json")) and len(list(part.path.glob("*.parquet"))) == 1
+
+
+def test_compaction_in_bounded_slices_sorted_by_time(store: Store) -> None:
+    for log in LOGS:
+        ingest([log], store)
+    before = _rows(store)
+    for part in store.partitions():
+        store.compact(part, min_segments=1, grace_s=0, file_rows=5)
+    assert _rows(store).equals(before)
+    part = max((p for p in store.partitions() if p.date != "unknown"),
+               key=lambda p: sum(pq.read_metadata(f).num_rows for f in store.segments(p.path)))
+    files = store.segments(part.path)
+    assert len(files) > 2
+    parts = [pl.read_parquet(f).get_column("ts") for f in files]
+    assert all(p.is_sorted() and p.len() for p in parts)
+    assert all(a.max() <= b.min() for a, b in zip(parts, parts[1:]))  # files are consecutive time slices
+
+
+def test_queries_during_compaction_see_each_record_once(store: Store) -> None:
+    """Readers in another process query while compactions (re)write the store's partitions."""
+    for i in range(3):
+        for log in LOGS:
+            ingest([log], store)
+    expected = _rows(store).height
+    script = (
+        "import sys, time; from observe.store import Store\n"
+        "s = Store(sys.argv[1]); bad = 0; end = time.time() + float(sys.argv[2])\n"
+        "while time.time() < end:\n"
+        "    df = s.scan().select('file_id', 'offset', 'raw').collect()\n"
+        "    bad += df.height != int(sys.argv[3]) or df.unique().height != df.height\n"
+        "print(bad)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    reader = subprocess.Popen([sys.executable, "-c", script, str(store.root), "12", str(expected)],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    rounds = 0
+    while reader.poll() is None:
+        for part in store.partitions():
+            store.compact(part, min_segments=1, grace_s=3, file_rows=5 + rounds % 40)
+        rounds += 1
+    out, err = reader.communicate()
+    assert reader.returncode == 0, err
+    assert rounds > 5 and out.strip() == "0"
+
+
+def test_one_compaction_at_a_time(store: Store) -> None:
+    ingest(LOGS[:1], store)
+    script = ("import fcntl, sys, time; f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); "
+              "print('locked', flush=True); time.sleep(30)")
+    holder = subprocess.Popen([sys.executable, "-c", script, str(store.root / ".compact.lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(StoreBusy):
+            store.compact(store.partitions()[0], min_segments=1)
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def test_interrupted_compaction_never_double_counts(store: Store) -> None:
@@ -70,8 +132,23 @@ def test_interrupted_compaction_never_double_counts(store: Store) -> None:
     (part.path / "c-crash.json").write_text(json.dumps({"replaces": [s.name for s in segs]}))
     store._write_file(df, part.path, "c-crash.parquet")  # crashed after the rename, before deleting
     assert _rows(store).height == before
-    store.compact(part, min_segments=1)
+    store.compact(part, min_segments=1, grace_s=0)
     assert _rows(store).height == before and not (part.path / "c-crash.json").exists()
+
+
+def test_compaction_that_never_completed_is_undone(store: Store) -> None:
+    ingest(LOGS[:2], store)
+    ingest(LOGS[2:], store)
+    before = _rows(store)
+    part = max(store.partitions(), key=lambda p: len(store.segments(p.path)))
+    segs = store.segments(part.path)
+    half = pl.read_parquet([str(s) for s in segs]).head(3)
+    (part.path / "c-crash.json").write_text(json.dumps({"replaces": [s.name for s in segs],
+                                                        "outputs": ["c-crash-0000.parquet", "c-crash-0001.parquet"]}))
+    store._write_file(half, part.path, "c-crash-0000.parquet")  # killed before writing the second file
+    assert _rows(store).equals(before)
+    store.compact(part, min_segments=1, grace_s=0)
+    assert _rows(store).equals(before) and not (part.path / "c-crash-0000.parquet").exists()
 
 
 def test_killed_writer_leaves_no_partial_file(store: Store, tmp_path: Path) -> None:
