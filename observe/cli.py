@@ -414,7 +414,8 @@ def collect_cmd(
     config: Annotated[Path, typer.Option("--config", help="Collector config (TOML): inputs, spool, central store.")],
     once: Annotated[bool, typer.Option("--once", help="Collect what is there now, ship it and exit (tests, cron).")] = False,
 ) -> None:
-    """Follow log files on this node into a local spool and ship them to the central store.
+    """Follow log files, /dev/kmsg and the journal, and poll commands (nvidia-smi, sacct), on this
+    node into a local spool, and ship them to the central store.
 
     Positions survive kills and reboots; rotation (rename or copytruncate) and truncation are
     handled; every line is stored exactly once. Stops cleanly on SIGTERM. Counters:
@@ -427,7 +428,10 @@ def collect_cmd(
     except (ConfigError, ValueError, OSError) as exc:
         _fail(str(exc))
     node.handle_signals()
-    counters = node.run(once=once)
+    try:
+        counters = node.run(once=once)
+    finally:
+        node.close()
     out.print(f"{counters.lines} lines, {counters.stored} events spooled, {counters.shipped_files} file(s) shipped, "
               f"{counters.spool_files} waiting, {counters.ship_failures} ship failure(s), {counters.dropped_records} dropped")
 

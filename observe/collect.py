@@ -12,10 +12,11 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import subprocess
 import sys
 import time
 import tomllib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from observe.rules import to_json
 from observe.schema import POLARS_SCHEMA
 from observe.ship import Destination, batch_of, ship, spool_files
 from observe.store import Store, buffered_parts, write_atomic
+from observe.streams import Command, Journal, Kmsg, Read
 from observe.tail import FORGET_AFTER_S, Checkpoint, Finder, Found, Positions, complete, is_idle, read_new
 
 UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -39,14 +41,27 @@ class ConfigError(ValueError):
     """The collector configuration is invalid; the message names the file and the key."""
 
 
+TYPES = ("file", "kmsg", "journald", "command")
+JOURNALCTL = ("journalctl", "-o", "json", "--follow")
+STREAM_SOURCES = {"kmsg": "kernel", "journald": "syslog"}
+
+
 @dataclass(frozen=True)
 class InputSpec:
-    """One configured input: a path or glob and how to read it."""
+    """One configured input: a path or glob (``file``), ``/dev/kmsg``, the journal or a command."""
 
-    path: str
+    path: str = ""
     source: str = "auto"
     job: str | None = None
     tz: str = "UTC"
+    type: str = "file"
+    command: tuple[str, ...] = ()
+    every_s: float = 60.0
+
+    @property
+    def key(self) -> str:
+        """What names the input in positions.json."""
+        return self.path if self.type in ("file", "kmsg") else f"{self.type}: {' '.join(self.command)}"
 
 
 @dataclass(frozen=True)
@@ -84,23 +99,7 @@ class Config:
         for key in ("spool", "store"):
             if not isinstance(doc.get(key), str) or not doc[key]:
                 raise ConfigError(f"{where}: {key!r} (a path or URL) is required")
-        inputs = []
-        for i, raw in enumerate(doc.get("input", [])):
-            if not isinstance(raw, dict) or not isinstance(raw.get("path"), str):
-                raise ConfigError(f"{where}: input {i + 1} needs a 'path'")
-            extra = set(raw) - {"path", "source", "job", "tz"}
-            if extra:
-                raise ConfigError(f"{where}: input {i + 1}: unknown key(s) {', '.join(sorted(extra))}")
-            spec = InputSpec(raw["path"], raw.get("source", "auto"), raw.get("job"), raw.get("tz", "UTC"))
-            if spec.source != "auto":
-                try:
-                    c = registry.get(spec.source)
-                except ValueError as exc:
-                    raise ConfigError(f"{where}: input {i + 1}: {exc}") from None
-                if c.whole_file:
-                    raise ConfigError(f"{where}: input {i + 1}: source {spec.source!r} is read as whole documents, "
-                                      f"not followed line by line; ingest its files with 'observe ingest'")
-            inputs.append(spec)
+        inputs = [_input(raw, f"{where}: input {i + 1}") for i, raw in enumerate(doc.get("input", []))]
         if not inputs:
             raise ConfigError(f"{where}: no [[input]] tables: nothing to collect")
         opts = {}
@@ -115,6 +114,45 @@ class Config:
         if "node" in doc:
             opts["node"] = str(doc["node"])
         return cls(spool=Path(doc["spool"]), store=doc["store"], inputs=tuple(inputs), **opts)
+
+
+def _input(raw: object, where: str) -> InputSpec:
+    """One ``[[input]]`` table, checked."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: not a table")
+    kind = raw.get("type", "file")
+    allowed = {"file": {"path", "source", "job", "tz"}, "kmsg": {"path", "tz"}, "journald": {"command", "tz"},
+               "command": {"command", "source", "every", "tz"}}
+    if kind not in TYPES:
+        raise ConfigError(f"{where}: type {kind!r}: use one of {', '.join(TYPES)}")
+    extra = set(raw) - allowed[kind] - {"type"}
+    if extra:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(extra))} for type {kind!r}; known: "
+                          f"{', '.join(sorted(allowed[kind]))}")
+    command = raw.get("command", JOURNALCTL if kind == "journald" else ())
+    if kind in ("journald", "command") and (not command or not isinstance(command, (list, tuple))
+                                             or not all(isinstance(a, str) for a in command)):
+        raise ConfigError(f"{where}: 'command' must be a list of strings (argv, run without a shell)")
+    path = raw.get("path", "/dev/kmsg" if kind == "kmsg" else "")
+    if kind == "file" and (not isinstance(path, str) or not path):
+        raise ConfigError(f"{where}: needs a 'path'")
+    source = STREAM_SOURCES.get(kind, raw.get("source", "auto"))
+    if kind == "command" and source == "auto":
+        raise ConfigError(f"{where}: a command needs its 'source' (nvidia_smi, dcgm, slurm_jobs, ...)")
+    try:
+        every = seconds(raw.get("every", 60))
+    except ValueError as exc:
+        raise ConfigError(f"{where}: every: {exc}") from None
+    spec = InputSpec(path, source, raw.get("job"), raw.get("tz", "UTC"), kind, tuple(command), every)
+    if spec.source != "auto":
+        try:
+            c = registry.get(spec.source)
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        if c.whole_file and kind == "file":
+            raise ConfigError(f"{where}: source {spec.source!r} is read as whole documents, not followed line by "
+                              f"line; poll its command with type = \"command\", or 'observe ingest' its files")
+    return spec
 
 
 def seconds(value: object) -> float:
@@ -160,12 +198,14 @@ class Counters:
     dropped_files: int = 0
     dropped_records: int = 0
     dropped_bytes: int = 0
+    source_lost: int = 0  # records a source overwrote before they were read (kmsg ring buffer)
+    command_failures: int = 0
     last_error: str = ""
     updated: float = 0.0
 
 
 def _where(cp: Checkpoint | None) -> tuple | None:
-    return None if cp is None else (cp.path, cp.dev, cp.ino, cp.offset)
+    return None if cp is None else (cp.path, cp.dev, cp.ino, cp.offset, cp.cursor)
 
 
 def boot_time() -> datetime | None:
@@ -179,6 +219,15 @@ def boot_time() -> datetime | None:
     return None
 
 
+def _stream(spec: InputSpec, node: str) -> Kmsg | Journal | Command:
+    c = registry.get(spec.source)
+    if spec.type == "kmsg":
+        return Kmsg(spec.path, node, c)
+    if spec.type == "journald":
+        return Journal(list(spec.command), node, c)
+    return Command(list(spec.command), spec.every_s, node, c)
+
+
 class NodeCollector:
     """Follows a config's inputs into its spool and ships the spool to the central store."""
 
@@ -189,10 +238,12 @@ class NodeCollector:
         self.stats_path = config.spool / "stats.json"
         self.dest = Destination.from_url(config.store)
         self.finders = {spec.path: Finder(spec.path, config.node, lambda p, spec=spec: spec.job or job_from_name(p))
-                        for spec in config.inputs}
+                        for spec in config.inputs if spec.type == "file"}
+        self.streams = {spec.key: _stream(spec, config.node) for spec in config.inputs if spec.type != "file"}
         self.kinds: dict[str, Collector] = {}
         self.counters = Counters()
         self.stop = False
+        self.once = False
         self.last_stats = 0.0
         self.boot = boot_time()
         config.spool.mkdir(parents=True, exist_ok=True)
@@ -213,10 +264,15 @@ class NodeCollector:
         now = time.time()
         budget = self.config.max_batch_bytes
         groups: dict[tuple[str, str], list[tuple[Found, int, bytes, int, InputSpec]]] = {}
+        streamed: list[tuple[InputSpec, Read]] = []
         touched: dict[str, Checkpoint] = {}
         lag = 0
         more = False
         for spec in self.config.inputs:
+            if spec.type != "file":
+                if budget > 0:
+                    budget -= self._read_stream(spec, touched, streamed, now)
+                continue
             known = [cp for cp in self.positions.checkpoints.values() if cp.input == spec.path]
             for found in self.finders[spec.path].find(known).values():
                 cp = self.positions.checkpoints.get(found.file_id)
@@ -240,7 +296,9 @@ class NodeCollector:
         batch = self.positions.batch + 1
         for (name, tz), reads in groups.items():
             self._spool(registry.get(name), tz, reads, batch, now)
-        wrote = bool(groups)
+        for spec, read in streamed:
+            self._spool_stream(spec, read, batch, now)
+        wrote = bool(groups) or any(read.records.height for _, read in streamed)
         if now - self.last_stats >= self.config.stats_interval_s:
             self._spool_stats(batch, now)
             wrote = True
@@ -286,16 +344,58 @@ class NodeCollector:
         cut = int(starts[-1]) if len(starts) else 0
         return body[:cut], cut
 
+    def _read_stream(self, spec: InputSpec, touched: dict[str, Checkpoint], streamed: list, now: float) -> int:
+        """Read a kmsg, journald or command input; note its new position; the bytes it took."""
+        stream = self.streams[spec.key]
+        key = stream.key
+        cp = self.positions.checkpoints.get(key)
+        touched[key] = Checkpoint(key, spec.key, spec.path or spec.command[0], 0, 0, cp.offset if cp else 0, now,
+                                  cp.cursor if cp else "")
+        try:
+            if spec.type == "journald":
+                read = stream.read(cp.cursor if cp else "", self.config.max_batch_bytes, follow=not self.once)
+            elif spec.type == "kmsg":
+                read = stream.read(cp.offset if cp else None, self.config.max_batch_bytes)
+            else:
+                read = stream.read(cp.offset if cp else None, now)
+        except (OSError, subprocess.SubprocessError) as exc:
+            self.counters.last_error = f"{spec.key}: {getattr(exc, 'strerror', None) or exc}"
+            print(f"observe collect: {self.counters.last_error}", file=sys.stderr, flush=True)
+            return 0
+        if read is None:
+            return 0
+        if getattr(stream, "error", ""):
+            self.counters.command_failures += 1
+            self.counters.last_error = f"{spec.key}: {stream.error}"
+        if read.lost:
+            self.counters.source_lost += read.lost
+            print(f"observe collect: {spec.key}: {read.lost} record(s) were overwritten before they could be read",
+                  file=sys.stderr, flush=True)
+        touched[key].offset, touched[key].cursor = read.position, read.cursor or touched[key].cursor
+        streamed.append((spec, read))
+        return read.bytes
+
     def _spool(self, c: Collector, tz: str, reads: list, batch: int, now: float) -> None:
         recs = joined_records([body for _, _, body, _, _ in reads], c, [start for _, start, _, _, _ in reads])
         inputs = [ParseInput(found.file_id, spec.job or job_from_name(found.path)) for found, _, _, _, spec in reads]
-        ctx = Context(node=self.config.node, boot_time=self.boot if c.source == "kernel" else None,
-                      reference_time=datetime.fromtimestamp(now, timezone.utc), tz=tz)
+        self._parse_and_spool(recs, inputs, c, Context(tz=tz), batch, now, sum(used for _, _, _, used, _ in reads))
+
+    def _spool_stream(self, spec: InputSpec, read: Read, batch: int, now: float) -> None:
+        if read.records.height:
+            c = self.streams[spec.key].collector
+            self._parse_and_spool(read.records, [ParseInput(read.file_id, spec.job)], c,
+                                  Context(tz=spec.tz, header=read.header), batch, now, read.bytes)
+
+    def _parse_and_spool(self, recs: pl.DataFrame, inputs: list[ParseInput], c: Collector, hints: Context, batch: int,
+                         now: float, nbytes: int) -> None:
+        """Parse records with this node's context plus ``hints`` (tz, header), spool them, count them."""
+        ctx = replace(hints, node=self.config.node, boot_time=self.boot if c.source == "kernel" else None,
+                      reference_time=datetime.fromtimestamp(now, timezone.utc))
         parsed = parse_unit(recs, inputs, c, ctx)
         for (source, day), part in parsed.parts.items():
             self.spool.write_partition(source, day, part, tag=f"b{batch:010d}")
         self.counters.lines += recs.height + parsed.blank
-        self.counters.bytes += sum(used for _, _, _, used, _ in reads)
+        self.counters.bytes += nbytes
         self.counters.records += parsed.records
         self.counters.unparsed += parsed.unparsed
         self.counters.stored += parsed.stored
@@ -335,6 +435,7 @@ class NodeCollector:
     def run(self, once: bool = False) -> Counters:
         """Collect until stopped (SIGTERM/SIGINT), or with ``once`` until everything readable now is
         spooled and shipped."""
+        self.once = once
         while not self.stop:
             started = time.monotonic()
             more = self.cycle()
@@ -345,6 +446,11 @@ class NodeCollector:
                 while not self.stop and time.monotonic() - started < self.config.flush_interval_s:
                     time.sleep(min(0.2, self.config.flush_interval_s))
         return self.counters
+
+    def close(self) -> None:
+        """Stop the journal followers and close ``/dev/kmsg``."""
+        for stream in self.streams.values():
+            stream.close()
 
     def handle_signals(self) -> None:
         """Stop after the current cycle on SIGTERM or SIGINT."""

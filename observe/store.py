@@ -44,7 +44,8 @@ DELTA_COLUMNS = {"ts": "DELTA_BINARY_PACKED", "offset": "DELTA_BINARY_PACKED"}
 DICTIONARY_COLUMNS = ["node", "source", "severity", "kind", "job_id", "gpu", "program", "file_id", "code", "rank"]
 STATISTICS_COLUMNS = ["ts", "node", "source", "severity", "kind", "job_id", "code", "offset", "file_id"]
 UNKNOWN_DATE = "unknown"
-COMPACT_FILE_ROWS = 1_000_000  # rows per compacted file: what one compaction step holds in memory
+COMPACT_FILE_ROWS = 1_000_000  # rows per compacted file at most
+COMPACT_SLICE_BYTES = 32 << 20  # and at most this much uncompressed data: one step's memory (peak ~10x)
 COMPACT_GRACE_S = 600.0  # replaced segments outlive a compaction this long, for queries already planned
 
 
@@ -192,9 +193,9 @@ class Store:
     # -- maintenance ---------------------------------------------------------------------------
     def compact(self, partition: Partition, min_segments: int = 2, grace_s: float = COMPACT_GRACE_S,
                 file_rows: int = COMPACT_FILE_ROWS) -> tuple[int, int] | None:
-        """Merge a partition's segments into files of at most about ``file_rows`` rows sorted by
-        time, dropping duplicate records, text columns compressed harder than at ingest. Memory is
-        bounded by ``file_rows``: each file is one time slice, read with row-group pruning.
+        """Merge a partition's segments into files sorted by time, dropping duplicate records, text
+        columns compressed harder than at ingest. Memory is bounded: each file is one time slice of
+        at most about ``file_rows`` rows and COMPACT_SLICE_BYTES of data, read with row-group pruning.
 
         Segments replaced by a compaction more than ``grace_s`` ago are deleted first. Returns
         (segments replaced, rows written), or None when there was nothing to do.
@@ -207,7 +208,7 @@ class Store:
             if not segs or (len(segs) < min_segments and all(s.name.startswith("c-") for s in segs)):
                 return None  # already compacted (a lone ingest segment is still recompressed)
             scan = pl.scan_parquet([str(s) for s in segs])
-            slices = _slices(scan, file_rows)
+            slices = _slices(scan, min(file_rows, _rows_in(segs, COMPACT_SLICE_BYTES)))
             name = f"c-{time.time_ns():016x}-{uuid.uuid4().hex[:8]}"  # names sort in time order
             planned = [f"{name}-{i:04d}.parquet" for i in range(len(slices))]
             note = directory / f"{name}.json"
@@ -308,6 +309,16 @@ def _compaction_lock(root: Path) -> Iterator[None]:
 
 class StoreBusy(RuntimeError):
     """Another process holds the store's compaction lock."""
+
+
+def _rows_in(segs: list[Path], nbytes: int) -> int:
+    """How many of ``segs``' rows hold about ``nbytes`` uncompressed (Parquet metadata; at least 10,000)."""
+    rows = size = 0
+    for seg in segs:
+        md = pq.read_metadata(seg)
+        rows += md.num_rows
+        size += sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
+    return max(10_000, int(nbytes * rows / size)) if size else nbytes
 
 
 def _slices(scan: pl.LazyFrame, file_rows: int) -> list[pl.Expr]:

@@ -33,8 +33,9 @@ class Checkpoint:
     path: str
     dev: int
     ino: int
-    offset: int  # the next byte to read
+    offset: int  # the next byte to read (kmsg: sequence number; a command: time of its last run, us)
     seen: float = 0.0  # when the file was last found (epoch seconds)
+    cursor: str = ""  # journald: the cursor of the last entry read
 
 
 @dataclass

@@ -248,3 +248,30 @@ def test_ships_to_an_s3_compatible_store_on_loopback(tmp_path: Path, monkeypatch
         assert json.loads((tmp_path / "c-spool" / "stats.json").read_text())["spool_files"] == 0
     finally:
         server.stop()
+
+
+def test_multi_line_record_joined_across_reads(tmp_path: Path) -> None:
+    """An NVRM record whose detail lines arrive in later reads is still one record."""
+    log = tmp_path / "kern.log"
+    doc = {"node": "gpu001", "spool": str(tmp_path / "spool"), "store": str(tmp_path / "central"),
+           "partial_timeout": "1s", "input": [{"path": str(log), "source": "kernel"}]}
+    node = NodeCollector(Config.from_dict(doc))
+    head = "[  170.053881] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.\n"
+    details = ["[  170.053882] NVRM:     GPU at PCI:0000:3b:00: GPU-8a47641b-dff6-f09f-618c-c3eb58fb430d\n",
+               "[  170.053883] NVRM:     GPU Board Serial Number: 1324520031567\n"]
+    nxt = "[  171.000000] mlx5_core 0000:ab:00.0 mlx5_5: Port: 1 Link DOWN\n"
+    log.write_text(head + details[0])
+    node.cycle()  # the record may go on: held back
+    with open(log, "a") as f:
+        f.write(details[1])
+    node.cycle()
+    with open(log, "a") as f:
+        f.write(nxt)
+    node.cycle()  # a new record started: the first is complete
+    time.sleep(1.1)
+    node.cycle()  # the file is idle: its last record is complete too
+    node.ship()
+    df = Store(tmp_path / "central").scan(sources=["kernel"]).collect().sort("offset")
+    assert df.height == 2
+    assert df.get_column("raw")[0] == (head + "".join(details)).rstrip("\n")
+    assert df.get_column("kind").to_list() == ["gpu_xid", "ib_link_down"]
