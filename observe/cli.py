@@ -436,6 +436,64 @@ def collect_cmd(
               f"{counters.spool_files} waiting, {counters.ship_failures} ship failure(s), {counters.dropped_records} dropped")
 
 
+health_app = typer.Typer(help="Node health checks (GPU burn, all-reduce, GPU count, InfiniBand) and their policy.",
+                         no_args_is_help=True)
+app.add_typer(health_app, name="health")
+
+
+@health_app.command("run")
+def health_run_cmd(
+    checks: Annotated[str, typer.Option(help="Comma-separated checks, in order: gpu_count, ib, gpu_burn, allreduce.")] =
+        "gpu_count,ib,gpu_burn,allreduce",
+    budget: Annotated[str, typer.Option(help="Time for all checks together (90s, 5m); a burn is shortened to fit.")] = "5m",
+    policy: Annotated[Optional[str], typer.Option(help="Site policy TOML merged over the built-in one.")] = None,
+    device: Annotated[str, typer.Option(help="auto (GPUs when present) or cpu.")] = "auto",
+    seconds: Annotated[Optional[float], typer.Option(help="Override gpu_burn's seconds.")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="table or json (one object per check).")] = "table",
+    record: Annotated[bool, typer.Option(help="Also store the results as health_check events in --store.")] = False,
+    node: Annotated[Optional[str], typer.Option(help="Node name for recorded results (default: short host name).")] = None,
+    store: StoreOpt = None,
+) -> None:
+    """Run health checks, each in its own process within the budget: PASS, FAIL (with the policy's
+    action: drain, reset, reboot) or UNKNOWN (could not run: never a pass or a fail).
+
+    Exit status: 0 when nothing failed, 1 when a check failed, 2 on bad usage.
+    """
+    from observe.health import policy as pol
+    from observe.health.runner import CHECKS, as_events, run_checks
+
+    names = [c.strip() for c in checks.split(",") if c.strip()]
+    bad = [c for c in names if c not in CHECKS]
+    if bad:
+        _fail(f"unknown check(s) {', '.join(bad)}: use {', '.join(CHECKS)}")
+    if fmt not in ("table", "json"):
+        _fail(f"unknown format {fmt!r}: use table or json")
+    if device not in ("auto", "cpu"):
+        _fail(f"--device {device!r}: use auto or cpu")
+    try:
+        budget_s = parse_span(budget).total_seconds()
+        rules_ = pol.load(policy)
+    except (ValueError, pol.PolicyError) as exc:
+        _fail(str(exc))
+    overrides = {"device": device, **({"seconds": seconds} if seconds is not None else {})}
+    results = run_checks(names, rules_, budget_s, overrides)
+    if fmt == "json":
+        for r in results:
+            print(r.to_json())
+    else:
+        table = Table("check", "status", "seconds", "action", "summary", box=None, pad_edge=False)
+        colour = {"PASS": "green", "FAIL": "red", "UNKNOWN": "yellow"}
+        for r in results:
+            table.add_row(r.check, f"[{colour[r.status.value]}]{r.status.value}[/]", f"{r.seconds:.1f}", r.action,
+                          escape(r.summary))
+        out.print(table)
+    if record:
+        import socket
+
+        _store(store).write(as_events(results, node or socket.gethostname().split(".")[0], rules_.get("version", "")))
+    raise typer.Exit(1 if any(r.status.value == "FAIL" for r in results) else 0)
+
+
 @app.command("rules")
 def rules_cmd(check: Annotated[bool, typer.Option(help="Check every rule's examples; exit 1 on a failure.")] = False) -> None:
     """List the detection rules (built-in plus $OBSERVE_RULES directories), or check their examples."""

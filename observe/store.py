@@ -77,6 +77,7 @@ class Store:
         self.root = Path(text).expanduser()
         self.events = self.root / "events"
         self.inputs = self.root / "inputs"
+        self._marked: set[str] = set()  # input markers this process has made
 
     def __repr__(self) -> str:
         return f"Store({str(self.root)!r})"
@@ -91,9 +92,12 @@ class Store:
         """Write the conformed rows of one partition, in their order, as a new segment named
         ``<tag>-<uuid>.parquet``."""
         df = to_stored(df)
-        self.inputs.mkdir(parents=True, exist_ok=True)
-        for file_id in df.get_column("file_id").unique().drop_nulls():
+        new = set(df.get_column("file_id").unique().drop_nulls().to_list()) - self._marked
+        if new:
+            self.inputs.mkdir(parents=True, exist_ok=True)
+        for file_id in new:
             (self.inputs / file_id).touch()  # before the data: a marker never lags its records
+        self._marked |= new
         return self._write_file(df, self.events / f"source={source}" / f"date={day}", f"{tag}-{uuid.uuid4().hex}.parquet")
 
     def writer(self, max_rows: int = SEGMENT_ROWS) -> SegmentWriter:

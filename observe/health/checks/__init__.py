@@ -1,0 +1,1 @@
+"""One module per health check; each has NAME and ``run(opts) -> Result``."""

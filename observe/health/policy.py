@@ -1,0 +1,39 @@
+"""The health policy: built-in ``policy.toml`` merged with a site file."""
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+BUILTIN = Path(__file__).with_name("policy.toml")
+ACTIONS = ("drain", "reset", "reboot", "report")
+
+
+class PolicyError(ValueError):
+    """A policy file is unreadable or names an unknown check, key or action."""
+
+
+def load(site: str | Path | None = None) -> dict:
+    """The policy: every check's section, a site file's keys replacing the built-in ones."""
+    policy = tomllib.loads(BUILTIN.read_text())
+    if site is not None:
+        try:
+            extra = tomllib.loads(Path(site).read_text())
+        except OSError as exc:
+            raise PolicyError(f"{site}: {exc.strerror or exc}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise PolicyError(f"{site}: {exc}") from None
+        policy = _merge(policy, extra, str(site))
+    for name, section in policy.items():
+        if isinstance(section, dict) and section.get("on_fail", "report") not in ACTIONS:
+            raise PolicyError(f"policy [{name}]: on_fail {section['on_fail']!r}: use one of {', '.join(ACTIONS)}")
+    return policy
+
+
+def _merge(base: dict, extra: dict, where: str, path: str = "") -> dict:
+    out = dict(base)
+    for key, value in extra.items():
+        if key not in base:
+            raise PolicyError(f"{where}: unknown policy key {path + key!r}")
+        out[key] = _merge(base[key], value, where, f"{path}{key}.") if isinstance(value, dict) and key != "tflops_floor" \
+            else value
+    return out
