@@ -494,6 +494,50 @@ def health_run_cmd(
     raise typer.Exit(1 if any(r.status.value == "FAIL" for r in results) else 0)
 
 
+def _drain_or_resume(node: str, reason: str | None, policy: str | None, store: str | None, dry_run: bool) -> None:
+    from observe.health import policy as pol
+    from observe.health.drain import Drainer
+    from observe.health.slurm import SlurmError
+
+    try:
+        drainer = Drainer(pol.load(policy), _store(store), dry_run=dry_run)
+        decisions = drainer.drain(node, reason) if reason is not None else drainer.resume(node)
+    except (pol.PolicyError, SlurmError) as exc:
+        _fail(str(exc))
+    for d in decisions:
+        out.print(f"{d.kind} {escape(d.node)}: {escape(d.detail)}{' (dry run)' if d.dry_run else ''}")
+    if not any(d.kind in ("node_drain", "node_resume") for d in decisions):
+        raise typer.Exit(1)
+
+
+@app.command("drain")
+def drain_cmd(
+    node: Annotated[str, typer.Argument(help="Slurm node name.")],
+    reason: Annotated[str, typer.Option(help="Why (stored as 'observe: <reason>').")],
+    policy: Annotated[Optional[str], typer.Option(help="Site policy TOML ([drain] budget).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Decide and record, drain nothing.")] = False,
+    store: StoreOpt = None,
+) -> None:
+    """Drain a node in Slurm, within the drain budget; never over a reason someone else set.
+
+    Every decision (drained, refused, budget exhausted) goes to the store's drain ledger.
+    Exit status: 0 drained, 1 refused, 2 error.
+    """
+    _drain_or_resume(node, reason, policy, store, dry_run)
+
+
+@app.command("resume")
+def resume_cmd(
+    node: Annotated[str, typer.Argument(help="Slurm node name.")],
+    policy: Annotated[Optional[str], typer.Option(help="Site policy TOML.")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Decide and record, resume nothing.")] = False,
+    store: StoreOpt = None,
+) -> None:
+    """Return a node observe drained to service (a drain set by someone else is left alone).
+    Exit status: 0 resumed, 1 refused, 2 error."""
+    _drain_or_resume(node, None, policy, store, dry_run)
+
+
 @app.command("rules")
 def rules_cmd(check: Annotated[bool, typer.Option(help="Check every rule's examples; exit 1 on a failure.")] = False) -> None:
     """List the detection rules (built-in plus $OBSERVE_RULES directories), or check their examples."""

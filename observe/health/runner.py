@@ -11,10 +11,10 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
 
 import polars as pl
 
+from observe.health.events import health_events
 from observe.health.result import Result, Status, unknown
 from observe.rules import to_json
 
@@ -61,14 +61,11 @@ def _in_child(name: str, opts: dict, timeout: float) -> Result:
 
 def as_events(results: list[Result], node: str, policy_version: str) -> pl.DataFrame:
     """Results as ``health_check`` events (source health) for the store."""
-    now = datetime.now(timezone.utc)
-    rows = [{
-        "ts": now, "node": node, "source": "health", "kind": "health_check",
+    return health_events([{
+        "node": node, "kind": "health_check",
         "severity": {"FAIL": "err", "UNKNOWN": "warning"}.get(r.status.value, "info"),
         "message": f"{r.check} {r.status.value}: {r.summary}",
         "attrs": to_json({"check": r.check, "status": r.status.value, "action": r.action, "seconds": r.seconds,
                           "policy": policy_version, "evidence": r.evidence}),
-        "file_id": f"health:{node}", "offset": int(now.timestamp() * 1e6) * 16 + i,
-    } for i, r in enumerate(results)]
-    df = pl.DataFrame(rows).with_columns(pl.col("ts").dt.cast_time_unit("us"))
-    return df.with_columns(pl.col("message").alias("raw"))
+        "file_id": f"health:{node}",
+    } for r in results])

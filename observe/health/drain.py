@@ -1,0 +1,133 @@
+"""Drain decisions with guardrails, and the drain ledger.
+
+observe drains a node only when:
+- no person (or other tool) has already set a reason on it: that reason is never overwritten;
+- the drain budget allows it: at most ``max_fraction`` of the node's partition (and ``max_nodes``)
+  drained by observe at once, and at most ``max_per_hour`` drains in the last hour. Past the budget
+  it drains nothing more and raises ``drain_budget_exhausted``: many nodes failing together points
+  to a shared cause (a switch, a bad driver roll-out), not to the nodes.
+It resumes only its own drains. Every decision, taken or refused, dry run or not, is an event in
+the store (source ``health``) with its evidence and the policy version: the drain ledger.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+
+import polars as pl
+
+from observe.health import slurm
+from observe.health.events import health_events
+from observe.rules import to_json
+from observe.store import Store
+
+KINDS = ("node_drain", "node_drain_refused", "node_resume", "node_resume_refused", "drain_budget_exhausted")
+
+
+@dataclass
+class Decision:
+    """What was decided about one node, and why."""
+
+    kind: str  # one of KINDS
+    node: str
+    reason: str
+    detail: str
+    dry_run: bool = False
+    evidence: dict = field(default_factory=dict)
+
+    @property
+    def done(self) -> bool:
+        return self.kind in ("node_drain", "node_resume") and not self.dry_run
+
+
+class Drainer:
+    """Drains and resumes nodes through :mod:`observe.health.slurm` under the policy's [drain] budget."""
+
+    def __init__(self, policy: dict, store: Store | None = None, dry_run: bool = False):
+        self.rules = policy["drain"]
+        self.version = policy.get("version", "")
+        self.store = store
+        self.dry_run = dry_run
+        self.prefix = self.rules.get("reason_prefix", "observe:")
+
+    def drain(self, node: str, reason: str, evidence: dict | None = None) -> list[Decision]:
+        """Drain ``node`` unless a guardrail refuses; the decisions made (also in the ledger)."""
+        evidence = evidence or {}
+        ours = f"{self.prefix} {slurm.clean_reason(reason)}"
+        found = slurm.nodes([node])
+        if not found:
+            return self._record([Decision("node_drain_refused", node, ours, "Slurm does not know this node", self.dry_run, evidence)])
+        target = found[0]
+        if target.drained and target.reason and not target.reason.startswith(self.prefix):
+            return self._record([Decision("node_drain_refused", node, ours,
+                                          f"already {target.state} with a reason observe did not set: {target.reason}",
+                                          self.dry_run, evidence)])
+        if target.drained and target.reason.startswith(self.prefix):
+            return [Decision("node_drain_refused", node, ours, f"already drained by observe: {target.reason}", self.dry_run, evidence)]
+        over = self._over_budget(target)
+        if over:
+            return self._record([
+                Decision("node_drain_refused", node, ours, f"drain budget exhausted: {over}", self.dry_run, evidence),
+                Decision("drain_budget_exhausted", node, ours, f"{over}; many nodes failing together points to a shared "
+                         "cause: nothing more is drained until a person looks", self.dry_run, evidence),
+            ])
+        if not self.dry_run:
+            slurm.drain(node, ours)
+        return self._record([Decision("node_drain", node, ours, f"drained (was {target.state})", self.dry_run, evidence)])
+
+    def resume(self, node: str, evidence: dict | None = None) -> list[Decision]:
+        """Resume ``node`` if observe drained it (a person's drain is left alone)."""
+        evidence = evidence or {}
+        found = slurm.nodes([node])
+        if not found or not found[0].drained:
+            return [Decision("node_resume_refused", node, "", "not drained", self.dry_run, evidence)]
+        target = found[0]
+        if not target.reason.startswith(self.prefix):
+            return self._record([Decision("node_resume_refused", node, target.reason,
+                                          f"drained by someone else ({target.reason}): observe resumes only its own drains",
+                                          self.dry_run, evidence)])
+        if not self.dry_run:
+            slurm.resume(node)
+        return self._record([Decision("node_resume", node, target.reason, "resumed", self.dry_run, evidence)])
+
+    def _over_budget(self, target: slurm.Node) -> str:
+        """Why one more drain would break the budget ('' when it would not)."""
+        everyone = slurm.nodes()
+        mates = [n for n in everyone if set(n.partitions) & set(target.partitions)] or everyone
+        ours = [n for n in mates if n.drained and n.reason.startswith(self.prefix)]
+        limit = max(1, math.floor(float(self.rules.get("max_fraction", 0.1)) * len(mates)))
+        if int(self.rules.get("max_nodes", 0)):
+            limit = min(limit, int(self.rules["max_nodes"]))
+        if len(ours) + 1 > limit:
+            return (f"{len(ours)} of {len(mates)} nodes in {','.join(target.partitions) or 'the cluster'} already drained "
+                    f"by observe (limit {limit})")
+        per_hour = int(self.rules.get("max_per_hour", 0))
+        if per_hour and self.store is not None:
+            recent = self._recent_drains()
+            if recent >= per_hour:
+                return f"{recent} drains in the last hour (limit {per_hour})"
+        return ""
+
+    def _recent_drains(self) -> int:
+        since = datetime.now(timezone.utc) - timedelta(hours=1)
+        lf = self.store.scan(sources=["health"], since=since).filter(pl.col("kind") == "node_drain")
+        dry = pl.col("attrs").str.json_path_match("$.dry_run") == "true"
+        return lf.filter(~dry.fill_null(False)).select(pl.len()).collect().item()
+
+    def _record(self, decisions: list[Decision]) -> list[Decision]:
+        if self.store is not None and decisions:
+            self.store.write(ledger(decisions, self.version))
+        return decisions
+
+
+def ledger(decisions: list[Decision], policy_version: str) -> pl.DataFrame:
+    """Decisions as events of the drain ledger."""
+    severity = {"node_drain": "warning", "drain_budget_exhausted": "crit"}
+    return health_events([{
+        "node": d.node, "kind": d.kind, "severity": severity.get(d.kind, "notice"),
+        "message": f"{d.kind} {d.node}: {d.detail}" + (" (dry run)" if d.dry_run else ""),
+        "attrs": to_json({"reason": d.reason, "detail": d.detail, "dry_run": d.dry_run, "policy": policy_version,
+                          "evidence": d.evidence}),
+        "file_id": f"ledger:{d.node}",
+    } for d in decisions])

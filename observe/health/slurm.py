@@ -1,0 +1,93 @@
+"""The one module that calls Slurm. Argument lists only, never a shell; node names and job ids are
+checked against Slurm's own syntax and reasons are cleaned before they reach ``scontrol``."""
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass
+
+NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+JOB_ID = re.compile(r"^\d+(?:_\d+)?$")
+TIMEOUT_S = 30.0
+REASON_MAX = 200
+REASON_UNSAFE = re.compile(r"[^A-Za-z0-9 _.,:/()@#%+\-\[\]]")
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed or its input was refused; the message is one line."""
+
+
+@dataclass(frozen=True)
+class Node:
+    """A node as slurmctld reports it."""
+
+    name: str
+    state: str  # e.g. IDLE, ALLOCATED+DRAIN, DOWN*+DRAIN
+    reason: str  # with Slurm's " [user@time]" suffix
+    partitions: tuple[str, ...]
+    gres: str
+
+    @property
+    def drained(self) -> bool:
+        """Drained, draining or down: not taking new jobs."""
+        flags = set(self.state.replace("*", "").split("+"))
+        return bool(flags & {"DRAIN", "DRAINED", "DRAINING", "DOWN", "FAIL"})
+
+
+def node_name(name: str) -> str:
+    """``name`` if it is a valid Slurm node name; SlurmError otherwise."""
+    if not NODE_NAME.match(name):
+        raise SlurmError(f"{name!r} is not a node name")
+    return name
+
+
+def clean_reason(reason: str) -> str:
+    """A reason safe to hand to scontrol: one line of letters, digits, spaces and ``_.,:/()@#%+-[]``,
+    at most REASON_MAX characters. scontrol parses ``Key=value`` text inside an argument again
+    (``Reason=x State=RESUME`` resumes the node), so ``=`` and quotes never pass."""
+    text = REASON_UNSAFE.sub(" ", reason)
+    return " ".join(text.split())[:REASON_MAX]
+
+
+def nodes(names: list[str] | None = None) -> list[Node]:
+    """Every node (or the named ones)."""
+    argv = ["scontrol", "show", "node", "--oneliner"]
+    if names:
+        argv.append(",".join(node_name(n) for n in names))
+    return [_node(line) for line in _run(argv).splitlines() if line.startswith("NodeName=")]
+
+
+def drain(name: str, reason: str) -> None:
+    """Drain ``name`` with ``reason`` (running jobs finish; no new ones start)."""
+    _run(["scontrol", "update", f"NodeName={node_name(name)}", "State=DRAIN", f"Reason={clean_reason(reason)}"])
+
+
+def resume(name: str) -> None:
+    """Return ``name`` to service."""
+    _run(["scontrol", "update", f"NodeName={node_name(name)}", "State=RESUME"])
+
+
+def requeue(job_id: str) -> None:
+    """Requeue a job (it restarts on other nodes; it must allow requeue)."""
+    if not JOB_ID.match(job_id):
+        raise SlurmError(f"{job_id!r} is not a job id")
+    _run(["scontrol", "requeue", job_id])
+
+
+def _run(argv: list[str]) -> str:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        raise SlurmError(f"{argv[0]} not found: is this a Slurm node?") from None
+    except subprocess.TimeoutExpired:
+        raise SlurmError(f"{' '.join(argv[:3])} did not answer within {TIMEOUT_S:.0f}s") from None
+    if done.returncode != 0:
+        msg = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        raise SlurmError(f"{' '.join(argv[:3])}: {msg}")
+    return done.stdout
+
+
+def _node(line: str) -> Node:
+    f = dict((m.group(1), m.group(2).strip()) for m in re.finditer(r"(\w+)=(.*?)(?= \w+=|$)", line.strip()))
+    parts = tuple(p for p in f.get("Partitions", "").split(",") if p and p != "(null)")
+    return Node(f.get("NodeName", ""), f.get("State", ""), f.get("Reason", ""), parts, f.get("Gres", ""))
