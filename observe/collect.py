@@ -15,7 +15,6 @@ import socket
 import subprocess
 import sys
 import time
-import tomllib
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -26,7 +25,7 @@ from observe import collector as registry
 from observe.collector import Collector, Context
 from observe.ingest import InputError, ParseInput, choose, job_from_name, joined_records, parse_unit, sample_of
 from observe.reader import lines_of, peek_head
-from observe.rules import to_json
+from observe.rules import read_toml, to_json
 from observe.schema import POLARS_SCHEMA
 from observe.ship import Destination, batch_of, ship, spool_files
 from observe.store import Store, buffered_parts, write_atomic
@@ -81,13 +80,7 @@ class Config:
     @classmethod
     def load(cls, path: str | Path) -> Config:
         """Read and check a TOML config; ConfigError (one line) when it is wrong."""
-        try:
-            doc = tomllib.loads(Path(path).read_text())
-        except OSError as exc:
-            raise ConfigError(f"{path}: {exc.strerror or exc}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{path}: {exc}") from None
-        return cls.from_dict(doc, str(path))
+        return cls.from_dict(read_toml(path, ConfigError), str(path))
 
     @classmethod
     def from_dict(cls, doc: dict, where: str = "config") -> Config:

@@ -290,6 +290,16 @@ def examples_report() -> list[str]:
     return problems
 
 
+def read_toml(path: str | Path, error: type[Exception]) -> dict:
+    """A TOML file as a dict; ``error`` with a one-line message naming the file when it cannot be read."""
+    try:
+        return tomllib.loads(Path(path).read_text())
+    except OSError as exc:
+        raise error(f"{path}: {exc.strerror or exc}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise error(f"{path}: {exc}") from None
+
+
 def to_json(value: object) -> str:
     """Compact JSON (shared by collectors that build ``attrs`` from Python values)."""
     return json.dumps(value, separators=(",", ":"), default=str)

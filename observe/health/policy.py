@@ -4,6 +4,8 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+from observe.rules import read_toml
+
 BUILTIN = Path(__file__).with_name("policy.toml")
 ACTIONS = ("drain", "reset", "reboot", "report")
 
@@ -16,13 +18,7 @@ def load(site: str | Path | None = None) -> dict:
     """The policy: every check's section, a site file's keys replacing the built-in ones."""
     policy = tomllib.loads(BUILTIN.read_text())
     if site is not None:
-        try:
-            extra = tomllib.loads(Path(site).read_text())
-        except OSError as exc:
-            raise PolicyError(f"{site}: {exc.strerror or exc}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise PolicyError(f"{site}: {exc}") from None
-        policy = _merge(policy, extra, str(site))
+        policy = _merge(policy, read_toml(site, PolicyError), str(site))
     for name, section in policy.items():
         if isinstance(section, dict) and section.get("on_fail", "report") not in ACTIONS:
             raise PolicyError(f"policy [{name}]: on_fail {section['on_fail']!r}: use one of {', '.join(ACTIONS)}")
