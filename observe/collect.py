@@ -345,12 +345,7 @@ class NodeCollector:
         touched[key] = Checkpoint(key, spec.key, spec.path or spec.command[0], 0, 0, cp.offset if cp else 0, now,
                                   cp.cursor if cp else "")
         try:
-            if spec.type == "journald":
-                read = stream.read(cp.cursor if cp else "", self.config.max_batch_bytes, follow=not self.once)
-            elif spec.type == "kmsg":
-                read = stream.read(cp.offset if cp else None, self.config.max_batch_bytes)
-            else:
-                read = stream.read(cp.offset if cp else None, now)
+            read = stream.read(cp, self.config.max_batch_bytes, now, follow=not self.once)
         except (OSError, subprocess.SubprocessError) as exc:
             self.counters.last_error = f"{spec.key}: {getattr(exc, 'strerror', None) or exc}"
             print(f"observe collect: {self.counters.last_error}", file=sys.stderr, flush=True)

@@ -23,6 +23,7 @@ import polars as pl
 from observe.collector import Collector
 from observe.ingest import joined_records
 from observe.reader import fingerprint
+from observe.tail import Checkpoint, complete
 
 KMSG_READ = 8192  # a /dev/kmsg read returns one record; longer ones are truncated by the kernel
 SEQ = r"^\d{1,4},(\d+),"
@@ -49,7 +50,19 @@ def boot_id() -> str:
         return ""
 
 
-class Kmsg:
+class _Lines:
+    """Bytes read so far up to the last newline; the rest waits for the next read."""
+
+    pending = b""
+
+    def _whole_lines(self, data: bytes) -> bytes:
+        data = self.pending + data
+        body, used = complete(data, idle=False)
+        self.pending = data[used:]
+        return body
+
+
+class Kmsg(_Lines):
     """``/dev/kmsg`` (or a file of kmsg records, for tests and replays), read without blocking.
 
     The position is the next sequence number; a restart reads the ring buffer again from its
@@ -61,15 +74,13 @@ class Kmsg:
         self.collector = collector
         self.file_id = self.key = fingerprint(f"kmsg {boot_id()}\n".encode(), node, None, "kmsg")
         self.fd: int | None = None
-        self.pending = b""
 
-    def read(self, position: int | None, budget: int) -> Read | None:
-        """Records with a sequence number at or past ``position`` (the next one wanted)."""
+    def read(self, cp: Checkpoint | None, budget: int, now: float, follow: bool) -> Read | None:
+        """Records with a sequence number at or past the checkpoint's (the next one wanted)."""
         if self.fd is None:
             self.fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
-        data, overwritten = self.pending + self._drain(budget), 0
-        cut = data.rfind(b"\n") + 1
-        body, self.pending = data[:cut], data[cut:]
+        position = cp.offset if cp is not None else None
+        body = self._whole_lines(self._drain(budget))
         if not body:
             return None
         recs = joined_records([body], self.collector)
@@ -107,7 +118,7 @@ class Kmsg:
             self.fd = None
 
 
-class Journal:
+class Journal(_Lines):
     """``journalctl -o json --follow`` from the committed cursor; entries keyed by their sequence
     number (the cursor's ``i=``).
 
@@ -119,20 +130,19 @@ class Journal:
         self.collector = collector
         self.file_id = self.key = fingerprint(b"journald\n", node, None, "journald")
         self.proc: subprocess.Popen | None = None
-        self.pending = b""
 
-    def read(self, cursor: str, budget: int, follow: bool = True) -> Read | None:
-        """Entries after ``cursor`` (all the journal holds when it is empty); without ``follow``,
-        what ``journalctl`` prints before it exits (``--once``)."""
+    def read(self, cp: Checkpoint | None, budget: int, now: float, follow: bool) -> Read | None:
+        """Entries after the checkpoint's cursor (all the journal holds without one); without
+        ``follow``, what ``journalctl`` prints before it exits (``--once``)."""
+        cursor = cp.cursor if cp is not None else ""
         if follow:
             if self.proc is None or self.proc.poll() is not None:
                 self._start(cursor)
-            data = self.pending + self._drain(budget)
+            data = self._drain(budget)
         else:
             argv = [a for a in self._argv(cursor) if a not in ("--follow", "-f")]
             data = subprocess.run(argv, capture_output=True, stdin=subprocess.DEVNULL, timeout=600, check=True).stdout
-        cut = data.rfind(b"\n") + 1
-        body, self.pending = data[:cut], data[cut:]
+        body = self._whole_lines(data)
         if not body:
             return None
         recs = joined_records([body], self.collector)
@@ -196,9 +206,9 @@ class Command:
     def close(self) -> None:
         """Nothing is left running between polls."""
 
-    def read(self, position: int | None, now: float) -> Read | None:
+    def read(self, cp: Checkpoint | None, budget: int, now: float, follow: bool) -> Read | None:
         """Run the command if it is due; its output's records (none when it failed: see ``error``)."""
-        last = position / 1e6 if position else None
+        last = cp.offset / 1e6 if cp is not None and cp.offset else None
         if last is not None and now - last < self.every_s:
             return None
         since = (last if last is not None else now - max(self.every_s, 3600.0)) - self.overlap_s
