@@ -10,49 +10,17 @@ from typing import Annotated, Optional
 
 import polars as pl
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 from rich.table import Table
 
 from observe import rules
+from observe.cli_base import StoreOpt, _fail, _store, _time, app, err, out
 from observe.ingest import InputError, Summary, ingest
 from observe.reader import input_files
 from observe.schema import DESCRIPTIONS, FIELDS
 from observe.store import Store, StoreBusy
 from queries.search import expand_nodes, parse_span, parse_time, search
-
-app = typer.Typer(
-    help="Log aggregation and failure analysis for GPU training clusters run by Slurm.\n\n"
-    "The store is --store, else $OBSERVE_STORE, else ./observe-store.",
-    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
-)
-out = Console(emoji=False, highlight=False, soft_wrap=True)
-err = Console(stderr=True, emoji=False, highlight=False, soft_wrap=True)
-
-StoreOpt = Annotated[Optional[str], typer.Option("--store", help="Store directory (default $OBSERVE_STORE or ./observe-store).")]
-
-
-def _store(path: str | None) -> Store:
-    try:
-        return Store(path or os.environ.get("OBSERVE_STORE") or "observe-store")
-    except ValueError as exc:
-        _fail(str(exc))
-        raise
-
-
-def _fail(message: str) -> None:
-    err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
-    raise typer.Exit(2)
-
-
-def _time(text: str | None) -> datetime | None:
-    try:
-        return parse_time(text) if text else None
-    except ValueError as exc:
-        _fail(str(exc))
-    return None
-
 
 def _summary(s: Summary) -> None:
     mb = s.bytes / 1e6
@@ -436,108 +404,6 @@ def collect_cmd(
               f"{counters.spool_files} waiting, {counters.ship_failures} ship failure(s), {counters.dropped_records} dropped")
 
 
-health_app = typer.Typer(help="Node health checks (GPU burn, all-reduce, GPU count, InfiniBand) and their policy.",
-                         no_args_is_help=True)
-app.add_typer(health_app, name="health")
-
-
-@health_app.command("run")
-def health_run_cmd(
-    checks: Annotated[str, typer.Option(help="Comma-separated checks, in order: gpu_count, ib, gpu_burn, allreduce.")] =
-        "gpu_count,ib,gpu_burn,allreduce",
-    budget: Annotated[str, typer.Option(help="Time for all checks together (90s, 5m); a burn is shortened to fit.")] = "5m",
-    policy: Annotated[Optional[str], typer.Option(help="Site policy TOML merged over the built-in one.")] = None,
-    device: Annotated[str, typer.Option(help="auto (GPUs when present) or cpu.")] = "auto",
-    seconds: Annotated[Optional[float], typer.Option(help="Override gpu_burn's seconds.")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="table or json (one object per check).")] = "table",
-    record: Annotated[bool, typer.Option(help="Also store the results as health_check events in --store.")] = False,
-    node: Annotated[Optional[str], typer.Option(help="Node name for recorded results (default: short host name).")] = None,
-    store: StoreOpt = None,
-) -> None:
-    """Run health checks, each in its own process within the budget: PASS, FAIL (with the policy's
-    action: drain, reset, reboot) or UNKNOWN (could not run: never a pass or a fail).
-
-    Exit status: 0 when nothing failed, 1 when a check failed, 2 on bad usage.
-    """
-    from observe.health import policy as pol
-    from observe.health.runner import CHECKS, as_events, run_checks
-
-    names = [c.strip() for c in checks.split(",") if c.strip()]
-    bad = [c for c in names if c not in CHECKS]
-    if bad:
-        _fail(f"unknown check(s) {', '.join(bad)}: use {', '.join(CHECKS)}")
-    if fmt not in ("table", "json"):
-        _fail(f"unknown format {fmt!r}: use table or json")
-    if device not in ("auto", "cpu"):
-        _fail(f"--device {device!r}: use auto or cpu")
-    try:
-        budget_s = parse_span(budget).total_seconds()
-        rules_ = pol.load(policy)
-    except (ValueError, pol.PolicyError) as exc:
-        _fail(str(exc))
-    overrides = {"device": device, **({"seconds": seconds} if seconds is not None else {})}
-    results = run_checks(names, rules_, budget_s, overrides)
-    if fmt == "json":
-        for r in results:
-            print(r.to_json())
-    else:
-        table = Table("check", "status", "seconds", "action", "summary", box=None, pad_edge=False)
-        colour = {"PASS": "green", "FAIL": "red", "UNKNOWN": "yellow"}
-        for r in results:
-            table.add_row(r.check, f"[{colour[r.status.value]}]{r.status.value}[/]", f"{r.seconds:.1f}", r.action,
-                          escape(r.summary))
-        out.print(table)
-    if record:
-        import socket
-
-        _store(store).write(as_events(results, node or socket.gethostname().split(".")[0], rules_.get("version", "")))
-    raise typer.Exit(1 if any(r.status.value == "FAIL" for r in results) else 0)
-
-
-def _drain_or_resume(node: str, reason: str | None, policy: str | None, store: str | None, dry_run: bool) -> None:
-    from observe.health import policy as pol
-    from observe.health.drain import Drainer
-    from observe.health.slurm import SlurmError
-
-    try:
-        drainer = Drainer(pol.load(policy), _store(store), dry_run=dry_run)
-        decisions = drainer.drain(node, reason) if reason is not None else drainer.resume(node)
-    except (pol.PolicyError, SlurmError) as exc:
-        _fail(str(exc))
-    for d in decisions:
-        out.print(f"{d.kind} {escape(d.node)}: {escape(d.detail)}{' (dry run)' if d.dry_run else ''}")
-    if not any(d.kind in ("node_drain", "node_resume") for d in decisions):
-        raise typer.Exit(1)
-
-
-@app.command("drain")
-def drain_cmd(
-    node: Annotated[str, typer.Argument(help="Slurm node name.")],
-    reason: Annotated[str, typer.Option(help="Why (stored as 'observe: <reason>').")],
-    policy: Annotated[Optional[str], typer.Option(help="Site policy TOML ([drain] budget).")] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Decide and record, drain nothing.")] = False,
-    store: StoreOpt = None,
-) -> None:
-    """Drain a node in Slurm, within the drain budget; never over a reason someone else set.
-
-    Every decision (drained, refused, budget exhausted) goes to the store's drain ledger.
-    Exit status: 0 drained, 1 refused, 2 error.
-    """
-    _drain_or_resume(node, reason, policy, store, dry_run)
-
-
-@app.command("resume")
-def resume_cmd(
-    node: Annotated[str, typer.Argument(help="Slurm node name.")],
-    policy: Annotated[Optional[str], typer.Option(help="Site policy TOML.")] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Decide and record, resume nothing.")] = False,
-    store: StoreOpt = None,
-) -> None:
-    """Return a node observe drained to service (a drain set by someone else is left alone).
-    Exit status: 0 resumed, 1 refused, 2 error."""
-    _drain_or_resume(node, None, policy, store, dry_run)
-
-
 @app.command("rules")
 def rules_cmd(check: Annotated[bool, typer.Option(help="Check every rule's examples; exit 1 on a failure.")] = False) -> None:
     """List the detection rules (built-in plus $OBSERVE_RULES directories), or check their examples."""
@@ -562,6 +428,9 @@ def schema_cmd() -> None:
     """The event schema: every stored field and what it holds."""
     for name in FIELDS:
         out.print(f"[bold]{name:10}[/bold] {DESCRIPTIONS[name]}", highlight=False)
+
+
+import observe.cli_health  # noqa: E402,F401 - registers the health, drain, slurm and checkpoint commands
 
 
 def main() -> None:

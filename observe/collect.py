@@ -9,7 +9,6 @@ are shipped to the central store (:mod:`observe.ship`).
 """
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess

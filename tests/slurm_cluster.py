@@ -49,6 +49,7 @@ JobAcctGatherType=jobacct_gather/none
 NodeName=DEFAULT CPUs=1 RealMemory=500 State=UNKNOWN
 {nodes}
 PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+{extra}
 """
 
 
@@ -66,12 +67,14 @@ def available() -> str | None:
 class SlurmCluster:
     """slurmctld + ``n`` slurmd (node1..nodeN) on loopback; ``env`` has SLURM_CONF for clients."""
 
-    def __init__(self, directory: Path, n: int = 4, base_port: int = 17100):
+    def __init__(self, directory: Path, n: int = 4, base_port: int = 17100, extra: str = ""):
+        """``extra``: more slurm.conf lines (Prolog=, Epilog=, HealthCheckProgram=...)."""
         self.dir = directory
         self.nodes = [f"node{i}" for i in range(1, n + 1)]
         self.conf = directory / "slurm.conf"
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
         self.base_port = base_port
+        self.extra = extra
 
     def start(self) -> SlurmCluster:
         for sub in ("ctld", "log", *(f"spool/{n}" for n in self.nodes)):
@@ -80,7 +83,7 @@ class SlurmCluster:
         nodes = "\n".join(f"NodeName={n} NodeHostname={host} NodeAddr=127.0.0.1 Port={self.base_port + 10 + i}"
                           for i, n in enumerate(self.nodes))
         self.conf.write_text(CONF.format(host=host, dir=self.dir, nodes=nodes, ctld_port=self.base_port,
-                                         slurmd_port=self.base_port + 1))
+                                         slurmd_port=self.base_port + 1, extra=self.extra))
         _munged()
         subprocess.run(["slurmctld", "-c", "-f", str(self.conf)], env=self.env, check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

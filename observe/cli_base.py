@@ -1,0 +1,44 @@
+"""What every ``observe`` command shares: the app, the consoles, the store option, one-line errors."""
+from __future__ import annotations
+
+import os
+from datetime import datetime
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from observe.store import Store
+from queries.search import parse_time
+
+app = typer.Typer(
+    help="Log aggregation and failure analysis for GPU training clusters run by Slurm.\n\n"
+    "The store is --store, else $OBSERVE_STORE, else ./observe-store.",
+    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+)
+out = Console(emoji=False, highlight=False, soft_wrap=True)
+err = Console(stderr=True, emoji=False, highlight=False, soft_wrap=True)
+
+StoreOpt = Annotated[Optional[str], typer.Option("--store", help="Store directory (default $OBSERVE_STORE or ./observe-store).")]
+
+
+def _store(path: str | None) -> Store:
+    try:
+        return Store(path or os.environ.get("OBSERVE_STORE") or "observe-store")
+    except ValueError as exc:
+        _fail(str(exc))
+        raise
+
+
+def _fail(message: str) -> None:
+    err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def _time(text: str | None) -> datetime | None:
+    try:
+        return parse_time(text) if text else None
+    except ValueError as exc:
+        _fail(str(exc))
+    return None
