@@ -271,6 +271,16 @@ def joined_records(datas: list[bytes], c: Collector, bases: list[int] | None = N
     return _join(lines, rid).with_columns(pl.col("offset") + pl.col("_in") * (1 << INPUT_BITS)).drop("_in")
 
 
+def parse_bytes(data: bytes, source: str, ctx: Context) -> pl.DataFrame:
+    """Events of one input's bytes parsed as ``source``, without a store (what checks and hooks read)."""
+    c = registry.get(source)
+    if not data.strip():
+        return conform(pl.DataFrame())
+    recs = joined_records([data if data.endswith(b"\n") else data + b"\n"], c)
+    recs = recs.filter(pl.col("raw").str.strip_chars() != "")
+    return finalize(c.parse(recs, ctx), c, ctx, "local")
+
+
 def _whole(stream, summary: Summary, progress: Callable[[int], None] | None) -> Iterator[pl.DataFrame]:
     data = stream.read()
     summary.bytes += len(data)

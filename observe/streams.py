@@ -42,6 +42,26 @@ class Read:
     header: str | None = None  # a command output's first line (sacct's column names)
 
 
+def read_kmsg(fd: int, budget: int) -> bytes:
+    """Up to about ``budget`` bytes of kmsg records from a non-blocking descriptor: one record per
+    read; records overwritten before they were read are skipped (the caller counts the gap)."""
+    chunks, size = [], 0
+    while size < budget:
+        try:
+            chunk = os.read(fd, KMSG_READ)
+        except BlockingIOError:
+            break
+        except OSError as exc:
+            if exc.errno == errno.EPIPE:  # the next record was overwritten: read on
+                continue
+            raise
+        if not chunk:
+            break  # end of a regular file
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
 def boot_id() -> str:
     """This boot's id (``/proc/sys/kernel/random/boot_id``); kmsg sequence numbers restart with it."""
     try:
@@ -80,7 +100,7 @@ class Kmsg(_Lines):
         if self.fd is None:
             self.fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
         position = cp.offset if cp is not None else None
-        body = self._whole_lines(self._drain(budget))
+        body = self._whole_lines(read_kmsg(self.fd, budget))
         if not body:
             return None
         recs = joined_records([body], self.collector)
@@ -94,23 +114,6 @@ class Kmsg(_Lines):
         expected = position if position is not None else int(seqs[0])
         overwritten = int(seqs[0]) - expected + int((seqs.diff().drop_nulls() - 1).clip(0).sum())
         return Read(self.file_id, recs, int(seqs[-1]) + 1, bytes=len(body), lost=max(overwritten, 0))
-
-    def _drain(self, budget: int) -> bytes:
-        chunks, size = [], 0
-        while size < budget:
-            try:
-                chunk = os.read(self.fd, KMSG_READ)
-            except BlockingIOError:
-                break
-            except OSError as exc:
-                if exc.errno == errno.EPIPE:  # the next record was overwritten: read on, the gap is counted
-                    continue
-                raise
-            if not chunk:
-                break  # end of a regular file
-            chunks.append(chunk)
-            size += len(chunk)
-        return b"".join(chunks)
 
     def close(self) -> None:
         if self.fd is not None:

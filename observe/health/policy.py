@@ -20,8 +20,9 @@ def load(site: str | Path | None = None) -> dict:
     if site is not None:
         policy = _merge(policy, read_toml(site, PolicyError), str(site))
     for name, section in policy.items():
-        if isinstance(section, dict) and section.get("on_fail", "report") not in ACTIONS:
-            raise PolicyError(f"policy [{name}]: on_fail {section['on_fail']!r}: use one of {', '.join(ACTIONS)}")
+        for key, value in (section.items() if isinstance(section, dict) else ()):
+            if key.startswith("on_") and value not in ACTIONS:
+                raise PolicyError(f"policy [{name}]: {key} {value!r}: use one of {', '.join(ACTIONS)}")
     return policy
 
 

@@ -18,7 +18,7 @@ from observe.health.events import health_events
 from observe.health.result import Result, Status, unknown
 from observe.rules import to_json
 
-CHECKS = ("gpu_count", "ib", "gpu_burn", "allreduce")  # the default order: cheap ones first
+CHECKS = ("gpu_count", "nvml", "ib", "xid_history", "gpu_burn", "allreduce")  # the default order: cheap ones first
 SETUP_S = 15.0  # what a check needs beyond its own seconds (interpreter, torch import, spawn)
 
 
@@ -38,7 +38,7 @@ def run_checks(names: list[str], policy: dict, budget_s: float, overrides: dict 
         result = _in_child(name, opts, left)
         result.seconds = time.monotonic() - started
         if result.status is Status.FAIL:
-            result.action = opts.get("on_fail", "report")
+            result.action = result.action or opts.get("on_fail", "report")  # a check may name a graver one
         results.append(result)
     return results
 

@@ -1,0 +1,86 @@
+"""A stand-in for nvidia-ml-py's ``pynvml`` that answers from recorded readings (no GPU here).
+
+``$OBSERVE_NVML_READINGS`` names a JSON file: ``{"init_error": null | "DriverNotLoaded", "gpus": [
+{"nvmlDeviceGetName": "...", "nvmlDeviceGetTotalEccErrors(1,0)": 0, "nvmlDeviceGetRemappedRows":
+[0, 0, 0, 0], "nvmlDeviceGetUUID": {"error": "NotSupported"}, ...}]}``: each key is an NVML call
+(with its arguments after the first, the handle), each value what it returns or the error it raises.
+Only the calls observe makes are here; the constants are NVML's.
+"""
+from __future__ import annotations
+
+import json
+import os
+from types import SimpleNamespace
+
+NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+NVML_VOLATILE_ECC = 0
+NVML_AGGREGATE_ECC = 1
+NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS = 0
+NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR = 1
+
+
+class NVMLError(Exception):
+    pass
+
+
+class NVMLError_NotSupported(NVMLError):  # noqa: N801 - pynvml's names
+    pass
+
+
+class NVMLError_GpuIsLost(NVMLError):  # noqa: N801
+    pass
+
+
+class NVMLError_DriverNotLoaded(NVMLError):  # noqa: N801
+    pass
+
+
+class NVMLError_Unknown(NVMLError):  # noqa: N801
+    pass
+
+
+_ERRORS = {"NotSupported": NVMLError_NotSupported, "GpuIsLost": NVMLError_GpuIsLost,
+           "DriverNotLoaded": NVMLError_DriverNotLoaded, "Unknown": NVMLError_Unknown}
+_state: dict = {}
+
+
+def _readings() -> dict:
+    with open(os.environ["OBSERVE_NVML_READINGS"]) as f:
+        return json.load(f)
+
+
+def nvmlInit() -> None:  # noqa: N802
+    _state.update(_readings())
+    if _state.get("init_error"):
+        raise _ERRORS[_state["init_error"]](_state["init_error"])
+
+
+def nvmlShutdown() -> None:  # noqa: N802
+    pass
+
+
+def nvmlDeviceGetCount() -> int:  # noqa: N802
+    return len(_state["gpus"])
+
+
+def nvmlDeviceGetHandleByIndex(index: int) -> int:  # noqa: N802
+    return index
+
+
+def _call(name: str, handle: int, *args):
+    gpu = _state["gpus"][handle]
+    key = f"{name}({','.join(str(a) for a in args)})" if args else name
+    if key not in gpu:
+        raise NVMLError_NotSupported(key)
+    value = gpu[key]
+    if isinstance(value, dict) and "error" in value:
+        raise _ERRORS[value["error"]](value["error"])
+    if name == "nvmlDeviceGetPciInfo":
+        return SimpleNamespace(busId=value.encode())
+    return tuple(value) if name == "nvmlDeviceGetRemappedRows" else value
+
+
+def __getattr__(name: str):
+    if name.startswith("nvmlDevice"):
+        return lambda handle, *args: _call(name, handle, *args)
+    raise AttributeError(name)
