@@ -166,6 +166,26 @@ class Store:
         """Segment files to read for the given filters (partition pruning)."""
         return [f for p in self.partitions(sources, since, until, undated) for f in self.segments(p.path)]
 
+    @contextmanager
+    def lock(self, name: str, wait_s: float = 0.0) -> Iterator[None]:
+        """Hold the advisory lock ``<root>/.<name>.lock`` (flock; across hosts where the shared file
+        system supports it, as NFSv4 and Lustre with -o flock do); StoreBusy if still held after ``wait_s``."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        end = time.monotonic() + wait_s
+        with open(self.root / f".{name}.lock", "a") as f:
+            while True:
+                try:
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= end:
+                        raise StoreBusy(f"{self.root}: another process holds the {name} lock") from None
+                    time.sleep(0.05)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
     def scan(self, sources: Iterable[str] | None = None, since: datetime | None = None,
              until: datetime | None = None, undated: bool = False) -> pl.LazyFrame:
         """A LazyFrame of events; ``since``/``until`` prune partitions here and row groups in polars.
@@ -205,7 +225,7 @@ class Store:
         (segments replaced, rows written), or None when there was nothing to do.
         """
         directory = partition.path
-        with _compaction_lock(self.root):
+        with self.lock("compact"):
             for note in sorted(directory.glob("c-*.json")):  # oldest first: a later one may replace its outputs
                 _settle(note, grace_s)
             segs = self.segments(directory)
@@ -296,23 +316,8 @@ def _settle(note: Path, grace_s: float) -> None:
     note.unlink(missing_ok=True)
 
 
-@contextmanager
-def _compaction_lock(root: Path) -> Iterator[None]:
-    """One compaction at a time per store (an advisory lock on ``<root>/.compact.lock``)."""
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".compact.lock", "a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise StoreBusy(f"{root}: another compaction is running") from None
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 class StoreBusy(RuntimeError):
-    """Another process holds the store's compaction lock."""
+    """Another process holds one of the store's locks (compaction, drains)."""
 
 
 def _rows_in(segs: list[Path], nbytes: int) -> int:

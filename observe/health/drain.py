@@ -11,6 +11,7 @@ the store (source ``health``) with its evidence and the policy version: the drai
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -22,6 +23,7 @@ from observe.health.events import health_events
 from observe.rules import to_json
 from observe.store import Store
 
+LOCK_WAIT_S = 30.0
 KINDS = ("node_drain", "node_drain_refused", "node_resume", "node_resume_refused", "drain_budget_exhausted")
 
 
@@ -52,8 +54,16 @@ class Drainer:
         self.prefix = self.rules.get("reason_prefix", "observe:")
 
     def drain(self, node: str, reason: str, evidence: dict | None = None) -> list[Decision]:
-        """Drain ``node`` unless a guardrail refuses; the decisions made (also in the ledger)."""
-        evidence = evidence or {}
+        """Drain ``node`` unless a guardrail refuses; the decisions made (also in the ledger).
+
+        Decisions are taken one at a time across the cluster (the store's drain lock), so nodes
+        failing at the same moment cannot all pass the budget check before any of them is drained."""
+        if self.store is None:
+            return self._drain(node, reason, evidence or {})
+        with self.store.lock("drain", wait_s=LOCK_WAIT_S):
+            return self._drain(node, reason, evidence or {})
+
+    def _drain(self, node: str, reason: str, evidence: dict) -> list[Decision]:
         ours = f"{self.prefix} {slurm.clean_reason(reason)}"
         found = slurm.nodes([node])
         if not found:
@@ -76,9 +86,10 @@ class Drainer:
             slurm.drain(node, ours)
         return self._record([Decision("node_drain", node, ours, f"drained (was {target.state})", self.dry_run, evidence)])
 
-    def resume(self, node: str, evidence: dict | None = None) -> list[Decision]:
-        """Resume ``node`` if observe drained it (a person's drain is left alone)."""
-        evidence = evidence or {}
+    def resume(self, node: str, evidence: dict | None = None, force: bool = False) -> list[Decision]:
+        """Resume ``node`` if observe drained it (a person's drain is left alone) and the checks it
+        was drained for have passed since (unless ``force``: a person's call, recorded as such)."""
+        evidence = {**(evidence or {}), **({"forced": True} if force else {})}
         found = slurm.nodes([node])
         if not found or not found[0].drained:
             return [Decision("node_resume_refused", node, "", "not drained", self.dry_run, evidence)]
@@ -87,9 +98,46 @@ class Drainer:
             return self._record([Decision("node_resume_refused", node, target.reason,
                                           f"drained by someone else ({target.reason}): observe resumes only its own drains",
                                           self.dry_run, evidence)])
+        waiting = "" if force else self._not_passed(node)
+        if waiting:
+            return self._record([Decision("node_resume_refused", node, target.reason, waiting, self.dry_run, evidence)])
         if not self.dry_run:
             slurm.resume(node)
         return self._record([Decision("node_resume", node, target.reason, "resumed", self.dry_run, evidence)])
+
+    def drained_for_checks(self, node: str) -> list[str]:
+        """The checks whose failure made observe drain ``node`` last (empty for a drain by hand)."""
+        drain = self._last_drain(node)
+        return sorted(drain["checks"]) if drain else []
+
+    def _last_drain(self, node: str) -> dict | None:
+        if self.store is None:
+            return None
+        drains = (self.store.scan(sources=["health"])
+                  .filter((pl.col("kind") == "node_drain") & (pl.col("node") == node))
+                  .filter(~(pl.col("attrs").str.json_path_match("$.dry_run") == "true").fill_null(False))
+                  .sort("ts").select("ts", "attrs").collect())
+        if not drains.height:
+            return None
+        ts, attrs = drains.row(-1)
+        return {"ts": ts, "checks": (json.loads(attrs).get("evidence") or {}).get("checks") or {}}
+
+    def _not_passed(self, node: str) -> str:
+        """Why the checks ``node`` was drained for do not allow a resume yet ('' when they do)."""
+        drain = self._last_drain(node)
+        if not drain or not drain["checks"]:
+            return ""
+        results = (self.store.scan(sources=["health"], since=drain["ts"])
+                   .filter((pl.col("kind") == "health_check") & (pl.col("node") == node) & (pl.col("ts") > drain["ts"]))
+                   .with_columns(pl.col("attrs").str.json_path_match("$.check").alias("check"),
+                                 pl.col("attrs").str.json_path_match("$.status").alias("status"))
+                   .sort("ts").group_by("check").agg(pl.col("status").last()).collect())
+        latest = dict(results.iter_rows())
+        waiting = [f"{c} ({latest.get(c) or 'not run'})" for c in sorted(drain["checks"]) if latest.get(c) != "PASS"]
+        if waiting:
+            return (f"drained for failed checks that have not passed since: {', '.join(waiting)}; run "
+                    f"`observe health run --checks {','.join(sorted(drain['checks']))} --record` on the node, or --force")
+        return ""
 
     def _over_budget(self, target: slurm.Node) -> str:
         """Why one more drain would break the budget ('' when it would not)."""

@@ -8,6 +8,7 @@ from observe.rules import read_toml
 
 BUILTIN = Path(__file__).with_name("policy.toml")
 ACTIONS = ("drain", "reset", "reboot", "report")
+HOOKS = ("prolog", "epilog", "healthcheck")
 
 
 class PolicyError(ValueError):
@@ -19,6 +20,12 @@ def load(site: str | Path | None = None) -> dict:
     policy = tomllib.loads(BUILTIN.read_text())
     if site is not None:
         policy = _merge(policy, read_toml(site, PolicyError), str(site))
+    from observe.health.runner import CHECKS
+
+    for hook in HOOKS:
+        unknown = [c for c in policy[hook].get("checks", []) if c not in CHECKS]
+        if unknown:
+            raise PolicyError(f"policy [{hook}] checks: unknown {', '.join(unknown)}; known: {', '.join(CHECKS)}")
     for name, section in policy.items():
         for key, value in (section.items() if isinstance(section, dict) else ()):
             if key.startswith("on_") and value not in ACTIONS:

@@ -69,9 +69,32 @@ def resume(name: str) -> None:
 
 def requeue(job_id: str) -> None:
     """Requeue a job (it restarts on other nodes; it must allow requeue)."""
+    _run(["scontrol", "requeue", job_id_of(job_id)])
+
+
+def job(job_id: str) -> dict[str, str]:
+    """A job's fields as ``scontrol show job`` prints them (JobState, Requeue, Restarts, NodeList,
+    BatchHost, StdOut, ...); empty when slurmctld no longer knows the job."""
+    try:
+        text = _run(["scontrol", "show", "job", "--oneliner", job_id_of(job_id)])
+    except SlurmError:
+        return {}
+    return dict(_fields(text.splitlines()[0])) if text.strip() else {}
+
+
+def batch_script(job_id: str) -> str:
+    """A batch job's script (``scontrol write batch_script ID -``); '' for a job without one."""
+    try:
+        return _run(["scontrol", "write", "batch_script", job_id_of(job_id), "-"])
+    except SlurmError:
+        return ""
+
+
+def job_id_of(job_id: str) -> str:
+    """``job_id`` if it is a Slurm job id (``123`` or ``123_4``); SlurmError otherwise."""
     if not JOB_ID.match(job_id):
         raise SlurmError(f"{job_id!r} is not a job id")
-    _run(["scontrol", "requeue", job_id])
+    return job_id
 
 
 def _run(argv: list[str]) -> str:
@@ -87,7 +110,12 @@ def _run(argv: list[str]) -> str:
     return done.stdout
 
 
+def _fields(line: str) -> list[tuple[str, str]]:
+    """``Key=value`` pairs of a ``scontrol show --oneliner`` line; a value runs to the next `` Key=``."""
+    return [(m.group(1), m.group(2).strip()) for m in re.finditer(r"(\w+)=(.*?)(?= [\w:/]+=|$)", line.strip())]
+
+
 def _node(line: str) -> Node:
-    f = dict((m.group(1), m.group(2).strip()) for m in re.finditer(r"(\w+)=(.*?)(?= \w+=|$)", line.strip()))
+    f = dict(_fields(line))
     parts = tuple(p for p in f.get("Partitions", "").split(",") if p and p != "(null)")
     return Node(f.get("NodeName", ""), f.get("State", ""), f.get("Reason", ""), parts, f.get("Gres", ""))

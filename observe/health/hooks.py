@@ -1,0 +1,269 @@
+"""Slurm's Prolog, Epilog and HealthCheckProgram, as ``observe slurm prolog|epilog|healthcheck``.
+
+Slurm runs these as root, with no PATH, and drains a node whose Prolog or Epilog exits non-zero. So
+each hook keeps to a time budget, acts only on a check's clear FAIL (UNKNOWN never acts), does
+nothing when it cannot record what it does (store unreachable), and exits 0 whatever happens inside
+it: observe's own bug must never drain a node or fail a job.
+
+- epilog: captures the job's artifacts (batch script, the environment Slurm hands the hook, output
+  paths; secrets redacted), runs the epilog checks, drains the node on a FAIL and, for a job that
+  failed and opted in (``sbatch --requeue`` and a ``#OBSERVE requeue`` line in its script), requeues
+  it so it restarts on healthy nodes, recording the work lost since its latest checkpoint.
+- prolog: runs the prolog checks before the job starts; a FAIL drains the node and requeues an
+  opted-in job so it starts elsewhere.
+- healthcheck: runs the periodic checks; a FAIL drains, and a node observe drained for failed checks
+  is resumed once those same checks pass again.
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from observe import redact
+from observe.health import slurm
+from observe.health.drain import Drainer
+from observe.health.events import health_events
+from observe.health.result import Result, Status
+from observe.health.runner import as_events, run_checks
+from observe.rules import to_json
+from observe.store import Store
+
+MARKER = re.compile(r"^#OBSERVE[ \t]+requeue\b(?P<opts>[^\n]*)$", re.M)
+ACTING = ("drain", "reset", "reboot")
+SCRIPT_MAX = 256 << 10
+
+
+class BudgetSpent(Exception):
+    """The hook's time budget ran out."""
+
+
+@dataclass
+class Hook:
+    """One hook run: who, where, with what policy and store; what it did (``log``)."""
+
+    kind: str  # prolog, epilog or healthcheck
+    env: dict[str, str]
+    policy: dict
+    store: Store
+    dry_run: bool = False
+    log: list[str] = field(default_factory=list)
+
+    @property
+    def node(self) -> str:
+        if not self.env.get("SLURMD_NODENAME"):
+            raise slurm.SlurmError("SLURMD_NODENAME is not set: run by slurmd (Prolog, Epilog, HealthCheckProgram)")
+        return slurm.node_name(self.env["SLURMD_NODENAME"])
+
+    @property
+    def job(self) -> str:
+        if not (self.env.get("SLURM_JOB_ID") or self.env.get("SLURM_JOBID")):
+            raise slurm.SlurmError("SLURM_JOB_ID is not set: run by slurmd as Prolog or Epilog")
+        return slurm.job_id_of(self.env.get("SLURM_JOB_ID") or self.env["SLURM_JOBID"])
+
+    def say(self, text: str) -> None:
+        self.log.append(line(self.kind, text))
+
+
+def line(kind: str, text: str) -> str:
+    """One log line: time, hook, what (on one line whatever the text holds)."""
+    return f"{datetime.now(timezone.utc):%Y-%m-%dT%H:%M:%SZ} observe {kind}: {' | '.join(text.splitlines())}"
+
+
+def run(hook: Hook, budget_s: float) -> int:
+    """Run ``hook`` within ``budget_s``; always 0 (every failure is logged, none is raised)."""
+    try:
+        with _deadline(budget_s):
+            try:
+                _probe(hook.store)
+            except OSError as exc:
+                hook.say(f"store {hook.store.root} unreachable ({exc.strerror or exc}): nothing done")
+                return 0
+            {"epilog": _epilog, "prolog": _prolog, "healthcheck": _healthcheck}[hook.kind](hook, budget_s)
+    except BudgetSpent:
+        hook.say(f"stopped: the {budget_s:g}s budget ran out; nothing more done")
+    except Exception as exc:  # noqa: BLE001 - fail safe: log, leave the node and the job alone
+        hook.say(f"internal error, node and job left alone: {type(exc).__name__}: {exc}")
+    return 0
+
+
+def _epilog(hook: Hook, budget_s: float) -> None:
+    started = time.monotonic()
+    info = slurm.job(hook.job)
+    failed = _job_failed(hook.env, info)
+    script = ""
+    if hook.policy["epilog"].get("capture", True) and info.get("BatchHost", hook.node) == hook.node:
+        script = slurm.batch_script(hook.job)  # captured once, on the node that ran the script
+        hook.store.write(_artifacts(hook, info, script))
+    results = _checks(hook, "epilog", budget_s - (time.monotonic() - started))
+    drained = _drain_if_failing(hook, results)
+    if drained and failed:
+        _requeue(hook, info, script or slurm.batch_script(hook.job), results)
+    elif not results or all(r.status is not Status.FAIL for r in results):
+        hook.say(f"job {hook.job} {'failed' if failed else 'ended'}; no check failed on {hook.node}")
+
+
+def _prolog(hook: Hook, budget_s: float) -> None:
+    results = _checks(hook, "prolog", budget_s)
+    if _drain_if_failing(hook, results):
+        info = slurm.job(hook.job)
+        _requeue(hook, info, slurm.batch_script(hook.job), results)
+
+
+def _healthcheck(hook: Hook, budget_s: float) -> None:
+    results = _checks(hook, "healthcheck", budget_s)
+    if _drain_if_failing(hook, results):
+        return
+    target = slurm.nodes([hook.node])
+    drainer = Drainer(hook.policy, hook.store, hook.dry_run)
+    if target and target[0].drained and target[0].reason.startswith(drainer.prefix) and drainer.drained_for_checks(hook.node):
+        for d in drainer.resume(hook.node, {"checks": {r.check: r.to_dict() for r in results}}):
+            hook.say(f"{d.kind} {d.node}: {d.detail}")
+
+
+def _checks(hook: Hook, section: str, budget_s: float) -> list[Result]:
+    rules = hook.policy[section]
+    names = list(rules.get("checks", []))
+    if not names:
+        return []
+    overrides = {"node": hook.node, "store": str(hook.store.root), "device": rules.get("device", "auto")}
+    results = run_checks(names, hook.policy, max(1.0, budget_s - 5), overrides)
+    hook.store.write(as_events(results, hook.node, hook.policy.get("version", "")))
+    for r in results:
+        if r.status is not Status.PASS:
+            hook.say(f"{r.check} {r.status.value}{' (' + r.action + ')' if r.action else ''}: {r.summary}")
+    return results
+
+
+def _drain_if_failing(hook: Hook, results: list[Result]) -> bool:
+    """Drain on a FAIL whose action takes the node out; True when the node is (now) drained by observe."""
+    failing = [r for r in results if r.status is Status.FAIL and r.action in ACTING]
+    if not failing:
+        return False
+    reason = "; ".join(f"[{r.action}] {r.check}: {r.summary}" for r in failing)
+    evidence = {"checks": {r.check: r.to_dict() for r in failing}, "hook": hook.kind,
+                **({"job": hook.env["SLURM_JOB_ID"]} if hook.env.get("SLURM_JOB_ID") else {})}
+    drainer = Drainer(hook.policy, hook.store, hook.dry_run)
+    decisions = drainer.drain(hook.node, reason, evidence)
+    for d in decisions:
+        hook.say(f"{d.kind} {d.node}: {d.detail}")
+    return any(d.kind == "node_drain" or (d.kind == "node_drain_refused" and d.detail.startswith("already drained by observe"))
+               for d in decisions)
+
+
+def _requeue(hook: Hook, info: dict, script: str, results: list[Result]) -> None:
+    """Requeue the job if it opted in; the decision, and the work lost since its latest checkpoint, to the ledger."""
+    marker = MARKER.search(script or "")
+    limit = int(hook.policy["epilog"].get("max_requeues", 3))
+    restarts = int(info.get("Restarts") or hook.env.get("SLURM_JOB_RESTART_COUNT") or 0)
+    why = ("slurmctld no longer knows the job" if not info else
+           "the job does not allow requeue (sbatch --requeue)" if info.get("Requeue") != "1" else
+           "no '#OBSERVE requeue' line in the batch script" if not marker else
+           f"already requeued {restarts} times (limit {limit})" if restarts >= limit else "")
+    evidence: dict = {"restarts": restarts, "checks": [r.check for r in results if r.status is Status.FAIL]}
+    if marker and (ckpt_dir := _option(marker["opts"], "checkpoints")):
+        evidence.update(_lost_work(ckpt_dir))
+    if not why:
+        try:
+            if not hook.dry_run:
+                slurm.requeue(hook.job)
+        except slurm.SlurmError as exc:
+            why = f"scontrol requeue failed: {exc}"
+    kind = "job_requeue_skipped" if why else "job_requeue"
+    detail = why or f"requeued to restart on healthy nodes (restart {restarts + 1})"
+    hook.say(f"{kind} {hook.job}: {detail}" + (f"; {evidence['lost_work_s']:.0f}s of work since its checkpoint"
+                                              if "lost_work_s" in evidence else ""))
+    hook.store.write(health_events([{
+        "node": hook.node, "kind": kind, "severity": "warning" if why else "notice", "job_id": hook.job,
+        "message": f"{kind} {hook.job}: {detail}" + (" (dry run)" if hook.dry_run else ""),
+        "attrs": to_json({"detail": detail, "dry_run": hook.dry_run, "evidence": evidence}),
+        "file_id": f"ledger:{hook.node}",
+    }]))
+
+
+def _lost_work(directory: str) -> dict:
+    """The newest complete checkpoint in ``directory`` and the work since it (structural checks
+    only: a root hook never unpickles a user's files)."""
+    from observe.checkpoint import latest
+
+    try:
+        best, _ = latest(directory, trust=False)
+    except OSError as exc:
+        return {"checkpoint_error": str(exc)}
+    if best is None:
+        return {"checkpoint": None, "lost_work_s": None}
+    return {"checkpoint": best.path, "checkpoint_step": best.step, "lost_work_s": max(0.0, time.time() - best.mtime)}
+
+
+def _option(text: str, name: str) -> str | None:
+    m = re.search(rf"(?:^|\s){name}=(\S+)", text)
+    return m.group(1) if m else None
+
+
+def _job_failed(env: dict[str, str], info: dict[str, str]) -> bool:
+    """The job ended badly: its script's wait status is not 0 (Slurm hands it to the epilog; the
+    derived exit code is not used: it outlives a requeue) or its state is a failed one."""
+    state = info.get("JobState", "")
+    return env.get("SLURM_JOB_EXIT_CODE", "0") not in ("", "0") or state in ("FAILED", "NODE_FAIL", "TIMEOUT",
+                                                                              "OUT_OF_MEMORY")
+
+
+def _artifacts(hook: Hook, info: dict[str, str], script: str):
+    """The job's artifacts as one event, secrets redacted."""
+    keep = ("JobName", "UserId", "JobState", "ExitCode", "Restarts", "Requeue", "NodeList", "BatchHost", "StartTime",
+            "EndTime", "WorkDir", "StdOut", "StdErr", "Command", "Partition", "TRES")
+    attrs = {
+        "job": {k: redact.text(info[k]) for k in keep if k in info},
+        "env": redact.env(dict(sorted(hook.env.items()))),
+        "script": redact.text(script[:SCRIPT_MAX]) if script else None,
+        "script_truncated": len(script) > SCRIPT_MAX,
+        "exit_code": hook.env.get("SLURM_JOB_EXIT_CODE2") or hook.env.get("SLURM_JOB_EXIT_CODE"),
+    }
+    return health_events([{
+        "node": hook.node, "kind": "job_artifacts", "severity": "info", "job_id": hook.job,
+        "message": f"job {hook.job} artifacts: {info.get('JobState', '?')} exit {attrs['exit_code'] or '?'} "
+                   f"on {info.get('NodeList', hook.node)}",
+        "attrs": to_json(attrs), "file_id": f"artifacts:{hook.job}",
+    }])
+
+
+def _probe(store: Store) -> None:
+    """Raise unless the store takes writes: a hook that cannot record what it does does nothing."""
+    root = Path(store.root)
+    root.mkdir(parents=True, exist_ok=True)
+    probe = root / f".probe-{os.getpid()}"
+    probe.write_bytes(b"")
+    probe.unlink()
+
+
+@contextmanager
+def _deadline(seconds: float):
+    def expire(signum, frame):
+        raise BudgetSpent()
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.1))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def write_log(lines: list[str], path: str | None) -> None:
+    """Append the hook's log lines to ``path`` (else stderr: slurmd's log); never raises."""
+    text = "".join(f"{line}\n" for line in lines)
+    try:
+        if path:
+            with open(path, "a") as f:
+                f.write(text)
+        else:
+            sys.stderr.write(text)
+    except OSError:
+        pass

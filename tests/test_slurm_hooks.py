@@ -1,0 +1,336 @@
+"""observe's Slurm hooks against a real slurmctld with four slurmd: an Xid on one node of a running
+job drains that node and requeues the job, which resumes from its latest checkpoint on the others;
+hooks that cannot work leave the node alone and exit 0; nothing from job data reaches a shell;
+captured artifacts leak no secret; a HealthCheckProgram resumes a node only once its failed checks pass.
+
+The fake nodes share this host's kernel, so each node's kernel log is a file (``<dir>/<node>/kern.log``,
+the policy's ``xid_history.log = ".../%n/kern.log"``)."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from observe.store import Store
+from slurm_cluster import SlurmCluster, available
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.skipif(available() is not None, reason=f"real Slurm: {available()}")
+XID = ("{ts} {node} kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, name={name}, GPU has fallen off the bus.\n")
+
+
+def _wrapper(path: Path, kind: str, store: Path, policy: Path, log: Path, env: str = "") -> Path:
+    """The hook as the README shows it: absolute paths (no PATH), a hard time limit, and exit 0 whatever happens."""
+    path.write_text(f"#!/bin/sh\n{env}/usr/bin/timeout -s KILL 120 {Path(sys.executable).parent / 'observe'} slurm {kind} "
+                    f"--store {store} --policy {policy} --log {log}\nexit 0\n")
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory):
+    d = tmp_path_factory.mktemp("hooks")
+    for n in ("node1", "node2", "node3", "node4"):
+        (d / "klog" / n).mkdir(parents=True)
+        (d / "klog" / n / "kern.log").write_text("")
+    policy = d / "policy.toml"
+    policy.write_text(f'[xid_history]\nlog = "{d}/klog/%n/kern.log"\n\n[epilog]\nchecks = ["xid_history"]\n'
+                      f'[prolog]\nchecks = []\n[healthcheck]\nchecks = ["xid_history"]\n')
+    store, log = d / "store", d / "hooks.log"
+    epilog = _wrapper(d / "epilog.sh", "epilog", store, policy, log, env=os.environ.get("OBSERVE_TEST_EPILOG_ENV", ""))
+    c = SlurmCluster(d / "slurm", n=4, base_port=17200, extra=f"Epilog={epilog}\n").start()
+    old = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = str(c.conf)
+    yield {"dir": d, "cluster": c, "store": Store(store), "policy": policy, "log": log, "epilog": epilog}
+    c.stop()
+    if old is None:
+        os.environ.pop("SLURM_CONF", None)
+    else:
+        os.environ["SLURM_CONF"] = old
+
+
+@pytest.fixture
+def fresh(site):
+    """Every node idle, every kernel log empty, the Epilog the normal one."""
+    c: SlurmCluster = site["cluster"]
+    for n in c.nodes:
+        (site["dir"] / "klog" / n / "kern.log").write_text("")
+        if any(s in c.state(n)[0] for s in ("DRAIN", "DOWN")):
+            c.scontrol("update", f"NodeName={n}", "State=RESUME")
+    _wrapper(site["epilog"], "epilog", site["store"].root, site["policy"], site["log"])
+    c.wait_idle(c.nodes)
+    return site
+
+
+def _xid(site, node: str, name: str = "python") -> None:
+    ts = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
+    with open(site["dir"] / "klog" / node / "kern.log", "a") as f:
+        f.write(XID.format(ts=ts, node=node, name=name))
+
+
+def _sbatch(c: SlurmCluster, *args: str) -> str:
+    done = subprocess.run(["sbatch", "--parsable", *args], env=c.env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().split(";")[0]
+
+
+def _job(c: SlurmCluster, job: str) -> dict:
+    line = c.scontrol("show", "job", job, "-o")
+    return dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
+
+
+def _wait(what, timeout: float = 60.0, every: float = 0.2):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        got = what()
+        if got:
+            return got
+        time.sleep(every)
+    raise TimeoutError(f"waited {timeout}s")
+
+
+def _events(site, kind: str, **eq) -> pl.DataFrame:
+    df = site["store"].scan(sources=["health", "slurm"]).filter(pl.col("kind") == kind).collect()
+    for k, v in eq.items():
+        df = df.filter(pl.col(k) == v)
+    return df.sort("ts")
+
+
+def test_xid_on_a_node_drains_it_and_the_job_resumes_from_its_checkpoint(fresh) -> None:
+    """3-node job; node2 logs Xid 79 and its rank dies: node2 drained with evidence, the job requeued,
+    run again on node1, node3, node4 from its latest checkpoint (no step before it redone)."""
+    site, c = fresh, fresh["cluster"]
+    d = site["dir"]
+    ckpt, steps_log, fault = d / "ckpt", d / "steps.log", d / "fault"
+    ckpt.mkdir()
+    port = _free_port()
+    script = d / "train.sh"
+    script.write_text(
+        "#!/bin/sh\n"
+        f"#OBSERVE requeue checkpoints={ckpt}\n"
+        f"export MASTER_PORT=$(({port} + ${{SLURM_RESTART_COUNT:-0}})) GLOO_SOCKET_IFNAME=lo OMP_NUM_THREADS=1\n"
+        f"srun --kill-on-bad-exit=1 {sys.executable} {ROOT / 'tests' / 'slurm_train.py'} {ckpt} 20 5 {steps_log} {fault} node2\n")
+    job = _sbatch(c, "-N3", "--ntasks-per-node=1", "--requeue", "-J", "train", "-o", str(d / "train-%j.out"), str(script))
+
+    def steps() -> list[tuple[int, int]]:
+        if not steps_log.exists():
+            return []
+        return [(int(r), int(s)) for r, s, *_ in (line.split() for line in steps_log.read_text().splitlines())]
+
+    _wait(lambda: len(steps()) >= 12, timeout=120)
+    assert _job(c, job)["NodeList"] == "node[1-3]"
+    failed_at = time.time()
+    _xid(site, "node2")
+    fault.write_text("")
+    running_again = _wait(lambda: _job(c, job)["JobState"] == "RUNNING" and _job(c, job)["Restarts"] == "1" and time.time(),
+                          timeout=120)
+    resumed = _wait(lambda: next((float(line.split()[2]) for line in steps_log.read_text().splitlines()
+                                  if line.startswith("1 ")), None), timeout=120)
+    _wait(lambda: _job(c, job)["JobState"] in ("COMPLETED", "FAILED"), timeout=120)
+    info = _job(c, job)
+    print(f"\nfailure -> job running again: {running_again - failed_at:.1f} s; -> training resumed: "
+          f"{resumed - failed_at:.1f} s (cred_expire=10, sched_interval=2)")
+    assert info["JobState"] == "COMPLETED" and info["Restarts"] == "1" and "node2" not in info["NodeList"], info
+
+    state, reason = c.state("node2")
+    assert "DRAIN" in state and reason.startswith("observe: [drain] xid_history: fatal Xid 79 on 0000:3b:00"), reason
+    assert all("DRAIN" not in c.state(n)[0] for n in ("node1", "node3", "node4"))
+
+    first = [s for r, s in steps() if r == 0]
+    second = [s for r, s in steps() if r == 1]
+    last_ckpt = max(s for s in first if s % 5 == 0 and s < max(first))
+    assert second[0] == last_ckpt + 1 and second[-1] == 20, (first, second)  # nothing before the checkpoint redone
+
+    drains = _events(site, "node_drain", node="node2")
+    assert drains.height == 1
+    evidence = json.loads(drains["attrs"][0])["evidence"]
+    assert evidence["job"] == job and evidence["checks"]["xid_history"]["evidence"]["xids"][0]["code"] == 79
+    [requeue] = _events(site, "job_requeue", job_id=job).to_dicts()
+    lost = json.loads(requeue["attrs"])["evidence"]
+    assert lost["checkpoint"].endswith(f"step_{last_ckpt:06d}") and 0 < lost["lost_work_s"] < 120
+    artifacts = _events(site, "job_artifacts", job_id=job)
+    assert artifacts.height == 2  # the first run and the requeued one, each from its batch host
+    assert "#OBSERVE requeue" in json.loads(artifacts["attrs"][0])["script"]
+
+
+def test_a_hook_that_cannot_work_exits_0_and_leaves_the_node_alone(fresh, tmp_path: Path) -> None:
+    """An unreachable store; a check that crashes (a broken rule file); a policy that does not parse."""
+    site, c = fresh, fresh["cluster"]
+    _xid(site, "node1")  # a real fault: still, no drain without a ledger or a working check
+    log = tmp_path / "hooks.log"
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    bad_rules = tmp_path / "rules"
+    bad_rules.mkdir()
+    (bad_rules / "broken.toml").write_text("[[rule]]\nkind = 'x'\npattern = '(unclosed'\n")
+    bad_policy = tmp_path / "bad.toml"
+    bad_policy.write_text("[epilog\n")
+    cases = [
+        ("store unreachable", blocker / "store", site["policy"], ""),
+        ("check crashes", site["store"].root, site["policy"], f"OBSERVE_RULES={bad_rules} "),
+        ("policy unreadable", site["store"].root, bad_policy, ""),
+    ]
+    for name, store, policy, env in cases:
+        _wrapper(site["epilog"], "epilog", store, policy, log, env)
+        job = _sbatch(c, "-w", "node1", "-o", "/dev/null", "--wrap", "exit 3")
+        _wait(lambda: _job(c, job)["JobState"] in ("FAILED", "COMPLETED"), timeout=60)
+        assert _job(c, job)["JobState"] == "FAILED"  # the job's own exit 3, not an epilog failure
+        assert c.state("node1")[0] == "IDLE", (name, c.state("node1"), log.read_text())
+    text = log.read_text()
+    assert "not-a-dir" in text and "nothing done" in text
+    assert "xid_history UNKNOWN" in text
+    assert "not run: PolicyError" in text
+    assert _events(site, "node_drain", node="node1").height == 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _observe(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([str(Path(sys.executable).parent / "observe"), *args], env=env, capture_output=True, text=True)
+
+
+def _healthcheck(site, node: str, store: Path) -> None:
+    """As slurmd runs HealthCheckProgram: only SLURMD_NODENAME and PWD (and SLURM_CONF, as this
+    test cluster's slurm.conf is not at the default path)."""
+    env = {"SLURMD_NODENAME": node, "PWD": "/", "SLURM_CONF": str(site["cluster"].conf)}
+    done = _observe("slurm", "healthcheck", "--store", str(store), "--policy", str(site["policy"]),
+                    "--log", str(site["log"]), env=env)
+    assert done.returncode == 0, done.stderr
+
+
+def test_healthcheck_resumes_only_once_the_failed_check_passes(fresh, tmp_path: Path) -> None:
+    site, c = fresh, fresh["cluster"]
+    store = tmp_path / "store"
+    _xid(site, "node3")
+    _healthcheck(site, "node3", store)
+    state, reason = c.state("node3")
+    assert "DRAIN" in state and reason.startswith("observe: [drain] xid_history"), reason
+    refused = _observe("resume", "node3", "--store", str(store))
+    assert refused.returncode == 1 and "not passed since: xid_history (not run)" in refused.stdout, refused.stdout
+    _healthcheck(site, "node3", store)  # still failing: stays drained
+    assert "DRAIN" in c.state("node3")[0]
+    refused = _observe("resume", "node3", "--store", str(store))
+    assert refused.returncode == 1 and "not passed since: xid_history (FAIL)" in refused.stdout, refused.stdout
+    (site["dir"] / "klog" / "node3" / "kern.log").write_text("")  # the node rebooted: a fresh kernel log
+    _healthcheck(site, "node3", store)
+    c.wait_idle(["node3"], timeout=10)  # resumed (idle+not_responding for about a second first)
+    c.scontrol("update", "NodeName=node4", "State=DRAIN", "Reason=fan replaced, burn-in pending")
+    _healthcheck(site, "node4", store)  # a person's drain: checks pass, still not resumed
+    assert c.state("node4") == ("IDLE+DRAIN", "fan replaced, burn-in pending [root@" + c.state("node4")[1].split("[root@")[1])
+    ledger = Store(store).scan(sources=["health"]).collect()
+    assert ledger.filter(pl.col("kind") == "node_resume")["node"].to_list() == ["node3"]
+
+
+def test_drain_budget_holds_when_every_node_fails_at_once(fresh, tmp_path: Path) -> None:
+    site, c = fresh, fresh["cluster"]
+    store = tmp_path / "store"
+    for n in c.nodes:
+        _xid(site, n)
+    env = {"PWD": "/", "SLURM_CONF": str(c.conf)}
+    procs = [subprocess.Popen([str(Path(sys.executable).parent / "observe"), "slurm", "healthcheck", "--store", str(store),
+                               "--policy", str(site["policy"]), "--log", str(site["log"])],
+                              env={**env, "SLURMD_NODENAME": n}) for n in c.nodes]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0, 0]
+    drained = [n for n in c.nodes if "DRAIN" in c.state(n)[0]]
+    assert len(drained) == 1, [c.state(n) for n in c.nodes]  # 10% of 4 nodes, at least one
+    ledger = Store(store).scan(sources=["health"]).collect()
+    kinds = ledger["kind"].value_counts()
+    count = dict(kinds.iter_rows())
+    assert count["node_drain"] == 1 and count["node_drain_refused"] == 3 and count["drain_budget_exhausted"] == 3
+
+
+def test_names_reasons_and_job_names_never_reach_a_shell(fresh, tmp_path: Path) -> None:
+    site, c = fresh, fresh["cluster"]
+    evil = lambda tag: f'x; touch {tmp_path}/{tag}a $(touch {tmp_path}/{tag}b) `touch {tmp_path}/{tag}c` "q"'  # noqa: E731
+    _xid(site, "node1", name=evil("xid") + "\\nState=RESUME")
+    job = _sbatch(c, "-w", "node1", "-J", evil("job") + "\nline2", "-o", "/dev/null", "--wrap", "exit 1")
+    _wait(lambda: _job(c, job)["JobState"] == "FAILED", timeout=60)
+    state, reason = c.state("node1")
+    assert "DRAIN" in state and reason.startswith("observe: [drain] xid_history"), reason
+    assert not any(ch in reason.split(" [root@")[0] for ch in ';$`"=\n'), reason
+    bad_node = _observe("drain", f"node2;touch {tmp_path}/nodea", "--reason", "x", "--store", str(tmp_path / "s"))
+    assert bad_node.returncode == 2 and "not a node name" in bad_node.stderr
+    resumed = _observe("drain", "node2", "--reason", evil("reason") + "\nState=RESUME", "--store", str(tmp_path / "s"),
+                       "--policy", str(_roomy(tmp_path)))
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "DRAIN" in c.state("node2")[0]  # "State=RESUME" inside the reason did not resume it
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name[-1] in "abc" and p.name[:-1] in
+                  ("xid", "job", "node", "reason")) == []
+
+
+def _roomy(tmp_path: Path) -> Path:
+    """A policy whose budget lets a second node drain."""
+    p = tmp_path / "roomy.toml"
+    p.write_text("[drain]\nmax_fraction = 0.5\n")
+    return p
+
+
+SECRETS = {  # 20 kinds: variable name -> value; names that say secret, and innocuous names holding token-like values
+    "AWS_ACCESS_KEY_ID": "AKIAIOSFODNN7EXAMPLQ",
+    "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEQ",
+    "GH_CLONE_URL_TOKEN": "ghp_Ab3dEfGh1jKlMn0pQrStUvWxYz0123456789",
+    "REPO_CRED": "github_pat_11ABCDEFG0abcdefghijkl_mnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ012345",
+    "CI_GITLAB": "glpat-xYz12345AbCdEfGhIjKl",
+    "SLACK_BOT": "xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx",
+    "NOTIFY_URL": "https://hooks.slack.com/services/T00000000/B00000000/XXXXXXXXXXXXXXXXXXXXXXXX",
+    "OPENAI_API_KEY": "sk-proj-Abcdefghijklmnop1234567890QRSTUVWX",
+    "CLAUDE": "sk-ant-api03-Abcdefghijklmnopqrstuvwxyz0123456789-_ABCDEFGH",
+    "HF_HOME_TOK": "hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567",
+    "MAPS": "AIzaSyA1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q",
+    "BILLING": "sk_live_51AbCdEfGhIjKlMnOpQrStUv",
+    "SESSION_JWT": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+    "DATABASE_URL": "postgresql://trainer:Sup3rS3cretPw@db.internal:5432/runs",
+    "WANDB_API_KEY": "0123456789abcdef0123456789abcdef01234567",
+    "SSH_PRIVATE": "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ\n-----END OPENSSH PRIVATE KEY-----",
+    "NPM_RC": "npm_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
+    "TWINE": "pypi-AgEIcHlwaS5vcmcCJGI1YjU5ZmQ0LTYyN2MtNDFlNi05ZmNhLWQ0ZDljYjFhYmY5ZgACKlsz",
+    "AZURE_STORAGE": "DefaultEndpointsProtocol=https;AccountName=runs;AccountKey=Zm9vYmFyYmF6cXV4Zm9vYmFyYmF6cXV4Zm9vYmFy==",
+    "DB_PASSWORD": "correct horse battery staple",
+}
+
+
+def test_captured_artifacts_leak_no_secret(fresh, tmp_path: Path) -> None:
+    """The batch script exports 20 kinds of secrets and passes some on command lines; the epilog's
+    environment holds them too. Nothing stored (any column of any event) or logged contains one."""
+    site, c = fresh, fresh["cluster"]
+    def quoted(v: str) -> str:
+        return "'" + v.replace("'", "'\\''") + "'"
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\n" + "".join(f"export {k}={quoted(v)}\n" for k, v in SECRETS.items())
+                      + f"python train.py --db-password {quoted(SECRETS['DB_PASSWORD'])} "
+                      f"--hub-token {SECRETS['HF_HOME_TOK']}\ncurl -H 'Authorization: Bearer {SECRETS['SESSION_JWT']}' x\n"
+                      "exit 0\n")
+    job = _sbatch(c, "-w", "node1", "-o", "/dev/null", "--hold", str(script))
+    store, log = tmp_path / "store", tmp_path / "hooks.log"
+    env = {"SLURMD_NODENAME": "node1", "SLURM_JOB_ID": job, "SLURM_JOB_EXIT_CODE": "0", "SLURM_CONF": str(c.conf),
+           "PWD": "/", **SECRETS}
+    done = _observe("slurm", "epilog", "--store", str(store), "--policy", str(site["policy"]), "--log", str(log), env=env)
+    c.scontrol("release", job)
+    assert done.returncode == 0
+    events = Store(store).scan().collect()
+    artifacts = events.filter(pl.col("kind") == "job_artifacts")
+    assert artifacts.height == 1
+    attrs = json.loads(artifacts["attrs"][0])
+    assert attrs["script"].count("[REDACTED]") >= 20 and "export AWS_ACCESS_KEY_ID=" in attrs["script"]
+    assert set(SECRETS) <= set(attrs["env"]) and attrs["env"]["SLURM_JOB_ID"] == job
+    assert all("[REDACTED]" in attrs["env"][k] for k in SECRETS)
+    everything = "\n".join(str(v) for row in events.iter_rows() for v in row) + log.read_text()
+    leaked = {k for k, v in SECRETS.items() if any(part in everything for part in _parts(v))}
+    assert not leaked, leaked
+
+
+def _parts(secret: str) -> list[str]:
+    """The distinctive pieces of a secret (a leak of its core is a leak, whatever was masked around it)."""
+    return [p for p in secret.replace("\n", " ").split() if len(p) >= 12 and "PRIVATE" not in p] or [secret]
