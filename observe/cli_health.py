@@ -69,14 +69,15 @@ def health_run_cmd(
     raise typer.Exit(1 if any(r.status.value == "FAIL" for r in results) else 0)
 
 
-def _drain_or_resume(node: str, reason: str | None, policy: str | None, store: str | None, dry_run: bool) -> None:
+def _drain_or_resume(node: str, reason: str | None, policy: str | None, store: str | None, dry_run: bool,
+                     force: bool = False) -> None:
     from observe.health import policy as pol
     from observe.health.drain import Drainer
     from observe.health.slurm import SlurmError
 
     try:
         drainer = Drainer(pol.load(policy), _store(store), dry_run=dry_run)
-        decisions = drainer.drain(node, reason) if reason is not None else drainer.resume(node)
+        decisions = drainer.drain(node, reason) if reason is not None else drainer.resume(node, force=force)
     except (pol.PolicyError, SlurmError) as exc:
         _fail(str(exc))
     for d in decisions:
@@ -106,11 +107,14 @@ def resume_cmd(
     node: Annotated[str, typer.Argument(help="Slurm node name.")],
     policy: Annotated[Optional[str], typer.Option(help="Site policy TOML.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Decide and record, resume nothing.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Resume although the checks it was drained for have not "
+                                        "passed since (recorded as forced).")] = False,
     store: StoreOpt = None,
 ) -> None:
-    """Return a node observe drained to service (a drain set by someone else is left alone).
+    """Return a node observe drained to service once the checks it was drained for have passed
+    since (recorded results in the store); a drain set by someone else is left alone.
     Exit status: 0 resumed, 1 refused, 2 error."""
-    _drain_or_resume(node, None, policy, store, dry_run)
+    _drain_or_resume(node, None, policy, store, dry_run, force)
 
 
 checkpoint_app = typer.Typer(help="Checkpoints a requeued job resumes from.", no_args_is_help=True)

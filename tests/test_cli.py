@@ -13,12 +13,13 @@ from observe.cli import app
 
 runner = CliRunner()
 README = Path(__file__).resolve().parent.parent / "README.md"
-COMMANDS = [c.name for c in app.registered_commands]
+COMMANDS = [c.name for c in app.registered_commands] + [
+    f"{g.name} {c.name}" for g in app.registered_groups for c in g.typer_instance.registered_commands]
 
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_every_command_has_help_and_is_in_readme(command: str) -> None:
-    result = runner.invoke(app, [command, "--help"])
+    result = runner.invoke(app, [*command.split(), "--help"])
     assert result.exit_code == 0 and len(result.output) > 80
     assert f"observe {command}" in README.read_text()
 

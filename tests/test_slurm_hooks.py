@@ -249,6 +249,10 @@ def test_drain_budget_holds_when_every_node_fails_at_once(fresh, tmp_path: Path)
     kinds = ledger["kind"].value_counts()
     count = dict(kinds.iter_rows())
     assert count["node_drain"] == 1 and count["node_drain_refused"] == 3 and count["drain_budget_exhausted"] == 3
+    forced = _observe("resume", drained[0], "--force", "--store", str(store))  # a person's call, on the record
+    assert forced.returncode == 0, forced.stdout
+    [resume] = Store(store).scan(sources=["health"]).filter(pl.col("kind") == "node_resume").collect()["attrs"]
+    assert json.loads(resume)["evidence"]["forced"] is True
 
 
 def test_names_reasons_and_job_names_never_reach_a_shell(fresh, tmp_path: Path) -> None:
@@ -334,3 +338,23 @@ def test_captured_artifacts_leak_no_secret(fresh, tmp_path: Path) -> None:
 def _parts(secret: str) -> list[str]:
     """The distinctive pieces of a secret (a leak of its core is a leak, whatever was masked around it)."""
     return [p for p in secret.replace("\n", " ").split() if len(p) >= 12 and "PRIVATE" not in p] or [secret]
+
+
+def test_allreduce_across_nodes_under_srun_names_the_slowest(fresh) -> None:
+    """`observe health run --checks allreduce` as one task per node of a 3-node step (gloo here):
+    every rank checks its sums; rank 0 reports busbw and each node's time."""
+    c = fresh["cluster"]
+    observe = Path(sys.executable).parent / "observe"
+    env = {**c.env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "GLOO_SOCKET_IFNAME": "lo",
+           "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(["srun", "-N3", "--ntasks-per-node=1", str(observe), "health", "run", "--checks", "allreduce",
+                           "--device", "cpu", "--format", "json", "--budget", "90s"],
+                          env=env, capture_output=True, text=True, timeout=150)
+    results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    [report] = [r for r in results if r["status"] != "UNKNOWN"]
+    assert report["status"] == "PASS", report
+    ev = report["evidence"]
+    assert ev["ranks"] == 3 and ev["backend"] == "gloo" and set(ev["node_seconds"]) == {"node1", "node2", "node3"}
+    assert ev["slowest_node"] in ev["node_seconds"] and all(s["wrong"] == 0 for s in ev["sizes"])
+    print(f"\nallreduce over 3 nodes (gloo, loopback): busbw {ev['sizes'][-1]['busbw_gbps']:.2f} GB/s at "
+          f"{ev['sizes'][-1]['bytes'] >> 20} MB; slowest {ev['slowest_node']}")

@@ -45,7 +45,7 @@ def run(opts: dict) -> Result:
     env = _slurm_rank()
     if env is not None:  # one rank of a job step: this process takes part directly
         rank, world = env
-        os.environ.setdefault("MASTER_PORT", "29500")
+        _rendezvous_from_slurm()
         rows = _rank_main(rank, world, plan, None)
         if rows is None:
             return unknown(NAME, "not rank 0: rank 0 reports")
@@ -112,7 +112,8 @@ def _rank_main(rank: int, world: int, plan: dict, queue) -> dict | None:
                 wrong += int(not bool((x == expected).all()))
             total += elapsed
             out[size] = (elapsed / plan["iterations"], wrong)
-        mine = {"node": socket.gethostname().split(".")[0], "rank": rank, "sizes": out, "seconds": total}
+        node = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+        mine = {"node": node, "rank": rank, "sizes": out, "seconds": total}
         gathered = [None] * world
         dist.all_gather_object(gathered, mine)
     finally:
@@ -145,6 +146,17 @@ def _slurm_rank() -> tuple[int, int] | None:
     if rank is None or world is None or int(world) < 2:
         return None
     return int(rank), int(world)
+
+
+def _rendezvous_from_slurm() -> None:
+    """MASTER_ADDR (the step's first node) and MASTER_PORT (from the job id: concurrent checks in
+    different jobs do not collide) unless the launcher set them."""
+    nodes = os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("SLURM_JOB_NODELIST")
+    if nodes and "MASTER_ADDR" not in os.environ:
+        from queries.search import expand_nodes
+
+        os.environ["MASTER_ADDR"] = expand_nodes(nodes)[0]
+    os.environ.setdefault("MASTER_PORT", str(29500 + int(os.environ.get("SLURM_JOB_ID", "0") or 0) % 2000))
 
 
 def _free_port() -> int:
