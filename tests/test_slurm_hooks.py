@@ -358,3 +358,30 @@ def test_allreduce_across_nodes_under_srun_names_the_slowest(fresh) -> None:
     assert ev["slowest_node"] in ev["node_seconds"] and all(s["wrong"] == 0 for s in ev["sizes"])
     print(f"\nallreduce over 3 nodes (gloo, loopback): busbw {ev['sizes'][-1]['busbw_gbps']:.2f} GB/s at "
           f"{ev['sizes'][-1]['bytes'] >> 20} MB; slowest {ev['slowest_node']}")
+
+
+def test_epilog_drains_the_node_explain_blames(fresh, tmp_path: Path) -> None:
+    """No local check finds anything, but the store holds the job's Slurm record and an Xid 79 on
+    node2 before it failed: explain's verdict drains node2 (and only node2)."""
+    site, c = fresh, fresh["cluster"]
+    store = tmp_path / "store"
+    now = datetime.now(timezone.utc).timestamp()
+    stamp = lambda ago, fmt: datetime.fromtimestamp(now - ago, timezone.utc).strftime(fmt)  # noqa: E731
+    ctld, kern = tmp_path / "slurmctld.log", tmp_path / "kern.log"
+    ctld.write_text(f"[{stamp(600, '%Y-%m-%dT%H:%M:%S.000')}] sched: Allocate JobId=9001 NodeList=node[1-3] #CPUs=3 Partition=gpu\n"
+                    f"[{stamp(60, '%Y-%m-%dT%H:%M:%S.100')}] _job_complete: JobId=9001 WEXITSTATUS 1\n"
+                    f"[{stamp(60, '%Y-%m-%dT%H:%M:%S.101')}] _job_complete: JobId=9001 done\n")
+    kern.write_text(XID.format(ts=stamp(120, "%Y-%m-%dT%H:%M:%S.123456+00:00"), node="node2", name="python"))
+    for path, extra in ((ctld, ["--node", "ctl"]), (kern, [])):
+        assert _observe("ingest", str(path), "--store", str(store), *extra).returncode == 0
+    policy = tmp_path / "policy.toml"
+    policy.write_text(site["policy"].read_text().replace('[epilog]\nchecks = ["xid_history"]', "[epilog]\nchecks = []"))
+    for node in ("node1", "node2", "node3"):
+        env = {"SLURMD_NODENAME": node, "SLURM_JOB_ID": "9001", "SLURM_JOB_EXIT_CODE": "256", "SLURM_CONF": str(c.conf)}
+        done = _observe("slurm", "epilog", "--store", str(store), "--policy", str(policy), "--log", str(tmp_path / "log"),
+                        env=env)
+        assert done.returncode == 0
+    states = {n: c.state(n) for n in ("node1", "node2", "node3")}
+    assert [n for n, (s, _) in states.items() if "DRAIN" in s] == ["node2"], states
+    assert states["node2"][1].startswith("observe: [drain] explain: root cause of the failure: gpu_xid 79 on 0000:3b:00 on this node")
+    assert "job_requeue_skipped 9001: slurmctld no longer knows the job" in (tmp_path / "log").read_text()

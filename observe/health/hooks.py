@@ -102,6 +102,8 @@ def _epilog(hook: Hook, budget_s: float) -> None:
         script = slurm.batch_script(hook.job)  # captured once, on the node that ran the script
         hook.store.write(_artifacts(hook, info, script))
     results = _checks(hook, "epilog", budget_s - (time.monotonic() - started))
+    if failed:
+        results += _explained(hook)
     drained = _drain_if_failing(hook, results)
     if drained and failed:
         _requeue(hook, info, script or slurm.batch_script(hook.job), results)
@@ -139,6 +141,51 @@ def _checks(hook: Hook, section: str, budget_s: float) -> list[Result]:
         if r.status is not Status.PASS:
             hook.say(f"{r.check} {r.status.value}{' (' + r.action + ')' if r.action else ''}: {r.summary}")
     return results
+
+
+def _explained(hook: Hook) -> list[Result]:
+    """The ``explain`` verdict as a check: FAIL when it blames a hardware fault on this node (the
+    policy's ``explain_kinds``; a gpu_xid only when the catalog calls it fatal); nothing when the
+    store has no record of the job yet."""
+    rules = hook.policy["epilog"]
+    if not rules.get("explain", True):
+        return []
+    from queries.explain import ExplainError, explain
+
+    started = time.monotonic()
+    try:
+        root = explain(hook.store, hook.job, timeline_rows=0).root_cause
+    except ExplainError:
+        return []
+    if not root or root.get("node") != hook.node or root.get("kind") not in rules.get("explain_kinds", []):
+        return []
+    xid_action = _xid_action(root.get("code")) if root["kind"] == "gpu_xid" else None
+    if root["kind"] == "gpu_xid" and xid_action not in hook.policy["xid_history"].get("actions", []):
+        return []
+    if float(root.get("confidence") or 0) < float(rules.get("explain_min_confidence", 0.5)):
+        return []
+    what = f"{root['kind']}{' ' + str(root['code']) if root.get('code') is not None else ''}"
+    where = f" on {root['gpu']}" if root.get("gpu") else ""
+    result = Result("explain", Status.FAIL, f"root cause of the failure: {what}{where} on this node "
+                    f"(confidence {root['confidence']:.2f}): {str(root.get('message') or '')[:120]}",
+                    {"root_cause": {k: str(v) if isinstance(v, datetime) else v for k, v in root.items()}},
+                    time.monotonic() - started, action="reset" if xid_action == "reset_gpu" else "drain")
+    hook.store.write(as_events([result], hook.node, hook.policy.get("version", "")))
+    hook.say(f"explain FAIL ({result.action}): {result.summary}")
+    return [result]
+
+
+def _xid_action(code) -> str | None:
+    """The Xid catalog's action for ``code`` (drain_node, reset_gpu, ...)."""
+    import polars as pl
+
+    from observe.rules import catalog
+
+    table = catalog("gpu_xid")
+    if table is None or code is None:
+        return None
+    hit = table.filter(pl.col("code") == int(code))
+    return hit["action"][0] if hit.height else None
 
 
 def _drain_if_failing(hook: Hook, results: list[Result]) -> bool:
