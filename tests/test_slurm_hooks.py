@@ -385,3 +385,18 @@ def test_epilog_drains_the_node_explain_blames(fresh, tmp_path: Path) -> None:
     assert [n for n, (s, _) in states.items() if "DRAIN" in s] == ["node2"], states
     assert states["node2"][1].startswith("observe: [drain] explain: root cause of the failure: gpu_xid 79 on 0000:3b:00 on this node")
     assert "job_requeue_skipped 9001: slurmctld no longer knows the job" in (tmp_path / "log").read_text()
+
+
+def test_prolog_drains_a_node_with_a_fatal_xid_before_the_job_uses_it(fresh, tmp_path: Path) -> None:
+    site, c = fresh, fresh["cluster"]
+    _xid(site, "node4")
+    policy = tmp_path / "policy.toml"
+    policy.write_text(site["policy"].read_text().replace("[prolog]\nchecks = []", '[prolog]\nchecks = ["xid_history"]'))
+    log = tmp_path / "log"
+    for node in ("node3", "node4"):
+        env = {"SLURMD_NODENAME": node, "SLURM_JOB_ID": "424242", "SLURM_CONF": str(c.conf), "PWD": "/"}
+        assert _observe("slurm", "prolog", "--store", str(tmp_path / "store"), "--policy", str(policy), "--log", str(log),
+                        env=env).returncode == 0
+    assert "DRAIN" in c.state("node4")[0] and c.state("node3")[0] == "IDLE"
+    text = log.read_text()
+    assert "node_drain node4" in text and "job_requeue_skipped 424242: slurmctld no longer knows the job" in text
