@@ -321,7 +321,7 @@ def test_captured_artifacts_leak_no_secret(fresh, tmp_path: Path) -> None:
     env = {"SLURMD_NODENAME": "node1", "SLURM_JOB_ID": job, "SLURM_JOB_EXIT_CODE": "0", "SLURM_CONF": str(c.conf),
            "PWD": "/", **SECRETS}
     done = _observe("slurm", "epilog", "--store", str(store), "--policy", str(site["policy"]), "--log", str(log), env=env)
-    c.scontrol("release", job)
+    subprocess.run(["scancel", job], env=c.env, check=True)
     assert done.returncode == 0
     events = Store(store).scan().collect()
     artifacts = events.filter(pl.col("kind") == "job_artifacts")
@@ -354,7 +354,7 @@ def test_allreduce_across_nodes_under_srun_names_the_slowest(fresh) -> None:
     [report] = [r for r in results if r["status"] != "UNKNOWN"]
     assert report["status"] == "PASS", report
     ev = report["evidence"]
-    assert ev["ranks"] == 3 and ev["backend"] == "gloo" and set(ev["node_seconds"]) == {"node1", "node2", "node3"}
+    assert ev["ranks"] == 3 and ev["backend"] == "gloo" and len(set(ev["node_seconds"]) & set(c.nodes)) == 3
     assert ev["slowest_node"] in ev["node_seconds"] and all(s["wrong"] == 0 for s in ev["sizes"])
     print(f"\nallreduce over 3 nodes (gloo, loopback): busbw {ev['sizes'][-1]['busbw_gbps']:.2f} GB/s at "
           f"{ev['sizes'][-1]['bytes'] >> 20} MB; slowest {ev['slowest_node']}")
