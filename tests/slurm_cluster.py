@@ -9,6 +9,8 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 CONF = """\
@@ -92,6 +94,21 @@ class SlurmCluster:
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.wait_idle(self.nodes)
         return self
+
+    @contextmanager
+    def serving(self) -> Iterator[SlurmCluster]:
+        """Started, and the Slurm every client in this process talks to (SLURM_CONF), until the block ends."""
+        self.start()
+        old = os.environ.get("SLURM_CONF")
+        os.environ["SLURM_CONF"] = str(self.conf)
+        try:
+            yield self
+        finally:
+            self.stop()
+            if old is None:
+                os.environ.pop("SLURM_CONF", None)
+            else:
+                os.environ["SLURM_CONF"] = old
 
     def scontrol(self, *args: str) -> str:
         return subprocess.run(["scontrol", *args], env=self.env, capture_output=True, text=True, check=True).stdout

@@ -3,7 +3,6 @@ are never overwritten, observe resumes only its own drains, the drain budget sto
 dry runs change nothing, and every decision is in the ledger."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,15 +22,8 @@ pytestmark = pytest.mark.skipif(available() is not None, reason=f"real Slurm: {a
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory):
-    c = SlurmCluster(tmp_path_factory.mktemp("slurm"), n=4).start()
-    old = os.environ.get("SLURM_CONF")
-    os.environ["SLURM_CONF"] = str(c.conf)
-    yield c
-    c.stop()
-    if old is None:
-        os.environ.pop("SLURM_CONF", None)
-    else:
-        os.environ["SLURM_CONF"] = old
+    with SlurmCluster(tmp_path_factory.mktemp("slurm"), n=4).serving() as c:
+        yield c
 
 
 @pytest.fixture

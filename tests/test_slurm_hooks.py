@@ -8,7 +8,6 @@ the policy's ``xid_history.log = ".../%n/kern.log"``)."""
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -45,16 +44,9 @@ def site(tmp_path_factory: pytest.TempPathFactory):
     policy.write_text(f'[xid_history]\nlog = "{d}/klog/%n/kern.log"\n\n[epilog]\nchecks = ["xid_history"]\n'
                       f'[prolog]\nchecks = []\n[healthcheck]\nchecks = ["xid_history"]\n')
     store, log = d / "store", d / "hooks.log"
-    epilog = _wrapper(d / "epilog.sh", "epilog", store, policy, log, env=os.environ.get("OBSERVE_TEST_EPILOG_ENV", ""))
-    c = SlurmCluster(d / "slurm", n=4, base_port=17200, extra=f"Epilog={epilog}\n").start()
-    old = os.environ.get("SLURM_CONF")
-    os.environ["SLURM_CONF"] = str(c.conf)
-    yield {"dir": d, "cluster": c, "store": Store(store), "policy": policy, "log": log, "epilog": epilog}
-    c.stop()
-    if old is None:
-        os.environ.pop("SLURM_CONF", None)
-    else:
-        os.environ["SLURM_CONF"] = old
+    epilog = _wrapper(d / "epilog.sh", "epilog", store, policy, log)
+    with SlurmCluster(d / "slurm", n=4, base_port=17200, extra=f"Epilog={epilog}\n").serving() as c:
+        yield {"dir": d, "cluster": c, "store": Store(store), "policy": policy, "log": log, "epilog": epilog}
 
 
 @pytest.fixture
