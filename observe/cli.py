@@ -431,6 +431,7 @@ def schema_cmd() -> None:
 
 
 import observe.cli_health  # noqa: E402,F401 - registers the health, drain, slurm and checkpoint commands
+import observe.cli_exporter  # noqa: E402,F401 - registers the exporter commands
 
 
 def main() -> None:

@@ -291,6 +291,21 @@ def write_atomic(path: Path, data: bytes) -> None:
     fsync_dir(path.parent)
 
 
+def replaced_by(output: Path) -> set[str] | None:
+    """The segments a compaction output replaced (names in its directory); None when ``output`` is
+    not a compaction's or its note is gone (settled after the grace period)."""
+    stem = output.stem
+    for name in ((stem.rsplit("-", 1)[0], stem) if stem.count("-") == 3 else (stem,)):
+        note = output.with_name(f"{name}.json")
+        try:
+            replaces, outputs = _read_note(note)
+        except FileNotFoundError:
+            continue
+        if output.name in outputs:
+            return replaces
+    return None
+
+
 def _read_note(note: Path) -> tuple[set[str], set[str]]:
     """A compaction note's replaced segments and output files (FileNotFoundError once it is gone)."""
     try:

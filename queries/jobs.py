@@ -26,30 +26,18 @@ def runs(events: pl.LazyFrame) -> pl.DataFrame:
     is paired with the first end after it. ``end`` is null for a run still going when the logs end.
     One lazy query: a single collect however few the rows.
     """
-    attr = pl.col("attrs").str.json_path_match
-    rec = (events.filter(pl.col("kind").is_in(RUN_KINDS), pl.col("job_id").is_not_null())
-           .select("job_id", "kind", "ts", "code",
-                   attr("$.nodes").alias("nodelist"), pl.coalesce(attr("$.state"), _state_from_status()).alias("state"),
-                   # which state to believe: a job record's, then one derived from slurmctld, then a requeue
-                   pl.when(attr("$.state").is_not_null()).then(0).when(pl.col("kind") == "slurm_job_requeue")
-                   .then(2).otherwise(1).alias("_trust"),
-                   attr("$.exit_code").alias("exit_code"), _record_time(attr("$.start")).alias("a_start"),
-                   _record_time(attr("$.end")).alias("a_end"))
-           .cache())
+    rec = _records(events).cache()
     starts = _moments(rec.filter(pl.col("kind") == "slurm_job_start")
                       .with_columns(pl.coalesce("a_start", "ts").alias("at")))
-    ends = _moments(rec.filter(pl.col("kind") != "slurm_job_start").with_columns(
-        pl.coalesce("a_end", "ts").alias("at"),
-        pl.when(pl.col("kind") == "slurm_job_requeue").then(pl.lit("REQUEUED")).otherwise("state").alias("state"),
-        pl.coalesce("exit_code", pl.col("code").cast(pl.String)).alias("exit_code"))).cache()
-    right = ends.select("job_id", pl.col("at").alias("end"), pl.col("at").alias("_e"), "state", "exit_code",
+    ended = _ends(rec).cache()
+    right = ended.select("job_id", pl.col("at").alias("end"), pl.col("at").alias("_e"), "state", "exit_code",
                         pl.col("nodelist").alias("end_nodes")).sort("end")
     paired = (starts.select("job_id", pl.col("at").alias("start"), "nodelist").sort("start")
               .join_asof(right, left_on="start", right_on="end", by="job_id", strategy="forward",
                          check_sortedness=False)
               .with_columns(pl.coalesce("nodelist", "end_nodes").alias("nodelist"))).cache()
     # an end whose start is before the logs begin: a run with an unknown start
-    orphans = (ends.join(paired.select("job_id", pl.col("_e").alias("at")), on=["job_id", "at"], how="anti")
+    orphans = (ended.join(paired.select("job_id", pl.col("_e").alias("at")), on=["job_id", "at"], how="anti")
                .select("job_id", pl.col("a_start").alias("start"), pl.col("at").alias("end"), "state",
                        "exit_code", "nodelist"))
     both = pl.concat([paired.select("job_id", "start", "end", "state", "exit_code", "nodelist"), orphans],
@@ -58,6 +46,31 @@ def runs(events: pl.LazyFrame) -> pl.DataFrame:
     return (both.with_columns(nodes.alias("nodes")).drop("nodelist")
             .with_columns(pl.col(c).cast(t) for c, t in RUN_SCHEMA.items())
             .select(list(RUN_SCHEMA)).sort("job_id", "start", nulls_last=True))
+
+
+def ends(events: pl.LazyFrame) -> pl.LazyFrame:
+    """Every end of a job run in ``events`` (a requeue is an end with state REQUEUED), one row per
+    moment however many sources saw it: job_id, at, state, exit_code, nodelist, a_start."""
+    return _ends(_records(events))
+
+
+def _records(events: pl.LazyFrame) -> pl.LazyFrame:
+    attr = pl.col("attrs").str.json_path_match
+    return (events.filter(pl.col("kind").is_in(RUN_KINDS), pl.col("job_id").is_not_null())
+            .select("job_id", "kind", "ts", "code",
+                    attr("$.nodes").alias("nodelist"), pl.coalesce(attr("$.state"), _state_from_status()).alias("state"),
+                    # which state to believe: a job record's, then one derived from slurmctld, then a requeue
+                    pl.when(attr("$.state").is_not_null()).then(0).when(pl.col("kind") == "slurm_job_requeue")
+                    .then(2).otherwise(1).alias("_trust"),
+                    attr("$.exit_code").alias("exit_code"), _record_time(attr("$.start")).alias("a_start"),
+                    _record_time(attr("$.end")).alias("a_end")))
+
+
+def _ends(rec: pl.LazyFrame) -> pl.LazyFrame:
+    return _moments(rec.filter(pl.col("kind") != "slurm_job_start").with_columns(
+        pl.coalesce("a_end", "ts").alias("at"),
+        pl.when(pl.col("kind") == "slurm_job_requeue").then(pl.lit("REQUEUED")).otherwise("state").alias("state"),
+        pl.coalesce("exit_code", pl.col("code").cast(pl.String)).alias("exit_code")))
 
 
 def _record_time(text: pl.Expr) -> pl.Expr:

@@ -1,0 +1,282 @@
+"""The central exporter's state: what the whole store holds, kept up to date by reading only the
+segments that appeared since the last refresh (a partition whose directory did not change is not
+even listed). A compaction's output replaces segments already counted, so it is adopted, not
+counted again; if the exporter missed what a compaction replaced (it was down past the grace
+period), it counts the whole store again and says so in ``observe_exporter_rescans_total``.
+
+Counters count events since the exporter started reading the store (all of it at start-up), so
+they are Prometheus counters: a restart is a reset, which ``rate`` and ``increase`` handle.
+"""
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import polars as pl
+import pyarrow.parquet as pq
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from observe.health.drain import KINDS as DRAIN_KINDS
+from observe.schema import FIELDS, POLARS_SCHEMA, SEVERITIES
+from observe.store import Store, replaced_by
+from queries import jobs
+from queries.causes import CATEGORIES, load_causes
+from queries.incidents import LINGER, incidents
+
+PROBLEMS = SEVERITIES[:5]  # emerg .. warning: per-node counts only for these (bounded cardinality)
+PLAIN_KINDS = ("log", "unparsed")  # never counted per node
+WINDOW = timedelta(hours=2)  # fault events kept in memory for open incidents
+READ_FILES = 256  # segments read at once (bounds memory at start-up)
+COLUMNS = [f for f in FIELDS if f not in ("raw",)]  # what the special rows keep (no raw text)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """What the exporter knows of one live segment file."""
+
+    bytes: int
+    rows: int
+    mtime: float
+
+
+class StoreMetrics:
+    """Counts over a store, refreshed incrementally by :meth:`refresh`, rendered by :meth:`collect`."""
+
+    def __init__(self, store: Store, clock=time.time):
+        self.store = store
+        self.clock = clock
+        self.fault_kinds = load_causes().kinds()
+        # kinds read whatever their age; fault kinds only within WINDOW (for open incidents)
+        self.always = [*DRAIN_KINDS, *jobs.RUN_KINDS, "gpu_xid", "health_check", "job_requeue", "job_requeue_skipped"]
+        self.rescans = 0
+        self.segments_read = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        self.dirs: dict[Path, int] = {}  # partition directory -> its mtime_ns when last listed
+        self.files: dict[Path, dict[str, Segment]] = {}  # partition directory -> live segments
+        self.source_of: dict[Path, str] = {}
+        self.events: dict[tuple, int] = defaultdict(int)  # (source, kind, severity)
+        self.node_events: dict[tuple, int] = defaultdict(int)  # (node, kind, severity)
+        self.node_last: dict[str, float] = {}
+        self.newest: dict[str, float] = {}  # source -> newest event time
+        self.written: dict[str, float] = {}  # source -> when an ingest (not a compaction) last wrote a segment
+        self.xids: dict[tuple, int] = defaultdict(int)  # (node, code, action)
+        self.decisions: dict[tuple, int] = defaultdict(int)  # (node, decision)
+        self.drained: dict[str, tuple[datetime, bool]] = {}
+        self.health: dict[tuple, int] = defaultdict(int)  # (check, status)
+        self.requeues: dict[tuple, int] = defaultdict(int)  # (kind,)
+        self.failures: dict[tuple, int] = defaultdict(int)  # (job state,)
+        self.ends = pl.DataFrame(schema={"job_id": pl.String, "at": pl.Datetime("us", "UTC")})
+        self.faults = pl.DataFrame(schema={c: POLARS_SCHEMA[c] for c in COLUMNS})
+        self.open: dict[str, tuple[int, int]] = {}  # category -> (open incidents, nodes in them)
+
+    # -- reading --------------------------------------------------------------------------------
+    def refresh(self) -> int:
+        """Read what is new in the store; returns the segments read."""
+        try:
+            read = self._refresh()
+        except _Missed:
+            self.rescans += 1
+            self._reset()
+            read = self._refresh()
+        self._incidents()
+        self.segments_read += read
+        return read
+
+    def _refresh(self) -> int:
+        new: list[Path] = []
+        live_dirs = set()
+        for part in self.store.partitions():
+            live_dirs.add(part.path)
+            try:
+                mtime = part.path.stat().st_mtime_ns
+            except FileNotFoundError:
+                continue
+            if self.dirs.get(part.path) == mtime:
+                continue
+            self.source_of[part.path] = part.source
+            new += self._listed(part.path)
+            self.dirs[part.path] = mtime
+        for gone in set(self.files) - live_dirs:  # expired partitions
+            del self.files[gone], self.dirs[gone]
+        for i in range(0, len(new), READ_FILES):
+            self._count(new[i:i + READ_FILES])
+        return len(new)
+
+    def _listed(self, directory: Path) -> list[Path]:
+        """Update the live segments of one partition; the files whose events are still to count."""
+        first = directory not in self.files  # all of it is new: compaction outputs too
+        known = self.files.setdefault(directory, {})
+        live = {p.name: p for p in self.store.segments(directory)}
+        fresh = [n for n in live if n not in known]
+        outputs = [] if first else [n for n in fresh if n.startswith("c-")]
+        replaced: set[str] = set()
+        for name in outputs:
+            was = replaced_by(live[name])
+            if was is None:
+                raise _Missed(f"{live[name]}: a compaction output whose note is gone")
+            replaced |= was
+        to_count = [live[n] for n in fresh if n not in outputs]
+        if outputs:
+            unseen = [directory / n for n in replaced if n not in known and n not in live]
+            if any(not p.exists() for p in unseen):
+                raise _Missed(f"{directory}: a compaction replaced segments this exporter never read")
+            to_count += unseen  # written and compacted between two refreshes: still on disk (grace)
+        for name in set(known) - set(live):
+            del known[name]
+        source = self.source_of[directory]
+        for name in fresh:
+            seg = known[name] = _segment(live[name])
+            if not name.startswith("c-"):
+                self.written[source] = max(seg.mtime, self.written.get(source, 0.0))
+        return to_count
+
+    def _count(self, files: list[Path]) -> None:
+        lf = pl.scan_parquet([str(f) for f in files], hive_partitioning=False)
+        groups = (lf.group_by("source", "node", "kind", "severity")
+                  .agg(pl.len().alias("n"), pl.col("ts").max().alias("last"))
+                  .collect(engine="streaming"))
+        cutoff = datetime.fromtimestamp(self.clock(), timezone.utc) - WINDOW
+        special = (lf.filter(pl.col("kind").is_in(self.always)
+                             | (pl.col("kind").is_in(self.fault_kinds) & (pl.col("ts") >= cutoff)))
+                   .select(COLUMNS).collect(engine="streaming"))
+        _add(self.events, groups.group_by("source", "kind", "severity").agg(pl.col("n").sum()))
+        problems = groups.filter(pl.col("node").is_not_null(), pl.col("severity").is_in(PROBLEMS),
+                                 ~pl.col("kind").is_in(PLAIN_KINDS))
+        _add(self.node_events, problems.group_by("node", "kind", "severity").agg(pl.col("n").sum()))
+        for node, last in _latest(groups.filter(pl.col("node").is_not_null()), "node"):
+            self.node_last[node] = max(last, self.node_last.get(node, 0.0))
+        for source, last in _latest(groups, "source"):
+            self.newest[source] = max(last, self.newest.get(source, 0.0))
+        self._special(special, cutoff)
+
+    def _special(self, rows: pl.DataFrame, cutoff: datetime) -> None:
+        attr = pl.col("attrs").str.json_path_match
+        xid = rows.filter(pl.col("kind") == "gpu_xid", pl.col("node").is_not_null())
+        _add(self.xids, xid.group_by("node", pl.col("code").cast(pl.String).fill_null("unknown"),
+                                     attr("$.action").fill_null("unknown").alias("action")).len())
+        ledger = rows.filter(pl.col("kind").is_in(DRAIN_KINDS), attr("$.dry_run") != "true",
+                             pl.col("node").is_not_null())
+        _add(self.decisions, ledger.group_by("node", "kind").len())
+        for node, ts, kind in ledger.filter(pl.col("kind").is_in(["node_drain", "node_resume"])).sort("ts").select(
+                "node", "ts", "kind").iter_rows():
+            if node not in self.drained or ts >= self.drained[node][0]:
+                self.drained[node] = (ts, kind == "node_drain")
+        checks = rows.filter(pl.col("kind") == "health_check")
+        _add(self.health, checks.group_by(attr("$.check").alias("check"), attr("$.status").alias("status")).len())
+        _add(self.requeues, rows.filter(pl.col("kind").str.starts_with("job_requeue")).group_by("kind").len())
+        self._job_ends(rows)
+        fresh = rows.filter(pl.col("kind").is_in(self.fault_kinds), pl.col("ts") >= cutoff)
+        self.faults = pl.concat([self.faults.filter(pl.col("ts") >= cutoff), fresh.select(self.faults.columns)])
+
+    def _job_ends(self, rows: pl.DataFrame) -> None:
+        """Count failed job ends once, though slurmctld and the job record both report them, maybe in
+        different refreshes."""
+        ended = jobs.ends(rows.lazy()).select("job_id", "at", "state").collect().sort("at")
+        if ended.is_empty():
+            return
+        seen = self.ends.sort("at").with_columns(pl.col("at").alias("_seen"))
+        fresh = (ended.join_asof(seen, on="at", by="job_id", strategy="nearest", tolerance=jobs.SAME_MOMENT,
+                                 check_sortedness=False)
+                 .filter(pl.col("_seen").is_null()))
+        _add(self.failures, fresh.filter(pl.col("state").is_in(jobs.FAILED)).group_by("state").len())
+        keep = ended.get_column("at").max() - timedelta(days=1)
+        self.ends = pl.concat([self.ends, fresh.select("job_id", "at")]).filter(pl.col("at") >= keep)
+
+    def _incidents(self) -> None:
+        now = datetime.fromtimestamp(self.clock(), timezone.utc)
+        self.faults = self.faults.filter(pl.col("ts") >= now - WINDOW)
+        found = incidents(self.faults.with_columns(pl.lit(None, pl.String).alias("raw")).lazy())
+        current = found.filter(pl.col("end") >= now - LINGER)
+        self.open = {r["category"]: (r["len"], r["nodes"]) for r in
+                     current.group_by("category").agg(pl.len(), pl.col("nodes").sum()).iter_rows(named=True)}
+
+    # -- rendering ------------------------------------------------------------------------------
+    def collect(self) -> Iterator[Metric]:
+        """The metric families (prometheus_client's collector protocol)."""
+        yield family(CounterMetricFamily, "observe_events", "Events in the store, by source, kind and severity.",
+                      ("source", "kind", "severity"), self.events)
+        yield family(CounterMetricFamily, "observe_node_events",
+                      "Events of severity warning or worse per node and kind (log and unparsed lines left out).",
+                      ("node", "kind", "severity"), self.node_events)
+        yield family(CounterMetricFamily, "observe_gpu_xid",
+                      "GPU Xid events per node and code; action is the Xid catalog's (drain_node, reset_gpu, ...).",
+                      ("node", "code", "action"), self.xids)
+        yield family(CounterMetricFamily, "observe_drain_decisions",
+                      "Drain-ledger decisions per node: node_drain, node_drain_refused, node_resume, "
+                      "node_resume_refused, drain_budget_exhausted (dry runs left out).",
+                      ("node", "decision"), self.decisions)
+        yield family(GaugeMetricFamily, "observe_node_drained",
+                      "1 while observe's ledger says the node is drained (its last drain not yet followed by a resume).",
+                      ("node",), {(n,): int(d) for n, (_, d) in self.drained.items()})
+        yield family(CounterMetricFamily, "observe_health_checks", "Health-check results recorded, by check and status.",
+                      ("check", "status"), self.health)
+        yield family(CounterMetricFamily, "observe_job_requeues",
+                      "Failed jobs observe requeued (job_requeue) or declined to (job_requeue_skipped).",
+                      ("outcome",), {(k.removeprefix("job_"),): v for (k,), v in self.requeues.items()})
+        yield family(CounterMetricFamily, "observe_job_failures",
+                      "Job runs that ended other than COMPLETED, by Slurm state (one per run, whichever sources saw it).",
+                      ("state",), {(s,): self.failures.get((s,), 0) for s in jobs.FAILED})
+        yield family(GaugeMetricFamily, "observe_incidents_open",
+                      f"Incidents (faults of one category across nodes) with an event in the last {LINGER.seconds // 60} minutes.",
+                      ("category",), {(c,): self.open.get(c, (0, 0))[0] for c in CATEGORIES})
+        yield family(GaugeMetricFamily, "observe_incident_nodes",
+                      "Nodes hit by the open incidents of a category (the blast radius).",
+                      ("category",), {(c,): self.open.get(c, (0, 0))[1] for c in CATEGORIES})
+        yield family(GaugeMetricFamily, "observe_node_last_event_timestamp_seconds",
+                      "Time of the newest event from each node.", ("node",), {(n,): t for n, t in self.node_last.items()})
+        per_source: dict[str, list[Segment]] = defaultdict(list)
+        for directory, segs in self.files.items():
+            per_source[self.source_of[directory]] += segs.values()
+        yield family(GaugeMetricFamily, "observe_store_bytes", "Bytes of live segment files per source.",
+                      ("source",), {(s,): sum(x.bytes for x in v) for s, v in per_source.items()})
+        yield family(GaugeMetricFamily, "observe_store_segments", "Live segment files per source.",
+                      ("source",), {(s,): len(v) for s, v in per_source.items()})
+        yield family(GaugeMetricFamily, "observe_store_rows", "Rows in live segment files per source.",
+                      ("source",), {(s,): sum(x.rows for x in v) for s, v in per_source.items()})
+        yield family(GaugeMetricFamily, "observe_store_last_write_timestamp_seconds",
+                      "When an ingest or a collector last wrote a segment of the source (compactions left out).",
+                      ("source",), {(s,): t for s, t in self.written.items()})
+        yield family(GaugeMetricFamily, "observe_store_newest_event_timestamp_seconds",
+                      "Time of the newest event of each source.", ("source",), {(s,): t for s, t in self.newest.items()})
+        yield family(GaugeMetricFamily, "observe_store_ingest_lag_seconds",
+                      "How much older than the source's last write its newest event is: how far behind the "
+                      "logs the store was when data last arrived (a backfill of old logs shows here too).",
+                      ("source",), {(s,): max(0.0, t - self.newest[s]) for s, t in self.written.items() if s in self.newest})
+        yield family(CounterMetricFamily, "observe_exporter_segments_read", "Segment files read since start.",
+                      (), {(): self.segments_read})
+        yield family(CounterMetricFamily, "observe_exporter_rescans",
+                      "Times the whole store was counted again (a compaction replaced segments never read).",
+                      (), {(): self.rescans})
+
+
+class _Missed(Exception):
+    """The exporter cannot tell what changed: count the store again."""
+
+
+def family(cls, name: str, doc: str, labels: tuple[str, ...], values: dict) -> Metric:
+    fam = cls(name, doc, labels=list(labels))
+    for key, value in values.items():
+        fam.add_metric(["" if k is None else str(k) for k in key], value)
+    return fam
+
+
+def _add(into: dict, df: pl.DataFrame) -> None:
+    """Add a grouped frame's last column to ``into``, keyed by a tuple of the other columns."""
+    for *key, n in df.iter_rows():
+        into[tuple(key)] += n
+
+
+def _latest(groups: pl.DataFrame, by: str) -> list[tuple[str, float]]:
+    per = groups.group_by(by).agg(pl.col("last").max()).filter(pl.col("last").is_not_null())
+    return list(zip(per.get_column(by).to_list(), (per.get_column("last").dt.epoch("us") / 1e6).to_list()))
+
+
+def _segment(path: Path) -> Segment:
+    st = path.stat()
+    return Segment(st.st_size, pq.read_metadata(path).num_rows, st.st_mtime)
