@@ -185,21 +185,22 @@ def test_node_role_reports_collector_and_latest_health(tmp_path):
     m = NodeMetrics("gpu001", spool, store)
     m.refresh()
     got = samples(m)
+    N = ("node", "gpu001")
     stats = json.loads((spool / "stats.json").read_text())
-    assert got[("observe_collector_lines_total",)] == stats["lines"] > 0
-    assert got[("observe_collector_last_cycle_timestamp_seconds",)] == stats["updated"]
-    assert got[("observe_health_check_status", ("check", "gpu_burn"), ("status", "PASS"))] == 1  # the latest
-    assert got[("observe_health_check_status", ("check", "gpu_burn"), ("status", "FAIL"))] == 0
-    assert got[("observe_health_check_status", ("check", "ib"), ("status", "UNKNOWN"))] == 1
-    assert got[("observe_health_gpu_burn_flops_per_second", ("device", "cuda:0"), ("model", "NVIDIA H100 80GB HBM3"))] == 612.5e12
-    assert got[("observe_health_allreduce_busbw_bytes_per_second", ("backend", "nccl"))] == 182.5e9
-    assert got[("observe_health_check_duration_seconds", ("check", "gpu_burn"))] == 30.5
+    assert got[("observe_collector_lines_total", N)] == stats["lines"] > 0
+    assert got[("observe_collector_last_cycle_timestamp_seconds", N)] == stats["updated"]
+    assert got[("observe_health_check_status", ("check", "gpu_burn"), N, ("status", "PASS"))] == 1  # the latest
+    assert got[("observe_health_check_status", ("check", "gpu_burn"), N, ("status", "FAIL"))] == 0
+    assert got[("observe_health_check_status", ("check", "ib"), N, ("status", "UNKNOWN"))] == 1
+    assert got[("observe_health_gpu_burn_flops_per_second", ("device", "cuda:0"), ("model", "NVIDIA H100 80GB HBM3"), N)] == 612.5e12
+    assert got[("observe_health_allreduce_busbw_bytes_per_second", ("backend", "nccl"), N)] == 182.5e9
+    assert got[("observe_health_check_duration_seconds", ("check", "gpu_burn"), N)] == 30.5
 
     textfile = tmp_path / "textfile"
     exporter = Exporter(m, textfile)
     assert exporter.refresh()
     assert (textfile / "observe.prom").read_bytes() == exporter.body
-    assert b'observe_health_check_status{check="gpu_burn",status="PASS"} 1.0' in exporter.body
+    assert b'observe_health_check_status{check="gpu_burn",node="gpu001",status="PASS"} 1.0' in exporter.body
 
 
 @need_promtool
@@ -228,7 +229,7 @@ def test_refresh_failure_keeps_last_numbers(tmp_path, capsys):
     assert exporter.refresh()
     (spool / "stats.json").write_text("{not json")
     assert not exporter.refresh()
-    assert b"observe_collector_lines_total 5.0" in exporter.body
+    assert b'observe_collector_lines_total{node="n1"} 5.0' in exporter.body
     assert b"observe_exporter_refresh_errors_total 1.0" in exporter.body
     assert "refresh failed" in capsys.readouterr().err
 

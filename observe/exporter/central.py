@@ -67,6 +67,7 @@ class StoreMetrics:
         self.written: dict[str, float] = {}  # source -> when an ingest (not a compaction) last wrote a segment
         self.xids: dict[tuple, int] = defaultdict(int)  # (node, code, action)
         self.decisions: dict[tuple, int] = defaultdict(int)  # (node, decision)
+        self.last: dict[str, dict[tuple, float]] = {"xid": {}, "decision": {}}  # newest event time of each series
         self.drained: dict[str, tuple[datetime, bool]] = {}
         self.health: dict[tuple, int] = defaultdict(int)  # (check, status)
         self.requeues: dict[tuple, int] = defaultdict(int)  # (kind,)
@@ -158,11 +159,16 @@ class StoreMetrics:
     def _special(self, rows: pl.DataFrame, cutoff: datetime) -> None:
         attr = pl.col("attrs").str.json_path_match
         xid = rows.filter(pl.col("kind") == "gpu_xid", pl.col("node").is_not_null())
-        _add(self.xids, xid.group_by("node", pl.col("code").cast(pl.String).fill_null("unknown"),
-                                     attr("$.action").fill_null("unknown").alias("action")).len())
+        timed = [pl.len(), pl.col("ts").max().alias("newest")]
+        xids = xid.group_by("node", pl.col("code").cast(pl.String).fill_null("unknown"),
+                            attr("$.action").fill_null("unknown").alias("action")).agg(timed)
+        _add(self.xids, xids.drop("newest"))
+        _newest(self.last["xid"], xids.drop("len"))
         ledger = rows.filter(pl.col("kind").is_in(DRAIN_KINDS), attr("$.dry_run") != "true",
                              pl.col("node").is_not_null())
-        _add(self.decisions, ledger.group_by("node", "kind").len())
+        decisions = ledger.group_by("node", "kind").agg(timed)
+        _add(self.decisions, decisions.drop("newest"))
+        _newest(self.last["decision"], decisions.drop("len"))
         for node, ts, kind in ledger.filter(pl.col("kind").is_in(["node_drain", "node_resume"])).sort("ts").select(
                 "node", "ts", "kind").iter_rows():
             if node not in self.drained or ts >= self.drained[node][0]:
@@ -207,10 +213,16 @@ class StoreMetrics:
         yield family(CounterMetricFamily, "observe_gpu_xid",
                       "GPU Xid events per node and code; action is the Xid catalog's (drain_node, reset_gpu, ...).",
                       ("node", "code", "action"), self.xids)
+        yield family(GaugeMetricFamily, "observe_gpu_xid_last_timestamp_seconds",
+                      "Time of the newest Xid of each node, code and action (alerts: a fatal one in the last minutes).",
+                      ("node", "code", "action"), self.last["xid"])
         yield family(CounterMetricFamily, "observe_drain_decisions",
                       "Drain-ledger decisions per node: node_drain, node_drain_refused, node_resume, "
                       "node_resume_refused, drain_budget_exhausted (dry runs left out).",
                       ("node", "decision"), self.decisions)
+        yield family(GaugeMetricFamily, "observe_drain_decision_last_timestamp_seconds",
+                      "Time of the newest drain-ledger decision of each kind per node.",
+                      ("node", "decision"), self.last["decision"])
         yield family(GaugeMetricFamily, "observe_node_drained",
                       "1 while observe's ledger says the node is drained (its last drain not yet followed by a resume).",
                       ("node",), {(n,): int(d) for n, (_, d) in self.drained.items()})
@@ -270,6 +282,13 @@ def _add(into: dict, df: pl.DataFrame) -> None:
     """Add a grouped frame's last column to ``into``, keyed by a tuple of the other columns."""
     for *key, n in df.iter_rows():
         into[tuple(key)] += n
+
+
+def _newest(into: dict, df: pl.DataFrame) -> None:
+    """Keep in ``into`` the newest time (the last column) of each key (the other columns)."""
+    for *key, ts in df.iter_rows():
+        if ts is not None:
+            into[tuple(key)] = max(ts.timestamp(), into.get(tuple(key), 0.0))
 
 
 def _latest(groups: pl.DataFrame, by: str) -> list[tuple[str, float]]:

@@ -62,34 +62,37 @@ class NodeMetrics:
             self.results = latest_results(self.store, self.node)
 
     def collect(self) -> Iterator[Metric]:
-        """The metric families (prometheus_client's collector protocol)."""
+        """The metric families (prometheus_client's collector protocol); every one labelled ``node``."""
+        def fam(cls, name: str, doc: str, labels: tuple[str, ...], values: dict) -> Metric:
+            return family(cls, name, doc, ("node", *labels), {(self.node, *k): v for k, v in values.items()})
+
         for key, (name, doc) in COUNTERS.items():
             if key in self.stats:
-                yield family(CounterMetricFamily, name, doc, (), {(): self.stats[key]})
+                yield fam(CounterMetricFamily, name, doc, (), {(): self.stats[key]})
         for key, (name, doc) in GAUGES.items():
             if key in self.stats:
-                yield family(GaugeMetricFamily, name, doc, (), {(): self.stats[key]})
+                yield fam(GaugeMetricFamily, name, doc, (), {(): self.stats[key]})
         if not self.results:
             return
         status = {(r["check"], s.value): int(r["status"] == s.value) for r in self.results for s in Status}
-        yield family(GaugeMetricFamily, "observe_health_check_status",
-                     "1 for the status of each check's latest result (PASS, FAIL or UNKNOWN), 0 for the others.",
-                     ("check", "status"), status)
-        yield family(GaugeMetricFamily, "observe_health_check_last_run_timestamp_seconds",
-                     "When each check's latest result was recorded (its age: time() minus this).",
-                     ("check",), {(r["check"],): r["ts"].timestamp() for r in self.results})
-        yield family(GaugeMetricFamily, "observe_health_check_duration_seconds", "How long each check's latest run took.",
-                     ("check",), {(r["check"],): float(r.get("seconds") or 0) for r in self.results})
+        yield fam(GaugeMetricFamily, "observe_health_check_status",
+                  "1 for the status of each check's latest result (PASS, FAIL or UNKNOWN), 0 for the others.",
+                  ("check", "status"), status)
+        yield fam(GaugeMetricFamily, "observe_health_check_last_run_timestamp_seconds",
+                  "When each check's latest result was recorded (its age: time() minus this).",
+                  ("check",), {(r["check"],): r["ts"].timestamp() for r in self.results})
+        yield fam(GaugeMetricFamily, "observe_health_check_duration_seconds", "How long each check's latest run took.",
+                  ("check",), {(r["check"],): float(r.get("seconds") or 0) for r in self.results})
         by_check = {r["check"]: r.get("evidence") or {} for r in self.results}
         devices = by_check.get("gpu_burn", {}).get("devices") or {}
-        yield family(GaugeMetricFamily, "observe_health_gpu_burn_flops_per_second",
-                     "Matmul throughput of each device in the latest gpu_burn.", ("device", "model"),
-                     {(d, s.get("model", "")): float(s["tflops"]) * 1e12 for d, s in devices.items() if "tflops" in s})
+        yield fam(GaugeMetricFamily, "observe_health_gpu_burn_flops_per_second",
+                  "Matmul throughput of each device in the latest gpu_burn.", ("device", "model"),
+                  {(d, s.get("model", "")): float(s["tflops"]) * 1e12 for d, s in devices.items() if "tflops" in s})
         sizes = by_check.get("allreduce", {}).get("sizes") or []
         if sizes:
-            yield family(GaugeMetricFamily, "observe_health_allreduce_busbw_bytes_per_second",
-                         "Bus bandwidth of the latest all-reduce check at its largest size.", ("backend",),
-                         {(by_check["allreduce"].get("backend", ""),): float(sizes[-1]["busbw_gbps"]) * 1e9})
+            yield fam(GaugeMetricFamily, "observe_health_allreduce_busbw_bytes_per_second",
+                      "Bus bandwidth of the latest all-reduce check at its largest size.", ("backend",),
+                      {(by_check["allreduce"].get("backend", ""),): float(sizes[-1]["busbw_gbps"]) * 1e9})
 
 
 def latest_results(store: Store, node: str, window: timedelta = HEALTH_WINDOW) -> list[dict]:
