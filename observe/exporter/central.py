@@ -30,6 +30,7 @@ from queries.incidents import LINGER, incidents
 PROBLEMS = SEVERITIES[:5]  # emerg .. warning: per-node counts only for these (bounded cardinality)
 PLAIN_KINDS = ("log", "unparsed")  # never counted per node
 WINDOW = timedelta(hours=2)  # fault events kept in memory for open incidents
+REQUEUE_KINDS = ("job_requeue", "job_requeue_skipped")  # what the epilog decided about a failed job
 READ_FILES = 256  # segments read at once (bounds memory at start-up)
 COLUMNS = [f for f in FIELDS if f not in ("raw",)]  # what the special rows keep (no raw text)
 
@@ -51,7 +52,7 @@ class StoreMetrics:
         self.clock = clock
         self.fault_kinds = load_causes().kinds()
         # kinds read whatever their age; fault kinds only within WINDOW (for open incidents)
-        self.always = [*DRAIN_KINDS, *jobs.RUN_KINDS, "gpu_xid", "health_check", "job_requeue", "job_requeue_skipped"]
+        self.always = [*DRAIN_KINDS, *jobs.RUN_KINDS, *REQUEUE_KINDS, "gpu_xid", "health_check"]
         self.rescans = 0
         self.segments_read = 0
         self._reset()
@@ -175,7 +176,7 @@ class StoreMetrics:
                 self.drained[node] = (ts, kind == "node_drain")
         checks = rows.filter(pl.col("kind") == "health_check")
         _add(self.health, checks.group_by(attr("$.check").alias("check"), attr("$.status").alias("status")).len())
-        _add(self.requeues, rows.filter(pl.col("kind").str.starts_with("job_requeue")).group_by("kind").len())
+        _add(self.requeues, rows.filter(pl.col("kind").is_in(REQUEUE_KINDS)).group_by("kind").len())
         self._job_ends(rows)
         fresh = rows.filter(pl.col("kind").is_in(self.fault_kinds), pl.col("ts") >= cutoff)
         self.faults = pl.concat([self.faults.filter(pl.col("ts") >= cutoff), fresh.select(self.faults.columns)])
@@ -230,7 +231,7 @@ class StoreMetrics:
                       ("check", "status"), self.health)
         yield family(CounterMetricFamily, "observe_job_requeues",
                       "Failed jobs observe requeued (job_requeue) or declined to (job_requeue_skipped).",
-                      ("outcome",), {(k.removeprefix("job_"),): v for (k,), v in self.requeues.items()})
+                      ("outcome",), {(k.removeprefix("job_"),): self.requeues.get((k,), 0) for k in REQUEUE_KINDS})
         yield family(CounterMetricFamily, "observe_job_failures",
                       "Job runs that ended other than COMPLETED, by Slurm state (one per run, whichever sources saw it).",
                       ("state",), {(s,): self.failures.get((s,), 0) for s in jobs.FAILED})
