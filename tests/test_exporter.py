@@ -69,7 +69,7 @@ def test_counts_follow_new_segments_compaction_and_expiry(tmp_path):
     assert m.refresh() == len(store.files()) > 2
     first = samples(m)
     assert first[("observe_gpu_xid_total", ("action", "investigate"), ("code", "32"), ("node", "gpu001"))] >= 1
-    assert m.refresh() == 0  # nothing new: no partition is even listed again
+    assert m.refresh() == 0  # nothing new is read
 
     kernel(store, "gpu002", xid(79) * 3)
     assert m.refresh() == 1
@@ -111,6 +111,22 @@ def test_counts_follow_new_segments_compaction_and_expiry(tmp_path):
     assert {k[1][1] for k in after if k[0] == "observe_store_bytes"} == left
     assert after[("observe_events_total", ("kind", "gpu_xid"), ("severity", "crit"), ("source", "kernel"))] == \
         before[("observe_events_total", ("kind", "gpu_xid"), ("severity", "crit"), ("source", "kernel"))]
+
+
+def test_a_failed_refresh_is_followed_by_a_full_count(tmp_path, monkeypatch):
+    store = Store(tmp_path / "store")
+    kernel(store, "gpu001", xid(79))
+    m = StoreMetrics(store)
+    m.refresh()
+    kernel(store, "gpu001", xid(79))
+    real = StoreMetrics._count
+    monkeypatch.setattr(StoreMetrics, "_count", lambda self, files: (_ for _ in ()).throw(OSError("file gone")))
+    with pytest.raises(OSError):
+        m.refresh()  # the new segment is listed but not counted
+    monkeypatch.setattr(StoreMetrics, "_count", real)
+    m.refresh()
+    assert m.rescans == 1
+    assert samples(m)[("observe_gpu_xid_total", ("action", "drain_node"), ("code", "79"), ("node", "gpu001"))] == 2
 
 
 def test_job_failures_counted_once_across_sources_and_refreshes(tmp_path):

@@ -31,7 +31,8 @@ PROBLEMS = SEVERITIES[:5]  # emerg .. warning: per-node counts only for these (b
 PLAIN_KINDS = ("log", "unparsed")  # never counted per node
 WINDOW = timedelta(hours=2)  # fault events kept in memory for open incidents
 REQUEUE_KINDS = ("job_requeue", "job_requeue_skipped")  # what the epilog decided about a failed job
-READ_FILES = 256  # segments read at once (bounds memory at start-up)
+READ_FILES = 256
+RECENT_NS = 10 * 10**9  # segments read at once (bounds memory at start-up)
 COLUMNS = [f for f in FIELDS if f not in ("raw",)]  # what the special rows keep (no raw text)
 
 
@@ -55,6 +56,7 @@ class StoreMetrics:
         self.always = [*DRAIN_KINDS, *jobs.RUN_KINDS, *REQUEUE_KINDS, "gpu_xid", "health_check"]
         self.rescans = 0
         self.segments_read = 0
+        self.dirty = False
         self._reset()
 
     def _reset(self) -> None:
@@ -79,13 +81,19 @@ class StoreMetrics:
 
     # -- reading --------------------------------------------------------------------------------
     def refresh(self) -> int:
-        """Read what is new in the store; returns the segments read."""
+        """Read what is new in the store; returns the segments read. After a failure (a file gone
+        mid-read) the next refresh counts the whole store again: nothing is half counted."""
+        if self.dirty:
+            self.rescans += 1
+            self._reset()
+        self.dirty = True
         try:
             read = self._refresh()
         except _Missed:
             self.rescans += 1
             self._reset()
             read = self._refresh()
+        self.dirty = False
         self._incidents()
         self.segments_read += read
         return read
@@ -103,9 +111,11 @@ class StoreMetrics:
                 continue
             self.source_of[part.path] = part.source
             new += self._listed(part.path)
-            self.dirs[part.path] = mtime
+            # a change within the file system's timestamp granularity of the listing would leave the
+            # mtime as it was: list a recently changed directory again next time
+            self.dirs[part.path] = mtime if time.time_ns() - mtime > RECENT_NS else -1
         for gone in set(self.files) - live_dirs:  # expired partitions
-            del self.files[gone], self.dirs[gone]
+            del self.files[gone], self.dirs[gone], self.source_of[gone]
         for i in range(0, len(new), READ_FILES):
             self._count(new[i:i + READ_FILES])
         return len(new)
