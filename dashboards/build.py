@@ -141,6 +141,10 @@ def job_failures() -> dict:
              "Failed jobs observe requeued from their checkpoint (opted in with #OBSERVE requeue)."),
         stat("Requeues declined", 'sum(increase(observe_job_requeues_total{outcome="requeue_skipped"}[$__range]))',
              "Requeues observe declined (limit reached, no checkpoint, not opted in)."),
+        panel("timeseries", "Job failures by cause", [
+            ("sum by (category) (increase(observe_job_failure_causes_total[$__rate_interval]))", "{{category}}")],
+            description="The category of explain's root cause of each failed run (gpu, network, memory, node, "
+                        "software, user), counted two minutes after the run ended."),
         panel("timeseries", "Job failures by state", [
             ("sum by (state) (increase(observe_job_failures_total[$__rate_interval]))", "{{state}}")]),
         panel("piechart", "Failures by state in the range", [

@@ -31,7 +31,7 @@ def central_cmd(store: StoreOpt = None, listen: ListenOpt = ":9847", interval: I
     """Cluster-wide metrics from the store (run one, next to the store).
 
     Events by kind, node and severity, Xids by code, drains and refusals, open incidents, job
-    failures by state, store size and ingest lag. Start-up counts the whole store once; after that each refresh reads only new segments.
+    failures by Slurm state and by explain's cause category, store size and ingest lag. Start-up counts the whole store once; after that each refresh reads only new segments.
     Example: observe exporter central --store /shared/observe --listen :9847
     """
     from observe.exporter.central import StoreMetrics

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -147,6 +148,28 @@ def test_job_failures_counted_once_across_sources_and_refreshes(tmp_path):
     slurm(store, [f"[{stamp(10)}.000] _job_complete: JobId=900 WTERMSIG 6"])
     m.refresh()
     assert samples(m)[("observe_job_failures_total", ("state", "FAILED"))] == 2
+
+
+def test_failed_jobs_counted_by_explains_cause_once_settled(tmp_path):
+    store = Store(tmp_path / "store")
+    slurm(store, [f"[{stamp(600)}.000] sched: Allocate JobId=950 NodeList=gpu001 #CPUs=8 Partition=gpu",
+                  f"[{stamp(600)}.000] sched: Allocate JobId=951 NodeList=gpu002 #CPUs=8 Partition=gpu",
+                  f"[{stamp(59)}.000] _job_complete: JobId=950 WTERMSIG 9",
+                  f"[{stamp(30)}.000] _job_complete: JobId=951 WEXITSTATUS 1"])
+    kernel(store, "gpu001", xid(79), booted_s=1000 + 120)  # during job 950, on its node
+    now = time.time()
+    clock = [now]
+    m = StoreMetrics(store, clock=lambda: clock[0])
+    m.refresh()
+    causes = lambda: {k[1][1]: v for k, v in samples(m).items() if k[0] == "observe_job_failure_causes_total"}  # noqa: E731
+    assert sum(causes().values()) == 0  # their logs may still be arriving
+    clock[0] = now + 300
+    m.refresh()
+    assert causes()["gpu"] == 1  # Xid 79 on the job's node
+    assert causes()["unexplained"] == 1  # exit 1, nothing else in the store
+    clock[0] = now + 600
+    m.refresh()
+    assert sum(causes().values()) == 2  # each once
 
 
 def test_drain_ledger_and_health_checks(tmp_path):

@@ -25,6 +25,7 @@ from observe.schema import FIELDS, POLARS_SCHEMA, SEVERITIES
 from observe.store import Store, replaced_by
 from queries import jobs
 from queries.causes import CATEGORIES, load_causes
+from queries.explain import ExplainError, explain
 from queries.incidents import LINGER, incidents
 
 PROBLEMS = SEVERITIES[:5]  # emerg .. warning: per-node counts only for these (bounded cardinality)
@@ -32,7 +33,12 @@ PLAIN_KINDS = ("log", "unparsed")  # never counted per node
 WINDOW = timedelta(hours=2)  # fault events kept in memory for open incidents
 REQUEUE_KINDS = ("job_requeue", "job_requeue_skipped")  # what the epilog decided about a failed job
 READ_FILES = 256
-RECENT_NS = 10 * 10**9  # segments read at once (bounds memory at start-up)
+RECENT_NS = 10 * 10**9
+# failed runs explain() is asked about: their cause category is counted once their logs had time to arrive
+EXPLAINED = ("FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "REQUEUED")
+SETTLE = timedelta(minutes=2)
+EXPLAIN_BUDGET_S = 5.0  # per refresh; the rest wait for the next one
+EXPLAIN_HISTORY = timedelta(hours=1)  # when counting starts, failures this recent are explained too  # segments read at once (bounds memory at start-up)
 COLUMNS = [f for f in FIELDS if f not in ("raw",)]  # what the special rows keep (no raw text)
 
 
@@ -78,6 +84,9 @@ class StoreMetrics:
         self.ends = pl.DataFrame(schema={"job_id": pl.String, "at": pl.Datetime("us", "UTC")})
         self.faults = pl.DataFrame(schema={c: POLARS_SCHEMA[c] for c in COLUMNS})
         self.open: dict[str, tuple[int, int]] = {}  # category -> (open incidents, nodes in them)
+        self.causes: dict[tuple, int] = defaultdict(int)  # (category,): failures explained since the count began
+        self.pending: list[tuple[datetime, str]] = []  # (end, job id) of failed runs to explain
+        self.explain_since = datetime.fromtimestamp(self.clock(), timezone.utc) - EXPLAIN_HISTORY
 
     # -- reading --------------------------------------------------------------------------------
     def refresh(self) -> int:
@@ -95,6 +104,7 @@ class StoreMetrics:
             read = self._refresh()
         self.dirty = False
         self._incidents()
+        self._explain()
         self.segments_read += read
         return read
 
@@ -175,7 +185,7 @@ class StoreMetrics:
                             attr("$.action").fill_null("unknown").alias("action")).agg(timed)
         _add(self.xids, xids.drop("newest"))
         _newest(self.last["xid"], xids.drop("len"))
-        ledger = rows.filter(pl.col("kind").is_in(DRAIN_KINDS), attr("$.dry_run") != "true",
+        ledger = rows.filter(pl.col("kind").is_in(DRAIN_KINDS), (attr("$.dry_run") != "true").fill_null(True),
                              pl.col("node").is_not_null())
         decisions = ledger.group_by("node", "kind").agg(timed)
         _add(self.decisions, decisions.drop("newest"))
@@ -202,8 +212,24 @@ class StoreMetrics:
                                  check_sortedness=False)
                  .filter(pl.col("_seen").is_null()))
         _add(self.failures, fresh.filter(pl.col("state").is_in(jobs.FAILED)).group_by("state").len())
+        due = fresh.filter(pl.col("state").is_in(EXPLAINED), pl.col("at") >= self.explain_since)
+        self.pending += due.select("at", "job_id").iter_rows()
         keep = ended.get_column("at").max() - timedelta(days=1)
         self.ends = pl.concat([self.ends, fresh.select("job_id", "at")]).filter(pl.col("at") >= keep)
+
+    def _explain(self) -> None:
+        """Count the cause category of failed runs whose logs have settled (explain's verdict;
+        ``unexplained`` without one), within EXPLAIN_BUDGET_S; the rest wait."""
+        now = datetime.fromtimestamp(self.clock(), timezone.utc)
+        deadline = time.monotonic() + EXPLAIN_BUDGET_S
+        self.pending.sort()
+        while self.pending and self.pending[0][0] + SETTLE <= now and time.monotonic() < deadline:
+            at, job_id = self.pending.pop(0)
+            try:
+                root = explain(self.store, job_id, at=at).root_cause
+            except ExplainError:
+                root = None
+            self.causes[(root["category"] if root else "unexplained",)] += 1
 
     def _incidents(self) -> None:
         now = datetime.fromtimestamp(self.clock(), timezone.utc)
@@ -245,6 +271,10 @@ class StoreMetrics:
         yield family(CounterMetricFamily, "observe_job_failures",
                       "Job runs that ended other than COMPLETED, by Slurm state (one per run, whichever sources saw it).",
                       ("state",), {(s,): self.failures.get((s,), 0) for s in jobs.FAILED})
+        yield family(CounterMetricFamily, "observe_job_failure_causes",
+                      "Failed runs (FAILED, NODE_FAIL, OUT_OF_MEMORY, BOOT_FAIL, requeued) by the category of "
+                      "explain's root cause, counted once their logs settled; since the exporter started.",
+                      ("category",), {(c,): self.causes.get((c,), 0) for c in (*CATEGORIES, "unexplained")})
         yield family(GaugeMetricFamily, "observe_incidents_open",
                       f"Incidents (faults of one category across nodes) with an event in the last {LINGER.seconds // 60} minutes.",
                       ("category",), {(c,): self.open.get(c, (0, 0))[0] for c in CATEGORIES})
