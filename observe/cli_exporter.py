@@ -30,8 +30,11 @@ def central_cmd(store: StoreOpt = None, listen: ListenOpt = ":9847", interval: I
                 textfile: TextfileOpt = None, once: OnceOpt = False) -> None:
     """Cluster-wide metrics from the store (run one, next to the store).
 
-    Events by kind, node and severity, Xids by code, drains and refusals, open incidents, job
-    failures by Slurm state and by explain's cause category, store size and ingest lag. Start-up counts the whole store once; after that each refresh reads only new segments.
+    Events by kind, node and severity, Xids by code, drains and refusals,
+    open incidents, job failures by Slurm state and by explain's cause
+    category, store size and ingest lag. Start-up counts the whole store
+    once; after that each refresh reads only new segments.
+
     Example: observe exporter central --store /shared/observe --listen :9847
     """
     from observe.exporter.central import StoreMetrics
@@ -55,11 +58,13 @@ def node_cmd(
 ) -> None:
     """This node's metrics (run one per node, or write a textfile for node_exporter).
 
-    Collector counters (lines, bytes, unparsed, lag, spool backlog, ship failures) and the latest
-    health-check results with their age, burn FLOP/s per GPU and all-reduce bus bandwidth.
+    Collector counters (lines, bytes, unparsed, lag, spool backlog, ship
+    failures) and the latest health-check results with their age, burn
+    FLOP/s per GPU and all-reduce bus bandwidth.
 
-    Example (textfile): observe exporter node --config /etc/observe/collector.toml --store /shared/observe
-    --textfile /var/lib/node_exporter/textfile --once   (from cron or a systemd timer)
+    As a textfile for node_exporter, from cron or a systemd timer:
+    observe exporter node --config /etc/observe/collector.toml
+    --store /shared/observe --textfile /var/lib/prometheus/node-exporter --once
     """
     from observe.collect import Config, ConfigError
     from observe.exporter.node import NodeMetrics
