@@ -11,7 +11,6 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-import polars as pl
 import pytest
 
 from observe.collector import Context

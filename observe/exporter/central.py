@@ -32,13 +32,13 @@ PROBLEMS = SEVERITIES[:5]  # emerg .. warning: per-node counts only for these (b
 PLAIN_KINDS = ("log", "unparsed")  # never counted per node
 WINDOW = timedelta(hours=2)  # fault events kept in memory for open incidents
 REQUEUE_KINDS = ("job_requeue", "job_requeue_skipped")  # what the epilog decided about a failed job
-READ_FILES = 256
-RECENT_NS = 10 * 10**9
+READ_FILES = 256  # segments read at once (bounds memory at start-up)
+RECENT_NS = 10 * 10**9  # a partition changed this recently is listed again on the next refresh
 # failed runs explain() is asked about: their cause category is counted once their logs had time to arrive
 EXPLAINED = ("FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "REQUEUED")
 SETTLE = timedelta(minutes=2)
 EXPLAIN_BUDGET_S = 5.0  # per refresh; the rest wait for the next one
-EXPLAIN_HISTORY = timedelta(hours=1)  # when counting starts, failures this recent are explained too  # segments read at once (bounds memory at start-up)
+EXPLAIN_HISTORY = timedelta(hours=1)  # when counting starts, failures this recent are explained too
 COLUMNS = [f for f in FIELDS if f not in ("raw",)]  # what the special rows keep (no raw text)
 
 
