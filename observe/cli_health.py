@@ -69,6 +69,36 @@ def health_run_cmd(
     raise typer.Exit(1 if any(r.status.value == "FAIL" for r in results) else 0)
 
 
+@health_app.command("inject-fault")
+def inject_fault_cmd(
+    xid: Annotated[int, typer.Option(help="Xid code: 79 (fallen off the bus), 48 (double-bit ECC), 13 (application).")] = 79,
+    gpu: Annotated[str, typer.Option(help="PCI bus id of the GPU it names.")] = "0000:3b:00",
+    to: Annotated[str, typer.Option("--to", help="/dev/kmsg (needs root), or a kernel log file to append to.")] =
+        "/dev/kmsg",
+    node: Annotated[Optional[str], typer.Option(help="Node name for a log file's lines (default: short host name).")] = None,
+    yes: Annotated[bool, typer.Option("--yes", help="Really: the checks and hooks will take it for a real fault "
+                                      "and may drain this node.")] = False,
+) -> None:
+    """Write a synthetic Xid line to the kernel log, for drills: the collector, xid_history and the
+    Slurm hooks treat it as real (its process name, observe-drill, marks it in the evidence).
+
+    Example: observe health inject-fault --xid 79 --yes   then watch: observe query --kind gpu_xid --since 5m
+    """
+    import socket
+
+    from observe.health.drill import inject
+
+    if not yes:
+        _fail("a drill can drain this node: add --yes to write the fault")
+    try:
+        line = inject(xid, gpu, to, node or socket.gethostname().split(".")[0])
+    except ValueError as exc:
+        _fail(str(exc))
+    except OSError as exc:
+        _fail(f"{to}: {exc.strerror or exc}")
+    out.print(f"wrote to {escape(to)}: {escape(line.strip())}")
+
+
 def _drain_or_resume(node: str, reason: str | None, policy: str | None, store: str | None, dry_run: bool,
                      force: bool = False) -> None:
     from observe.health import policy as pol

@@ -105,3 +105,22 @@ def test_xid_history_reads_the_store(tmp_path: Path) -> None:
     assert r.evidence["xids"][0]["code"] == 48
     r = _xid(empty, node="gpu9", store=str(store.root), from_store=False, boot_time=(now - timedelta(hours=1)).isoformat())
     assert r.status is Status.PASS
+
+
+def test_inject_fault_drill_is_seen_as_a_fatal_xid(tmp_path: Path) -> None:
+    """observe health inject-fault writes a line the kernel collector and xid_history take for the real thing."""
+    import subprocess
+    import sys
+
+    log = tmp_path / "kern.log"
+    cli = [sys.executable, "-m", "observe.cli", "health", "inject-fault", "--to", str(log), "--node", "gpu9"]
+    refused = subprocess.run(cli, capture_output=True, text=True)
+    assert refused.returncode == 2 and "--yes" in refused.stderr and not log.exists()
+    bad = subprocess.run([*cli, "--yes", "--gpu", "3b:00; reboot"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "PCI bus id" in bad.stderr and not log.exists()
+    assert _xid(tmp_path / "missing.log", node="gpu9").status is Status.UNKNOWN
+    subprocess.run([*cli, "--yes", "--xid", "48", "--gpu", "0000:86:00"], check=True, capture_output=True)
+    r = _xid(log, node="gpu9", boot_time=(datetime.now(timezone.utc) - timedelta(hours=1)).isoformat())
+    assert r.status is Status.FAIL and r.action == "reset"  # the catalog's action for 48
+    (found,) = r.evidence["xids"]
+    assert (found["code"], found["gpu"]) == (48, "0000:86:00") and "name=observe-drill" in found["message"]
