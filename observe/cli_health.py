@@ -8,7 +8,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from observe.cli_base import StoreOpt, _fail, _store, app, err, out
+from observe.cli_base import StoreOpt, _fail, _store, _time, app, err, out
 from queries.search import parse_span
 
 health_app = typer.Typer(help="Node health checks (GPU burn, all-reduce, GPU count, InfiniBand) and their policy.",
@@ -97,6 +97,121 @@ def inject_fault_cmd(
     except OSError as exc:
         _fail(f"{to}: {exc.strerror or exc}")
     out.print(f"wrote to {escape(to)}: {escape(line.strip())}")
+
+
+@health_app.command("set-healthy")
+def set_healthy_cmd(
+    node: Annotated[str, typer.Argument(help="Slurm node name.")],
+    did: Annotated[str, typer.Option(help="What was done: reset (GPU reset), reboot, replace (hardware swapped), "
+                                     "or none (a false alarm: ends the faults, counts as no remediation).")],
+    gpu: Annotated[Optional[str], typer.Option(help="Only this GPU's faults (PCI bus id); default: the whole node.")] = None,
+    note: Annotated[str, typer.Option(help="Free text for the ledger (ticket, what was seen).")] = "",
+    store: StoreOpt = None,
+) -> None:
+    """Record that a node's (or one GPU's) faults were dealt with (after a reset, reboot, swap).
+
+    The fault policy then takes every earlier fault there as ended, so the next check passes and the
+    healthcheck hook returns the node (or run `observe resume NODE`). A fault that comes back climbs
+    the remedy ladder: reset -> reboot -> replace.
+
+    Example: observe health set-healthy gpu017 --gpu 0000:3b:00 --did reset --note "nvidia-smi -r, INC-4411"
+    """
+    from observe.health.recovery import fault_cleared
+    from observe.health.slurm import SlurmError
+
+    try:
+        event = fault_cleared(node, gpu, did, note)
+    except (ValueError, SlurmError) as exc:
+        _fail(str(exc))
+    _store(store).write(event)
+    out.print(f"recorded: {escape(event['message'][0])}")
+
+
+@health_app.command("breaker")
+def breaker_cmd(
+    reset: Annotated[bool, typer.Option("--reset", help="Close the breaker: drains may happen again. Faults that "
+                                        "ended before now are not replayed.")] = False,
+    note: Annotated[str, typer.Option(help="Why it is safe to reset (for the ledger).")] = "",
+    store: StoreOpt = None,
+) -> None:
+    """The drain breaker: open once the drain budget is exhausted; then no drain until reset.
+
+    Many nodes failing at once points to a shared cause (a switch, a driver roll-out), so once the
+    budget is spent every drain is refused until a person has looked and resets it.
+
+    Exit status: 0 closed (or just reset), 1 open.
+    """
+    import os
+
+    from observe.health.drain import breaker, reset_breaker
+
+    st = _store(store)
+    tripped, last_reset = breaker(st)
+    if reset:
+        reset_breaker(st, os.environ.get("SUDO_USER") or os.environ.get("USER") or "unknown", note)
+        out.print("breaker reset: drains allowed again" + (f" (it was open since {tripped:%Y-%m-%d %H:%M:%S}Z)"
+                                                           if tripped else " (it was closed)"))
+        return
+    if tripped is None:
+        out.print("breaker closed" + (f" (last reset {last_reset:%Y-%m-%d %H:%M:%S}Z)" if last_reset else ""))
+        return
+    out.print(f"breaker OPEN since {tripped:%Y-%m-%d %H:%M:%S}Z: every drain is refused; look at "
+              "`observe query --kind drain_budget_exhausted --since 1d`, then `observe health breaker --reset`")
+    raise typer.Exit(1)
+
+
+@health_app.command("faults")
+def faults_cmd(
+    since: Annotated[str, typer.Option(help="Look this far back (ISO time or span: 2h, 7d).")] = "7d",
+    node: Annotated[Optional[str], typer.Option(help="Nodes (gpu[001-016]).")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Also faults that ended (recovery, reboot, clearing event).")] = False,
+    policy: Annotated[Optional[str], typer.Option(help="Site policy TOML ([faults]).")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="table or json (one object per fault episode).")] = "table",
+    store: StoreOpt = None,
+) -> None:
+    """Fault episodes in the store and the remedy the fault policy calls for.
+
+    One row per fault episode (repeated lines folded), open or ended, with its remedy on the ladder
+    (reset, reboot, replace) and the reason.
+
+    Example: observe health faults --since 1d --node 'gpu[001-064]'
+    """
+    from datetime import datetime, timezone
+
+    import polars as pl
+
+    from observe.health import faults
+    from observe.health import policy as pol
+    from observe.health.drain import breaker
+    from queries.search import expand_nodes
+
+    if fmt not in ("table", "json"):
+        _fail(f"unknown format {fmt!r}: use table or json")
+    try:
+        rules_ = pol.load(policy)["faults"]
+        nodes = expand_nodes(node) if node else None
+    except (ValueError, pol.PolicyError) as exc:
+        _fail(str(exc))
+    st = _store(store)
+    lf = st.scan(sources=["kernel", "health"], since=_time(since))
+    if nodes:
+        lf = lf.filter(pl.col("node").is_in(nodes))
+    decided = faults.decide(lf, rules_, datetime.now(timezone.utc), breaker(st)[1])
+    if not all_:
+        decided = decided.filter("open")
+    if fmt == "json":
+        for row in decided.drop("message").iter_rows(named=True):
+            print(json.dumps(row, default=str))
+        return
+    table = Table("node", "first", "last", "remedy", "act", "reason", box=None, pad_edge=False)
+    for r in decided.iter_rows(named=True):
+        act = "yes" if r["acting"] else ("observe-only" if r["observe_only"] else "stale" if r["stale"] else
+                                        "ended" if not r["open"] else "no")
+        table.add_row(escape(r["node"] or ""), f"{r['first_ts']:%m-%d %H:%M}" if r["first_ts"] else "?",
+                      f"{r['last_ts']:%m-%d %H:%M}" if r["last_ts"] else "?", r["remedy"], act, escape(r["reason"]))
+    out.print(table)
+    out.print(f"{decided.height} fault episodes{'' if all_ else ' open'}; "
+              f"{decided.filter('acting').get_column('node').n_unique()} nodes call for a remedy")
 
 
 def _drain_or_resume(node: str, reason: str | None, policy: str | None, store: str | None, dry_run: bool,

@@ -9,6 +9,9 @@ wins, files taken in name order. Named groups called like schema fields (``gpu``
 
 A catalog file holds ``catalog = "<kind>"``, ``key = "<field>"`` and ``[[entry]]`` tables; events of
 that kind get the matching entry's other keys merged into ``attrs`` (``severity`` sets the field).
+Later files' entries replace earlier ones with the same key. A catalog may guard some fields with
+``monotone = "<field>"`` (or a list) and ``order = [lowest, ..., highest]``: its entries' values must be
+in ``order``, and a later file may keep or lower an entry's value, never raise it (new keys are free).
 """
 from __future__ import annotations
 
@@ -51,6 +54,8 @@ class Catalog:
     key: str
     entries: pl.DataFrame
     where: str
+    monotone: tuple[str, ...] = ()  # fields a later file may only keep or lower along ``order``
+    order: tuple[str, ...] = ()
 
 
 def _check_pattern(pattern: str, where: str) -> tuple[str, ...]:
@@ -124,15 +129,50 @@ def _load(dirs: tuple[Path, ...]) -> tuple[tuple[Rule, ...], tuple[Catalog, ...]
 
 
 def _merge(catalogs: list[Catalog]) -> list[Catalog]:
-    """One catalog per kind: entries of later files override earlier ones with the same key."""
+    """One catalog per kind: entries of later files override earlier ones with the same key.
+
+    The first file of a kind that declares ``monotone``/``order`` guards the later ones: an override
+    that raises a guarded field of an existing key is a :class:`RuleError`.
+    """
     merged: dict[str, Catalog] = {}
     for cat in catalogs:
         if cat.kind in merged:
             prev = merged[cat.kind]
+            if prev.monotone:
+                _check_monotone(prev, cat, prev.monotone, prev.order)
+            monotone, order = (prev.monotone, prev.order) if prev.monotone else (cat.monotone, cat.order)
             entries = pl.concat([prev.entries, cat.entries], how="diagonal_relaxed")
-            cat = Catalog(cat.kind, cat.key, entries.unique(subset=cat.key, keep="last", maintain_order=True), cat.where)
+            cat = Catalog(cat.kind, cat.key, entries.unique(subset=cat.key, keep="last", maintain_order=True),
+                          cat.where, monotone, order)
         merged[cat.kind] = cat
     return list(merged.values())
+
+
+def _rank(field: str, order: tuple[str, ...]) -> pl.Expr:
+    return pl.col(field).cast(pl.String).replace_strict(list(order), list(range(len(order))), default=None,
+                                                        return_dtype=pl.Int32)
+
+
+def _check_monotone(prev: Catalog, cat: Catalog, monotone: tuple[str, ...], order: tuple[str, ...]) -> None:
+    """RuleError when ``cat`` gives a key already in ``prev`` a higher guarded value than ``prev`` has."""
+    fields = [f for f in monotone if f in prev.entries.columns and f in cat.entries.columns]
+    if not fields:
+        return
+    key = pl.col(cat.key).cast(pl.String)
+    old = prev.entries.select(key, *(_rank(f, order).alias(f) for f in fields))
+    new = cat.entries.select(key, *(pl.col(f).cast(pl.String) for f in fields),
+                             *(_rank(f, order).alias(f"_new_{f}") for f in fields))
+    both = new.join(old, on=cat.key, how="inner")
+    for f in fields:
+        unknown = both.filter(pl.col(f).is_not_null() & pl.col(f"_new_{f}").is_null())
+        if unknown.height:
+            k, v = unknown.row(0)[0], unknown.get_column(f)[0]
+            raise RuleError(f"{cat.where}: {cat.key} {k}: {f} {v!r} not one of {', '.join(order)}")
+        up = both.filter(pl.col(f"_new_{f}") > pl.col(f"{f}_right"))
+        if up.height:
+            raise RuleError(f"{cat.where}: {cat.key} {up.item(0, cat.key)}: {f} {up.item(0, f)!r} is above the "
+                            f"built-in {order[up.item(0, f'{f}_right')]!r}; site catalogs may suppress or lower a "
+                            f"code's action, never escalate it")
 
 
 def _catalog(doc: dict, where: str) -> Catalog:
@@ -140,8 +180,22 @@ def _catalog(doc: dict, where: str) -> Catalog:
     entries = doc.get("entry", [])
     if not entries or any(key not in e for e in entries):
         raise RuleError(f"{where}: every [[entry]] needs {key!r}")
+    monotone = doc.get("monotone", ())
+    monotone = (monotone,) if isinstance(monotone, str) else monotone
+    order = doc.get("order", ())
+    if not isinstance(monotone, (list, tuple)) or not all(isinstance(f, str) and f for f in monotone):
+        raise RuleError(f"{where}: monotone must be a field name or a list of them")
+    if monotone and (not isinstance(order, list) or not order or not all(isinstance(v, str) for v in order)):
+        raise RuleError(f"{where}: monotone needs order = [lowest, ..., highest] (a list of strings)")
     frame = pl.DataFrame(entries, infer_schema_length=None)
-    return Catalog(kind=doc["catalog"], key=key, entries=frame, where=where)
+    for f in monotone:
+        if f in frame.columns:
+            bad = frame.filter(pl.col(f).is_not_null() & _rank(f, tuple(order)).is_null())
+            if bad.height:
+                raise RuleError(f"{where}: {key} {bad.item(0, key)}: {f} {bad.item(0, f)!r} not one of "
+                                f"{', '.join(order)}")
+    return Catalog(kind=doc["catalog"], key=key, entries=frame, where=where, monotone=tuple(monotone),
+                   order=tuple(order))
 
 
 def load() -> tuple[tuple[Rule, ...], tuple[Catalog, ...]]:

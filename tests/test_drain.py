@@ -83,7 +83,43 @@ def test_budget_stops_a_mass_drain_and_escalates(fresh: SlurmCluster, tmp_path: 
     assert [r[0].kind for r in results] == ["node_drain", "node_drain", "node_drain_refused", "node_drain_refused"]
     assert results[2][1].kind == "drain_budget_exhausted" and "2 of 4 nodes" in results[2][0].detail
     assert ["DRAIN" in fresh.state(n)[0] for n in fresh.nodes] == [True, True, False, False]
-    assert _ledger(store).filter(pl.col("kind") == "drain_budget_exhausted").height == 2
+    assert _ledger(store).filter(pl.col("kind") == "drain_budget_exhausted").height == 1
+    assert "breaker is open" in results[3][0].detail  # the breaker tripped: no second budget check
+
+
+def test_the_breaker_holds_until_a_person_resets_it(fresh: SlurmCluster, tmp_path: Path) -> None:
+    """Once the budget is exhausted, even a drain the budget would allow again is refused until
+    `observe health breaker --reset`; the reset is in the ledger."""
+    store = Store(tmp_path / "store")
+    d = Drainer(_policy(max_fraction=0.25, max_per_hour=0), store)  # 1 of 4 nodes
+    assert d.drain("node1", "xid 79")[0].kind == "node_drain"
+    assert d.drain("node2", "xid 79")[1].kind == "drain_budget_exhausted"
+    assert d.resume("node1")[0].kind == "node_resume"  # the budget has room again, the breaker does not
+    held = d.drain("node3", "xid 79")
+    assert held[0].kind == "node_drain_refused" and "breaker is open" in held[0].detail
+    assert "DRAIN" not in fresh.state("node3")[0]
+    cli = [sys.executable, "-m", "observe.cli", "health", "breaker", "--store", str(store.root)]
+    status = subprocess.run(cli, capture_output=True, text=True)
+    assert status.returncode == 1 and "OPEN since" in status.stdout
+    reset = subprocess.run([*cli, "--reset", "--note", "switch ib-sw-7 replaced"], capture_output=True, text=True)
+    assert reset.returncode == 0 and "drains allowed again" in reset.stdout, reset.stderr
+    assert subprocess.run(cli, capture_output=True, text=True).returncode == 0
+    assert d.drain("node3", "xid 79")[0].kind == "node_drain"
+    (row,) = _ledger(store).filter(pl.col("kind") == "drain_breaker_reset").iter_rows(named=True)
+    assert "switch ib-sw-7 replaced" in row["message"]
+
+
+def test_the_share_counts_gpu_nodes_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Login and CPU nodes in a partition do not widen the budget (recorded scontrol lines)."""
+    lines = [f"NodeName=gpu{i} State=IDLE Partitions=batch Gres=gpu:8" for i in range(1, 11)] + \
+            [f"NodeName=cpu{i} State=IDLE Partitions=batch Gres=(null)" for i in range(1, 31)]
+    lines[0] = lines[0].replace("State=IDLE", "State=IDLE+DRAIN Reason=observe: [hardware] xid 79 [root@now]")
+    found = [slurm._node(line) for line in lines]
+    monkeypatch.setattr(slurm, "nodes", lambda names=None: [n for n in found if not names or n.name in names])
+    d = Drainer(_policy(max_fraction=0.1, max_per_hour=0))  # 10% of 10 GPU nodes: 1, already used
+    assert "1 of 10 GPU nodes in batch" in d._over_budget(found[1])
+    wide = Drainer(_policy(max_fraction=0.1, max_per_hour=0, gpu_nodes_only=False))  # 10% of 40: 4
+    assert wide._over_budget(found[1]) == ""
 
 
 def test_hourly_budget_counts_the_ledger(fresh: SlurmCluster, tmp_path: Path) -> None:

@@ -1,13 +1,14 @@
 """Every rule's examples produce its kind through the real engine; bad rule files fail clearly."""
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 import polars as pl
 import pytest
 
 from observe import rules
-from observe.schema import POLARS_SCHEMA
+from observe.schema import POLARS_SCHEMA, SEVERITIES
 
 ALL_RULES, _ = rules.load()
 
@@ -59,3 +60,96 @@ def test_catalog_override_replaces_entry(tmp_path: Path, monkeypatch: pytest.Mon
     row = cat.filter(pl.col("code") == 13).row(0, named=True)
     assert row["action"] == "none" and row["name"] == "site"
     assert cat.filter(pl.col("code") == 79).height == 1
+
+
+XID_TOML = rules.BUILTIN_DIR / "xid.toml"
+XID_LOG = Path(__file__).resolve().parent / "fixtures" / "corpus" / "real" / "xid.log"
+
+
+def _enriched(messages: list[str]) -> pl.DataFrame:
+    df = pl.DataFrame({"message": messages, "source": ["kernel"] * len(messages)}).with_columns(
+        pl.lit(None, dtype=t).alias(n) for n, t in POLARS_SCHEMA.items() if n not in ("message", "source")
+    )
+    return rules.enrich(rules.apply(df))
+
+
+def _attr(name: str) -> pl.Expr:
+    return pl.col("attrs").str.json_path_match(f"$.{name}").alias(name)
+
+
+def test_xid_catalog_actions_are_in_its_order() -> None:
+    doc = tomllib.loads(XID_TOML.read_text())
+    order = doc["order"]
+    assert order == ["none", "application_error", "investigate", "reset_gpu", "drain_node"]
+    assert doc["monotone"] == ["action", "fatal_action"]
+    entries = pl.DataFrame(doc["entry"], infer_schema_length=None)
+    assert entries.get_column("code").is_unique().all() and entries.height >= 100
+    assert entries.filter(~pl.col("action").is_in(order)).is_empty()
+    assert entries.filter(pl.col("fatal_action").is_not_null() & ~pl.col("fatal_action").is_in(order)).is_empty()
+    assert entries.filter(~pl.col("severity").is_in(list(SEVERITIES))).is_empty()
+    assert set(entries.get_column("category")) <= {"gpu", "memory", "nvlink", "driver", "application"}
+    nvlink = entries.filter(pl.col("code").is_between(144, 150))
+    assert nvlink.height == 7 and (nvlink.get_column("fatal_action") == "reset_gpu").all()
+
+
+def _site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str) -> None:
+    (tmp_path / "xid_site.toml").write_text('catalog = "gpu_xid"\nkey = "code"\n' + body)
+    monkeypatch.setenv("OBSERVE_RULES", str(tmp_path))
+
+
+def test_site_catalog_may_lower_or_suppress_and_add_codes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _site(tmp_path, monkeypatch, '[[entry]]\ncode = 79\naction = "reset_gpu"\n'
+                                 '[[entry]]\ncode = 149\naction = "none"\nfatal_action = "investigate"\n'
+                                 '[[entry]]\ncode = 13\naction = "none"\n'
+                                 '[[entry]]\ncode = 999\naction = "drain_node"\n')
+    cat = rules.catalog("gpu_xid")
+    assert cat is not None
+    got = dict(cat.filter(pl.col("code").is_in([79, 149, 13, 999])).select("code", "action").iter_rows())
+    assert got == {79: "reset_gpu", 149: "none", 13: "none", 999: "drain_node"}
+    assert cat.filter(pl.col("code") == 149).item(0, "fatal_action") == "investigate"
+
+
+@pytest.mark.parametrize("entry,field", [
+    ('code = 13\naction = "drain_node"', "action"),
+    ('code = 45\naction = "application_error"', "action"),
+    ('code = 149\naction = "none"\nfatal_action = "drain_node"', "fatal_action"),
+])
+def test_site_catalog_may_not_escalate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, entry: str, field: str) -> None:
+    _site(tmp_path, monkeypatch, f"[[entry]]\n{entry}\n")
+    code = entry.split()[2]
+    with pytest.raises(rules.RuleError, match=rf"xid_site\.toml: code {code}: {field} .*never escalate it$") as err:
+        rules.load()
+    assert "\n" not in str(err.value)
+
+
+def test_site_catalog_action_outside_order_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _site(tmp_path, monkeypatch, '[[entry]]\ncode = 79\naction = "reboot"\n')
+    with pytest.raises(rules.RuleError, match=r"xid_site\.toml: code 79: action 'reboot' not one of none, "):
+        rules.load()
+
+
+def test_monotone_needs_an_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "c.toml").write_text('catalog = "x"\nkey = "k"\nmonotone = "level"\n[[entry]]\nk = 1\nlevel = "a"\n')
+    monkeypatch.setenv("OBSERVE_RULES", str(tmp_path))
+    with pytest.raises(rules.RuleError, match=r"c\.toml: monotone needs order"):
+        rules.load()
+
+
+def test_nvlink_unit_and_severity_from_corpus_lines() -> None:
+    """Xid 144-150 lines of the corpus: the unit and Fatal/Nonfatal land in attrs; fatal_action rides along."""
+    lines = [line.split("] ", 1)[-1] for line in XID_LOG.read_text().splitlines()
+             if any(f"): {c}, " in line for c in range(144, 151))]
+    assert len(lines) >= 6
+    got = _enriched(lines).select("code", "kind", _attr("nvlink_unit"), _attr("nvlink_severity"), _attr("action"),
+                                  _attr("fatal_action"), _attr("detail"))
+    assert (got.get_column("kind") == "gpu_xid").all()
+    want = pl.Series(lines).str.extract_groups(r"\): (\d+), (\w+)\s+(Fatal|Nonfatal)\s").struct.unnest()
+    assert got.get_column("code").cast(pl.String).to_list() == want.get_column("1").to_list()
+    assert got.get_column("nvlink_unit").to_list() == want.get_column("2").to_list()
+    assert got.get_column("nvlink_severity").to_list() == want.get_column("3").str.to_lowercase().to_list()
+    assert {"NETIR_LINK_EVT", "RLW_RXPIPE", "RLW_SRC_TRACK", "SAW_MVB"} <= set(got.get_column("nvlink_unit"))
+    assert (got.get_column("fatal_action") == "reset_gpu").all()
+    assert got.get_column("detail").str.starts_with(got.get_column("nvlink_unit")).all()
+    fatal = got.filter(pl.col("nvlink_severity") == "fatal")
+    assert fatal.height and (fatal.get_column("code") == 149).all()
+    assert got.filter(pl.col("code") == 144).item(0, "action") == "none"

@@ -42,7 +42,8 @@ def site(tmp_path_factory: pytest.TempPathFactory):
         (d / "klog" / n / "kern.log").write_text("")
     policy = d / "policy.toml"
     policy.write_text(f'[xid_history]\nlog = "{d}/klog/%n/kern.log"\n\n[epilog]\nchecks = ["xid_history"]\n'
-                      f'[prolog]\nchecks = []\n[healthcheck]\nchecks = ["xid_history"]\n')
+                      f'[prolog]\nchecks = []\n[healthcheck]\nchecks = ["xid_history"]\n'
+                      f'[drain]\nreturn_checks = ["gpu_burn"]\n[gpu_burn]\nseconds = 1\n')
     store, log = d / "store", d / "hooks.log"
     epilog = _wrapper(d / "epilog.sh", "epilog", store, policy, log)
     with SlurmCluster(d / "slurm", n=4, base_port=17200, extra=f"Epilog={epilog}\n").serving() as c:
@@ -133,7 +134,7 @@ def test_xid_on_a_node_drains_it_and_the_job_resumes_from_its_checkpoint(fresh) 
     assert info["JobState"] == "COMPLETED" and info["Restarts"] == "1" and "node2" not in info["NodeList"], info
 
     state, reason = c.state("node2")
-    assert "DRAIN" in state and reason.startswith("observe: [drain] xid_history: fatal Xid 79 on 0000:3b:00"), reason
+    assert "DRAIN" in state and reason.startswith("observe: [hardware] xid_history (reboot): Xid 79 on 0000:3b:00"), reason
     assert all("DRAIN" not in c.state(n)[0] for n in ("node1", "node3", "node4"))
 
     first = [s for r, s in steps() if r == 0]
@@ -208,13 +209,13 @@ def test_healthcheck_resumes_only_once_the_failed_check_passes(fresh, tmp_path: 
     _xid(site, "node3")
     _healthcheck(site, "node3", store)
     state, reason = c.state("node3")
-    assert "DRAIN" in state and reason.startswith("observe: [drain] xid_history"), reason
-    refused = _observe("resume", "node3", "--store", str(store))
-    assert refused.returncode == 1 and "not passed since: xid_history (not run)" in refused.stdout, refused.stdout
+    assert "DRAIN" in state and reason.startswith("observe: [hardware] xid_history"), reason
+    refused = _observe("resume", "node3", "--store", str(store), "--policy", str(site["policy"]))
+    assert refused.returncode == 1 and "not passed since the drain: gpu_burn (not run), xid_history (not run)" in refused.stdout, refused.stdout
     _healthcheck(site, "node3", store)  # still failing: stays drained
     assert "DRAIN" in c.state("node3")[0]
-    refused = _observe("resume", "node3", "--store", str(store))
-    assert refused.returncode == 1 and "not passed since: xid_history (FAIL)" in refused.stdout, refused.stdout
+    refused = _observe("resume", "node3", "--store", str(store), "--policy", str(site["policy"]))
+    assert refused.returncode == 1 and "xid_history (FAIL)" in refused.stdout, refused.stdout
     (site["dir"] / "klog" / "node3" / "kern.log").write_text("")  # the node rebooted: a fresh kernel log
     _healthcheck(site, "node3", store)
     c.wait_idle(["node3"], timeout=10)  # resumed (idle+not_responding for about a second first)
@@ -223,6 +224,45 @@ def test_healthcheck_resumes_only_once_the_failed_check_passes(fresh, tmp_path: 
     assert c.state("node4") == ("IDLE+DRAIN", "fan replaced, burn-in pending [root@" + c.state("node4")[1].split("[root@")[1])
     ledger = Store(store).scan(sources=["health"]).collect()
     assert ledger.filter(pl.col("kind") == "node_resume")["node"].to_list() == ["node3"]
+    burn = ledger.filter((pl.col("kind") == "health_check") & pl.col("message").str.starts_with("gpu_burn"))
+    assert burn["node"].to_list() == ["node3"]  # the extended re-check ran once, on the drained node only
+
+
+def test_drill_inject_drain_reset_recheck_return_then_the_ladder(fresh, tmp_path: Path) -> None:
+    """The drill: `observe health inject-fault` -> the healthcheck drains the node ([hardware], reset)
+    -> the reset is done (`observe health set-healthy --did reset`) -> the re-check (xid_history,
+    then the extended burn on the idle node) returns it. The fault coming back climbs the ladder:
+    reboot, then replace (hardware inspection)."""
+    site, c = fresh, fresh["cluster"]
+    store = tmp_path / "store"
+    klog = site["dir"] / "klog" / "node2" / "kern.log"
+    inject = ["health", "inject-fault", "--xid", "48", "--gpu", "0000:3b:00", "--to", str(klog), "--node", "node2", "--yes"]
+    for rung, did in (("reset", "reset"), ("reboot", "reboot")):
+        assert _observe(*inject).returncode == 0
+        _healthcheck(site, "node2", store)
+        state, reason = c.state("node2")
+        assert "DRAIN" in state and reason.startswith(f"observe: [hardware] xid_history ({rung}): Xid 48 on 0000:3b:00"), reason
+        _healthcheck(site, "node2", store)  # not fixed yet: stays drained, the burn is not run
+        assert "DRAIN" in c.state("node2")[0]
+        done = _observe("health", "set-healthy", "node2", "--gpu", "0000:3b:00", "--did", did, "--note", "drill",
+                        "--store", str(store))
+        assert done.returncode == 0 and "fault cleared on node2 GPU 0000:3b:00" in done.stdout, done.stderr
+        _healthcheck(site, "node2", store)
+        c.wait_idle(["node2"], timeout=10)  # returned
+    assert _observe(*inject).returncode == 0
+    _healthcheck(site, "node2", store)
+    state, reason = c.state("node2")
+    assert "DRAIN" in state and "Xid 48 on 0000:3b:00: replace 3 episodes" in reason, reason
+    ledger = Store(store).scan(sources=["health"]).collect().sort("ts")
+    steps = ledger.filter(pl.col("kind").is_in(["node_drain", "fault_cleared", "node_resume"]))["kind"].to_list()
+    assert steps == ["node_drain", "fault_cleared", "node_resume"] * 2 + ["node_drain"]
+    burns = ledger.filter((pl.col("kind") == "health_check") & pl.col("message").str.starts_with("gpu_burn PASS"))
+    assert burns.height == 2  # the extended re-check before each return
+    assert _observe("ingest", str(klog), "--store", str(store), "--node", "node2").returncode == 0  # as the collector would
+    faults = _observe("health", "faults", "--all", "--format", "json", "--store", str(store))
+    rows = [json.loads(line) for line in faults.stdout.splitlines()]
+    assert [(r["remedy"], r["open"]) for r in rows if r["node"] == "node2"] == [("reset", False), ("reboot", False),
+                                                                                  ("replace", True)], faults.stdout
 
 
 def test_drain_budget_holds_when_every_node_fails_at_once(fresh, tmp_path: Path) -> None:
@@ -240,7 +280,8 @@ def test_drain_budget_holds_when_every_node_fails_at_once(fresh, tmp_path: Path)
     ledger = Store(store).scan(sources=["health"]).collect()
     kinds = ledger["kind"].value_counts()
     count = dict(kinds.iter_rows())
-    assert count["node_drain"] == 1 and count["node_drain_refused"] == 3 and count["drain_budget_exhausted"] == 3
+    assert count["node_drain"] == 1 and count["node_drain_refused"] == 3 and count["drain_budget_exhausted"] == 1
+    assert ledger.filter(pl.col("message").str.contains("breaker is open")).height == 2  # tripped once, then held
     forced = _observe("resume", drained[0], "--force", "--store", str(store))  # a person's call, on the record
     assert forced.returncode == 0, forced.stdout
     [resume] = Store(store).scan(sources=["health"]).filter(pl.col("kind") == "node_resume").collect()["attrs"]
@@ -254,7 +295,7 @@ def test_names_reasons_and_job_names_never_reach_a_shell(fresh, tmp_path: Path) 
     job = _sbatch(c, "-w", "node1", "-J", evil("job") + "\nline2", "-o", "/dev/null", "--wrap", "exit 1")
     _wait(lambda: _job(c, job)["JobState"] == "FAILED", timeout=60)
     state, reason = c.state("node1")
-    assert "DRAIN" in state and reason.startswith("observe: [drain] xid_history"), reason
+    assert "DRAIN" in state and reason.startswith("observe: [hardware] xid_history"), reason
     assert not any(ch in reason.split(" [root@")[0] for ch in ';$`"=\n'), reason
     bad_node = _observe("drain", f"node2;touch {tmp_path}/nodea", "--reason", "x", "--store", str(tmp_path / "s"))
     assert bad_node.returncode == 2 and "not a node name" in bad_node.stderr
@@ -375,7 +416,8 @@ def test_epilog_drains_the_node_explain_blames(fresh, tmp_path: Path) -> None:
         assert done.returncode == 0
     states = {n: c.state(n) for n in ("node1", "node2", "node3")}
     assert [n for n, (s, _) in states.items() if "DRAIN" in s] == ["node2"], states
-    assert states["node2"][1].startswith("observe: [drain] explain: root cause of the failure: gpu_xid 79 on 0000:3b:00 on this node")
+    assert states["node2"][1].startswith("observe: [hardware] explain (reboot): root cause of the failure: gpu_xid 79 on "
+                                        "0000:3b:00 on this node")
     assert "job_requeue_skipped 9001: slurmctld no longer knows the job" in (tmp_path / "log").read_text()
 
 

@@ -5,7 +5,10 @@ observe drains a node only when:
 - the drain budget allows it: at most ``max_fraction`` of the node's partition (and ``max_nodes``)
   drained by observe at once, and at most ``max_per_hour`` drains in the last hour. Past the budget
   it drains nothing more and raises ``drain_budget_exhausted``: many nodes failing together points
-  to a shared cause (a switch, a bad driver roll-out), not to the nodes.
+  to a shared cause (a switch, a bad driver roll-out), not to the nodes. The breaker then stays open
+  (every drain refused) until a person resets it (``observe health breaker --reset``); faults that
+  ended before the reset are not replayed.
+- the share counts GPU nodes only (``gpu_nodes_only``): login and CPU nodes do not widen it.
 It resumes only its own drains. Every decision, taken or refused, dry run or not, is an event in
 the store (source ``health``) with its evidence and the policy version: the drain ledger.
 """
@@ -24,7 +27,8 @@ from observe.rules import to_json
 from observe.store import Store
 
 LOCK_WAIT_S = 30.0
-KINDS = ("node_drain", "node_drain_refused", "node_resume", "node_resume_refused", "drain_budget_exhausted")
+KINDS = ("node_drain", "node_drain_refused", "node_resume", "node_resume_refused", "drain_budget_exhausted",
+         "drain_breaker_reset")
 
 
 @dataclass
@@ -75,6 +79,11 @@ class Drainer:
                                           self.dry_run, evidence)])
         if target.drained and target.reason.startswith(self.prefix):
             return [Decision("node_drain_refused", node, ours, f"already drained by observe: {target.reason}", self.dry_run, evidence)]
+        tripped = breaker(self.store)[0] if self.store is not None and self.rules.get("budget_breaker", True) else None
+        if tripped is not None:
+            return self._record([Decision("node_drain_refused", node, ours, f"the drain breaker is open since "
+                                          f"{tripped:%Y-%m-%d %H:%M:%S}Z (budget exhausted): nothing is drained until a "
+                                          "person runs `observe health breaker --reset`", self.dry_run, evidence)])
         over = self._over_budget(target)
         if over:
             return self._record([
@@ -123,33 +132,38 @@ class Drainer:
         return {"ts": ts, "checks": (json.loads(attrs).get("evidence") or {}).get("checks") or {}}
 
     def _not_passed(self, node: str) -> str:
-        """Why the checks ``node`` was drained for do not allow a resume yet ('' when they do)."""
+        """Why the checks ``node`` was drained for, and the extended re-check (``return_checks``), do
+        not allow a resume yet ('' when they do)."""
         drain = self._last_drain(node)
         if not drain or not drain["checks"]:
             return ""
+        needed = sorted({*drain["checks"], *self.rules.get("return_checks", [])})
         results = (self.store.scan(sources=["health"], since=drain["ts"])
                    .filter((pl.col("kind") == "health_check") & (pl.col("node") == node) & (pl.col("ts") > drain["ts"]))
                    .with_columns(pl.col("attrs").str.json_path_match("$.check").alias("check"),
                                  pl.col("attrs").str.json_path_match("$.status").alias("status"))
                    .sort("ts").group_by("check").agg(pl.col("status").last()).collect())
         latest = dict(results.iter_rows())
-        waiting = [f"{c} ({latest.get(c) or 'not run'})" for c in sorted(drain["checks"]) if latest.get(c) != "PASS"]
+        waiting = [f"{c} ({latest.get(c) or 'not run'})" for c in needed if latest.get(c) != "PASS"]
         if waiting:
-            return (f"drained for failed checks that have not passed since: {', '.join(waiting)}; run "
-                    f"`observe health run --checks {','.join(sorted(drain['checks']))} --record` on the node, or --force")
+            return (f"checks that have not passed since the drain: {', '.join(waiting)}; run "
+                    f"`observe health run --checks {','.join(needed)} --record` on the node, or --force")
         return ""
 
     def _over_budget(self, target: slurm.Node) -> str:
         """Why one more drain would break the budget ('' when it would not)."""
         everyone = slurm.nodes()
         mates = [n for n in everyone if set(n.partitions) & set(target.partitions)] or everyone
+        if self.rules.get("gpu_nodes_only", True) and _has_gpus(target):
+            mates = [n for n in mates if _has_gpus(n)]
         ours = [n for n in mates if n.drained and n.reason.startswith(self.prefix)]
         limit = max(1, math.floor(float(self.rules.get("max_fraction", 0.1)) * len(mates)))
         if int(self.rules.get("max_nodes", 0)):
             limit = min(limit, int(self.rules["max_nodes"]))
         if len(ours) + 1 > limit:
-            return (f"{len(ours)} of {len(mates)} nodes in {','.join(target.partitions) or 'the cluster'} already drained "
-                    f"by observe (limit {limit})")
+            what = "GPU nodes" if self.rules.get("gpu_nodes_only", True) and _has_gpus(target) else "nodes"
+            return (f"{len(ours)} of {len(mates)} {what} in {','.join(target.partitions) or 'the cluster'} already "
+                    f"drained by observe (limit {limit})")
         per_hour = int(self.rules.get("max_per_hour", 0))
         if per_hour and self.store is not None:
             recent = self._recent_drains()
@@ -167,6 +181,32 @@ class Drainer:
         if self.store is not None and decisions:
             self.store.write(ledger(decisions, self.version))
         return decisions
+
+
+def _has_gpus(node: slurm.Node) -> bool:
+    return "gpu" in node.gres
+
+
+def breaker(store: Store) -> tuple[datetime | None, datetime | None]:
+    """The drain breaker: when it tripped (a drain budget exhausted since the last reset; None: closed)
+    and when a person last reset it."""
+    marks = (store.scan(sources=["health"])
+             .filter(pl.col("kind").is_in(["drain_budget_exhausted", "drain_breaker_reset"]))
+             .filter(~(pl.col("attrs").str.json_path_match("$.dry_run") == "true").fill_null(False))
+             .group_by("kind").agg(pl.col("ts").max()).collect())
+    last = dict(marks.iter_rows())
+    tripped, reset = last.get("drain_budget_exhausted"), last.get("drain_breaker_reset")
+    return (tripped if tripped is not None and (reset is None or tripped > reset) else None), reset
+
+
+def reset_breaker(store: Store, by: str, note: str) -> pl.DataFrame:
+    """Close the drain breaker: a ``drain_breaker_reset`` event in the ledger. Faults that ended
+    before it are stale: they are never acted on (no replay of what piled up while it was open)."""
+    event = health_events([{"node": "", "kind": "drain_breaker_reset", "severity": "notice",
+                            "message": f"drain breaker reset by {by}" + (f": {note}" if note else ""),
+                            "attrs": to_json({"by": by, "note": note}), "file_id": "ledger:breaker"}])
+    store.write(event)
+    return event
 
 
 def ledger(decisions: list[Decision], policy_version: str) -> pl.DataFrame:

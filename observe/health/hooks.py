@@ -12,7 +12,8 @@ it: observe's own bug must never drain a node or fail a job.
 - prolog: runs the prolog checks before the job starts; a FAIL drains the node and requeues an
   opted-in job so it starts elsewhere.
 - healthcheck: runs the periodic checks; a FAIL drains, and a node observe drained for failed checks
-  is resumed once those same checks pass again.
+  is resumed once those same checks pass again, and then, on the idle node, the extended re-check
+  (``[drain] return_checks``: burn, all-reduce, NVML).
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from observe import redact
-from observe.health import slurm
+from observe.health import faults, slurm
 from observe.health.drain import Drainer
 from observe.health.events import health_events
 from observe.health.result import Result, Status
@@ -119,19 +120,26 @@ def _prolog(hook: Hook, budget_s: float) -> None:
 
 
 def _healthcheck(hook: Hook, budget_s: float) -> None:
+    started = time.monotonic()
     results = _checks(hook, "healthcheck", budget_s)
     if _drain_if_failing(hook, results):
         return
     target = slurm.nodes([hook.node])
     drainer = Drainer(hook.policy, hook.store, hook.dry_run)
-    if target and target[0].drained and target[0].reason.startswith(drainer.prefix) and drainer.drained_for_checks(hook.node):
-        for d in drainer.resume(hook.node, {"checks": {r.check: r.to_dict() for r in results}}):
-            hook.say(f"{d.kind} {d.node}: {d.detail}")
+    if not (target and target[0].drained and target[0].reason.startswith(drainer.prefix)
+            and drainer.drained_for_checks(hook.node)):
+        return
+    if all(r.status is Status.PASS for r in results) and target[0].idle:
+        # the extended re-check before a node returns: on a drained node no job is disturbed
+        extra = [c for c in drainer.rules.get("return_checks", []) if c not in {r.check for r in results}]
+        results += _checks(hook, "healthcheck", budget_s - (time.monotonic() - started), extra)
+    for d in drainer.resume(hook.node, {"checks": {r.check: r.to_dict() for r in results}}):
+        hook.say(f"{d.kind} {d.node}: {d.detail}")
 
 
-def _checks(hook: Hook, section: str, budget_s: float) -> list[Result]:
+def _checks(hook: Hook, section: str, budget_s: float, names: list[str] | None = None) -> list[Result]:
     rules = hook.policy[section]
-    names = list(rules.get("checks", []))
+    names = list(rules.get("checks", [])) if names is None else names
     if not names:
         return []
     overrides = {"node": hook.node, "store": str(hook.store.root), "device": rules.get("device", "auto")}
@@ -159,8 +167,8 @@ def _explained(hook: Hook) -> list[Result]:
         return []
     if not root or root.get("node") != hook.node or root.get("kind") not in rules.get("explain_kinds", []):
         return []
-    xid_action = _xid_action(root.get("code")) if root["kind"] == "gpu_xid" else None
-    if root["kind"] == "gpu_xid" and xid_action not in hook.policy["xid_history"].get("actions", []):
+    remedy = hook.policy["faults"]["xid_remedy"].get(_xid_action(root.get("code"))) if root["kind"] == "gpu_xid" else None
+    if root["kind"] == "gpu_xid" and remedy not in faults.ACTING:
         return []
     if float(root.get("confidence") or 0) < float(rules.get("explain_min_confidence", 0.5)):
         return []
@@ -169,7 +177,7 @@ def _explained(hook: Hook) -> list[Result]:
     result = Result("explain", Status.FAIL, f"root cause of the failure: {what}{where} on this node "
                     f"(confidence {root['confidence']:.2f}): {str(root.get('message') or '')[:120]}",
                     {"root_cause": {k: str(v) if isinstance(v, datetime) else v for k, v in root.items()}},
-                    time.monotonic() - started, action="reset" if xid_action == "reset_gpu" else "drain")
+                    time.monotonic() - started, action=faults.CHECK_ACTION[remedy], category="hardware")
     hook.store.write(as_events([result], hook.node, hook.policy.get("version", "")))
     hook.say(f"explain FAIL ({result.action}): {result.summary}")
     return [result]
@@ -191,9 +199,13 @@ def _xid_action(code) -> str | None:
 def _drain_if_failing(hook: Hook, results: list[Result]) -> bool:
     """Drain on a FAIL whose action takes the node out; True when the node is (now) drained by observe."""
     failing = [r for r in results if r.status is Status.FAIL and r.action in ACTING]
+    watched = [r for r in failing if hook.policy.get(r.check, {}).get("observe_only")]
+    for r in watched:
+        hook.say(f"{r.check} is observe-only: would {r.action}, did nothing")
+    failing = [r for r in failing if r not in watched]
     if not failing:
         return False
-    reason = "; ".join(f"[{r.action}] {r.check}: {r.summary}" for r in failing)
+    reason = _reason(failing)
     evidence = {"checks": {r.check: r.to_dict() for r in failing}, "hook": hook.kind,
                 **({"job": hook.env["SLURM_JOB_ID"]} if hook.env.get("SLURM_JOB_ID") else {})}
     drainer = Drainer(hook.policy, hook.store, hook.dry_run)
@@ -202,6 +214,19 @@ def _drain_if_failing(hook: Hook, results: list[Result]) -> bool:
         hook.say(f"{d.kind} {d.node}: {d.detail}")
     return any(d.kind == "node_drain" or (d.kind == "node_drain_refused" and d.detail.startswith("already drained by observe"))
                for d in decisions)
+
+
+def _reason(failing: list[Result]) -> str:
+    """A drain reason led by its type: ``[hardware] xid_history (reboot): Xid 79 on 0000:3b:00 ...``
+    (the gravest type when checks disagree: hardware, then node, then user)."""
+    kinds = [r.category or "hardware" for r in failing]
+    kind = next((k for k in ("hardware", "node", "user") if k in kinds), kinds[0])
+    return f"[{kind}] " + "; ".join(f"{r.check} ({r.action}): {_untyped(r.summary)}" for r in failing)
+
+
+def _untyped(summary: str) -> str:
+    """A summary without a leading ``[type] `` (the reason carries one)."""
+    return re.sub(r"(^|; )\[\w+\] ", r"\1", summary)
 
 
 def _requeue(hook: Hook, info: dict, script: str, results: list[Result]) -> None:

@@ -9,6 +9,7 @@ from observe.rules import read_toml
 BUILTIN = Path(__file__).with_name("policy.toml")
 ACTIONS = ("drain", "reset", "reboot", "report")
 HOOKS = ("prolog", "epilog", "healthcheck")
+OPEN = ("tflops_floor", "kinds")  # tables whose keys a site chooses (GPU models, fault kinds)
 
 
 class PolicyError(ValueError):
@@ -38,6 +39,6 @@ def _merge(base: dict, extra: dict, where: str, path: str = "") -> dict:
     for key, value in extra.items():
         if key not in base:
             raise PolicyError(f"{where}: unknown policy key {path + key!r}")
-        out[key] = _merge(base[key], value, where, f"{path}{key}.") if isinstance(value, dict) and key != "tflops_floor" \
-            else value
+        out[key] = _merge(base[key], value, where, f"{path}{key}.") if isinstance(value, dict) and key not in OPEN \
+            else ({**base[key], **value} if key in OPEN else value)
     return out

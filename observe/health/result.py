@@ -24,6 +24,7 @@ class Result:
     evidence: dict = field(default_factory=dict)
     seconds: float = 0.0
     action: str = ""  # what the policy says to do about a FAIL: drain, reset, reboot, or nothing
+    category: str = ""  # the drain reason's type: hardware, node or user (default: the check's policy)
 
     def to_dict(self) -> dict:
         d = asdict(self)

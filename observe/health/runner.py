@@ -28,7 +28,7 @@ def run_checks(names: list[str], policy: dict, budget_s: float, overrides: dict 
     results = []
     for name in names:
         left = deadline - time.monotonic()
-        opts = {**policy.get(name, {}), **(overrides or {})}
+        opts = {**policy.get(name, {}), **(overrides or {}), "policy": policy}
         if left < 1:
             results.append(unknown(name, f"the {budget_s:g}s budget was spent before it could run"))
             continue
@@ -39,6 +39,7 @@ def run_checks(names: list[str], policy: dict, budget_s: float, overrides: dict 
         result.seconds = time.monotonic() - started
         if result.status is Status.FAIL:
             result.action = result.action or opts.get("on_fail", "report")  # a check may name a graver one
+            result.category = result.category or opts.get("category", "hardware")
         results.append(result)
     return results
 

@@ -28,6 +28,12 @@ class Node:
     gres: str
 
     @property
+    def idle(self) -> bool:
+        """No job on it (IDLE, or DRAINED rather than DRAINING)."""
+        flags = set(self.state.replace("*", "").split("+"))
+        return not flags & {"ALLOCATED", "ALLOC", "MIXED", "COMPLETING"}
+
+    @property
     def drained(self) -> bool:
         """Drained, draining or down: not taking new jobs."""
         flags = set(self.state.replace("*", "").split("+"))

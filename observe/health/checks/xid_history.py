@@ -1,7 +1,9 @@
-"""xid_history: fatal Xids on this node since it booted, from its kernel log (``/dev/kmsg``, or a
-dmesg / kern.log file) and from the store (what the collector shipped, which outlives a ring buffer
-that wrapped). Which Xids are fatal comes from the Xid catalog's action for the code
-(``collectors/rules/xid.toml``): by default ``drain_node`` and ``reset_gpu``.
+"""xid_history: GPU faults on this node that are still open, from its kernel log (``/dev/kmsg``, or
+a dmesg / kern.log file, since boot) and from the store (what the collector shipped, which outlives
+a ring buffer that wrapped, and the faults of earlier boots within the policy's repeat window).
+The fault policy (:mod:`observe.health.faults`, policy [faults]) decides: a reboot or
+``observe health set-healthy`` ends a fault, a fault that comes back climbs the remedy ladder
+(reset, reboot, replace), and an Xid is fatal when its catalog action calls for a remedy.
 """
 from __future__ import annotations
 
@@ -14,49 +16,74 @@ import polars as pl
 
 from observe.collect import boot_time
 from observe.collector import Context
+from observe.health import faults
 from observe.health.result import Result, Status, unknown
 from observe.ingest import parse_bytes
+from observe.schema import FIELDS, POLARS_SCHEMA
 from observe.streams import read_kmsg
+from queries.search import parse_span
 
 NAME = "xid_history"
-ACTION = {"drain_node": "drain", "reset_gpu": "reset"}
 LOG_MAX = 64 << 20  # of a kernel log file, the last this many bytes are read
 
 
 def run(opts: dict) -> Result:
-    """FAIL when a fatal Xid was logged since boot; the action is the catalog's (drain over reset)."""
+    """FAIL when a GPU fault on this node is open and calls for a remedy; the action is the gravest."""
     node = opts.get("node") or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
     boot = datetime.fromisoformat(opts["boot_time"]) if opts.get("boot_time") else boot_time()
+    rules = opts["policy"]["faults"]
+    now = datetime.now(timezone.utc)
     log = str(opts.get("log", "/dev/kmsg")).replace("%n", node)
-    looked, frames = [], []
+    looked, frames, breaker_reset = [], [], None
     try:
-        frames.append(parse_bytes(_read_log(log), "kernel", Context(node=node, boot_time=boot)))
+        parsed = parse_bytes(_read_log(log), "kernel", Context(node=node, boot_time=boot))
+        frames.append(parsed.with_columns(pl.lit(node).alias("node")))  # this node's log, whatever host it names
         looked.append(log)
     except OSError as exc:
         log_error = f"{log}: {exc.strerror or exc}"
     else:
         log_error = ""
     if opts.get("from_store", True) and opts.get("store"):
+        from observe.health.drain import breaker
         from observe.store import Store
 
-        frames.append(Store(opts["store"]).scan(sources=["kernel"], since=boot).filter(pl.col("node") == node).collect())
+        store = Store(opts["store"])
+        since = now - max(parse_span(str(rules["repeat_window"])), parse_span(str(rules["remediation_window"])))
+        frames.append(store.scan(sources=["kernel", "health"], since=since)
+                      .filter((pl.col("node") == node)
+                              & ((pl.col("source") == "kernel") | (pl.col("kind") == "fault_cleared")))
+                      .collect())
+        breaker_reset = breaker(store)[1]
         looked.append("the store")
     if not looked:
         return unknown(NAME, f"no kernel log to read ({log_error})")
-    xids = _fatal(pl.concat([f.select(COLUMNS) for f in frames]), boot, set(opts.get("actions", ACTION)))
+    if boot is not None:  # the boot ended every fault before it, whether or not its first line is still logged
+        frames.append(pl.DataFrame({"ts": [boot], "node": [node], "kind": ["kernel_boot"], "source": ["kernel"]}))
+    events = pl.concat([f.select(pl.col(c) if c in f.columns else pl.lit(None).alias(c) for c in FIELDS)
+                        .cast(POLARS_SCHEMA) for f in frames])
+    events = events.unique(["ts", "kind", "gpu", "code", "message"], keep="first", maintain_order=True)
+    decided = faults.decide(events.lazy(), rules, now, breaker_reset)
+    acting = decided.filter(pl.col("acting") & pl.col("kind").str.starts_with("gpu_"))
     since = boot.isoformat() if boot else "boot"
-    evidence = {"looked_in": looked, "since": since, "xids": xids[:20], **({"log_error": log_error} if log_error else {})}
-    if not xids:
-        return Result(NAME, Status.PASS, f"no fatal Xid since {since} in {' and '.join(looked)}", evidence)
-    action = "drain" if any(x["action"] == "drain_node" for x in xids) else "reset"
-    codes = sorted({(x["code"], x["gpu"] or "?") for x in xids})
-    first = xids[0]
-    summary = (f"fatal Xid {', '.join(f'{c} on {g}' for c, g in codes)} since boot; first at {first['ts'] or '?'}: "
-               f"{first['name'] or first['message'][:120]}")
-    return Result(NAME, Status.FAIL, summary, evidence, action=action)
+    evidence = {"looked_in": looked, "since": since, "xids": _rows(acting)[:20],
+                **({"log_error": log_error} if log_error else {}),
+                **({"breaker_reset": breaker_reset.isoformat()} if breaker_reset else {})}
+    if not acting.height:
+        ended = decided.filter(~pl.col("open")).height
+        return Result(NAME, Status.PASS, f"no open GPU fault since {since} in {' and '.join(looked)}"
+                      + (f" ({ended} ended by a recovery)" if ended else ""), evidence)
+    worst = faults.verdict(acting).row(0, named=True)
+    summary = "; ".join(worst["reasons"][:3]) + (f"; +{len(worst['reasons']) - 3} more" if len(worst["reasons"]) > 3 else "")
+    return Result(NAME, Status.FAIL, summary, evidence, action=faults.CHECK_ACTION[worst["remedy"]],
+                  category=worst["category"])
 
 
-COLUMNS = ["ts", "node", "kind", "code", "gpu", "message", "attrs"]
+def _rows(decided: pl.DataFrame) -> list[dict]:
+    """Decisions as plain JSON-able dicts for the evidence."""
+    keep = decided.select(pl.col("first_ts").alias("ts"), "code", "gpu", "kind", "lines", "episodes", "remedy", "reason",
+                          "message", "processes", "jobs")
+    return [{**r, "ts": r["ts"].replace(tzinfo=timezone.utc).isoformat() if r["ts"] else None}
+            for r in keep.iter_rows(named=True)]
 
 
 def _read_log(path: str) -> bytes:
@@ -71,17 +98,3 @@ def _read_log(path: str) -> bytes:
         f.seek(max(0, size - LOG_MAX))
         data = f.read()
     return data if size <= LOG_MAX else data.split(b"\n", 1)[-1]
-
-
-def _fatal(events: pl.DataFrame, boot: datetime | None, actions: set[str]) -> list[dict]:
-    """Fatal Xid events after ``boot`` (an undated one counts: a kernel log without times is this boot's)."""
-    xid = events.filter(pl.col("kind") == "gpu_xid").with_columns(
-        pl.col("attrs").str.json_path_match("$.action").alias("action"),
-        pl.col("attrs").str.json_path_match("$.name").alias("name"))
-    if boot is not None:
-        xid = xid.filter(pl.col("ts").is_null() | (pl.col("ts") >= boot.astimezone(timezone.utc)))
-    xid = xid.filter(pl.col("action").is_in(list(actions))).unique(["ts", "code", "gpu"], maintain_order=True).sort("ts")
-    return [
-        {"ts": r["ts"].isoformat() if r["ts"] else None, "code": r["code"], "gpu": r["gpu"], "action": r["action"],
-         "name": r["name"], "message": r["message"]}
-        for r in xid.select("ts", "code", "gpu", "action", "name", "message").iter_rows(named=True)]

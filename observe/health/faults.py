@@ -1,0 +1,239 @@
+"""The fault policy: fault lines in, one decision per fault episode out (policy.toml [faults]).
+
+- Dedup: lines of one fault (node, GPU, kind, code) closer than ``dedup_window`` are one episode, so
+  800,000 Xid 95 lines in 29 bursts are 29 episodes, each with its line count.
+- Remedy: an Xid's comes from the Xid catalog's action ([faults.xid_remedy]; an NVLink Xid whose line
+  says Fatal takes the catalog's ``fatal_action``), other kinds' from [faults.kinds].
+- Recovery: a later recovery event (a reboot, the driver loading, ``observe health set-healthy``)
+  ends the episodes before it, on its GPU or, when it names none, on the whole node. A kind with
+  ``cleared_by`` also ends at that event (same node and ``match`` attrs) once ``quiet`` has passed.
+- Ladder: a fault that comes back after a recovery within ``repeat_window`` climbs one rung
+  (reset -> reboot -> replace); ``repeat_count`` episodes in the window, or ``remediation_count``
+  remediations of the node within ``remediation_window``, call for replace (hardware inspection/RMA).
+- Application Xids (13, 31, ...) are the job's, unless they keep hitting one GPU alone or one GPC/TPC:
+  then they are hardware.
+- Faults that ended before the last drain-breaker reset are stale: reported, never acted on.
+
+Every step is a polars expression over the events, so a fleet's partitions can be decided apart.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import polars as pl
+
+from queries.search import parse_span
+
+REMEDIES = ("none", "report", "app", "drain", "reset", "reboot", "replace")  # gravity order
+ACTING = ("drain", "reset", "reboot", "replace")  # remedies that take the node out of service
+CHECK_ACTION = {"reset": "reset", "reboot": "reboot", "replace": "drain", "drain": "drain"}  # a check's FAIL action
+KEY = ["node", "gpu", "kind", "code"]
+EPOCH = datetime(1970, 1, 1)
+
+
+def _attr(name: str) -> pl.Expr:
+    return pl.col("attrs").str.json_path_match(f"$.{name}")
+
+
+def _span(rules: dict, key: str) -> timedelta:
+    return parse_span(str(rules[key]))
+
+
+def _gravity(expr: pl.Expr) -> pl.Expr:
+    return expr.replace_strict(list(REMEDIES), list(range(len(REMEDIES))), default=0, return_dtype=pl.Int8)
+
+
+def _remedy(gravity: pl.Expr) -> pl.Expr:
+    return gravity.replace_strict(list(range(len(REMEDIES))), list(REMEDIES), return_dtype=pl.String)
+
+
+def fault_lines(events: pl.LazyFrame, rules: dict) -> pl.LazyFrame:
+    """The events that are faults, each with its first remedy and drain-reason category."""
+    kinds = rules.get("kinds", {})
+    xid_remedy = rules.get("xid_remedy", {})
+    action = pl.when((_attr("nvlink_severity") == "fatal") & _attr("fatal_action").is_not_null()) \
+        .then(_attr("fatal_action")).otherwise(_attr("action"))
+    remedy = pl.when(pl.col("kind") == "gpu_xid").then(
+        action.replace_strict(list(xid_remedy), list(xid_remedy.values()), default="report", return_dtype=pl.String))
+    category = pl.when(pl.col("kind") == "gpu_xid").then(pl.lit("hardware"))
+    for kind, spec in kinds.items():
+        hit = pl.col("kind") == kind
+        for name, value in spec.get("when", {}).items():  # only lines whose attrs say so
+            hit = hit & (_attr(name) == str(value)).fill_null(False)
+        remedy = remedy.when(hit).then(pl.lit(spec.get("remedy", "drain")))
+        category = category.when(hit).then(pl.lit(spec.get("category", "hardware")))
+    return (events.filter(pl.col("kind").is_in(["gpu_xid", *kinds]))
+            .with_columns(remedy.alias("remedy"), category.alias("category"))
+            .filter(pl.col("remedy").is_not_null() & (pl.col("remedy") != "none")))
+
+
+def episodes(lines: pl.LazyFrame, window: timedelta) -> pl.LazyFrame:
+    """Fault lines folded into episodes: lines of one (node, GPU, kind, code) closer than ``window``
+    are one, unless a recovery (``_epoch``: the time of the last one before the line) came between;
+    with their first and last time and count (undated lines join their fault's first)."""
+    gap = pl.col("ts").diff().over(KEY)
+    first = pl.int_range(pl.len()).over(KEY) == 0
+    epoch = pl.col("_epoch").fill_null(EPOCH)
+    recovered = (epoch != epoch.shift().over(KEY)).fill_null(False)
+    pid = pl.col("pid").cast(pl.String)
+    return (lines.sort([*KEY, "ts"], nulls_last=False)
+            .with_columns((first | (gap > window).fill_null(False) | recovered).cum_sum().alias("_episode"))
+            .with_columns(_attr("process").alias("_process"),
+                          pl.col("message").str.extract(r"GPC (\d+), TPC (\d+)", 0).alias("_loc"))
+            .group_by([*KEY, "_episode"])
+            .agg(pl.col("ts").min().alias("first_ts"), pl.col("ts").max().alias("last_ts"), pl.len().alias("lines"),
+                 pl.col("remedy").first(), pl.col("category").first(), pl.col("message").first(),
+                 pl.col("attrs").first(), pl.col("job_id").drop_nulls().unique().sort().alias("jobs"),
+                 pl.concat_str(pl.col("_process"), pid, separator=":").drop_nulls().unique().sort().alias("processes"),
+                 pl.col("_loc").drop_nulls().mode().first().alias("location"))
+            .drop("_episode"))
+
+
+def _ended_by(eps: pl.LazyFrame, ends: pl.LazyFrame, by: list[str], name: str, at: str = "_at") -> pl.LazyFrame:
+    """``eps`` with ``name``: the time of the first event of ``ends`` after each episode (its ``at``), equal on ``by``."""
+    ends = ends.select(*by, pl.col("ts").alias(name)).drop_nulls().sort(name)
+    return (eps.with_row_index("_i").sort(at)
+            .join_asof(ends, left_on=at, right_on=name, by=by, strategy="forward", allow_exact_matches=False,
+                       check_sortedness=False)
+            .sort("_i").drop("_i"))
+
+
+def _epochs(lines: pl.LazyFrame, recov: pl.LazyFrame) -> pl.LazyFrame:
+    """``lines`` with ``_epoch``: the time of the last recovery (of the node, or of the line's GPU) before each."""
+    out = lines.with_row_index("_i").sort("ts")
+    names = []
+    gpu = pl.col("gpu").is_not_null()
+    scopes = ((["node"], recov.filter(~gpu)), (["node", "gpu"], recov.filter(gpu)))
+    for by, part in scopes:
+        name = f"_e{len(names)}"
+        ends = part.select(*by, pl.col("ts").alias(name)).drop_nulls().sort(name)
+        out = out.join_asof(ends, left_on="ts", right_on=name, by=by, strategy="backward", check_sortedness=False)
+        names.append(name)
+    return out.with_columns(pl.max_horizontal(*names).alias("_epoch")).drop(*names).sort("_i").drop("_i")
+
+
+def decide(events: pl.LazyFrame, rules: dict, now: datetime, breaker_reset: datetime | None = None) -> pl.DataFrame:
+    """One row per fault episode in ``events``: what it is, how many lines, whether it is still open
+    (``ended`` says what ended it), its ``remedy`` and the drain-reason ``category``, ``acting``
+    (an open fault whose remedy takes the node out, not observe-only, not stale) and ``reason``."""
+    now = now.astimezone(timezone.utc).replace(tzinfo=None) if now.tzinfo else now
+    events = events.with_columns(pl.col("ts").dt.replace_time_zone(None))
+    recov = events.filter(pl.col("kind").is_in(rules.get("recovery", []))).select("node", "gpu", "ts", "source")
+    lines = _epochs(fault_lines(events, rules), recov)
+    eps = episodes(lines, _span(rules, "dedup_window")).with_columns(pl.col("last_ts").fill_null(EPOCH).alias("_at"))
+
+    # what ended each episode: a recovery on its GPU or node, or its kind's clearing event. A line
+    # without a time is ended only by a person's statement (source health), which covers all before it.
+    ends = []
+    for said in (True, False):
+        mine = recov.filter((pl.col("source") == "health") == said)
+        at = "_at" if said else "last_ts"
+        eps = _ended_by(eps, mine.filter(pl.col("gpu").is_null()), ["node"], f"_node_end{said:d}", at)
+        eps = _ended_by(eps, mine.filter(pl.col("gpu").is_not_null()), ["node", "gpu"], f"_gpu_end{said:d}", at)
+        ends += [f"_node_end{said:d}", f"_gpu_end{said:d}"]
+    ended = pl.min_horizontal(*ends)
+    ended_how = pl.when(ended.is_null()).then(None) \
+        .when((ended == pl.col("_gpu_end1")) | (ended == pl.col("_gpu_end0"))).then(pl.lit("recovery on the GPU")) \
+        .otherwise(pl.lit("recovery on the node"))
+    clears = []
+    for kind, spec in rules.get("kinds", {}).items():
+        if not spec.get("cleared_by"):
+            continue
+        match, col = list(spec.get("match", [])), f"_clear{len(clears)}"
+        clear = events.filter(pl.col("kind") == spec["cleared_by"]).with_columns(_attr(m).alias(m) for m in match)
+        mine = eps.filter(pl.col("kind") == kind).with_columns(_attr(m).alias(m) for m in match)
+        quiet = now - parse_span(str(spec.get("quiet", "0s")))
+        mine = _ended_by(mine, clear, ["node", *match], col).drop(match).with_columns(
+            pl.when(pl.col("_at") <= quiet).then(col).alias(col))
+        eps = pl.concat([eps.filter(pl.col("kind") != kind), mine], how="diagonal_relaxed")
+        ended_how = pl.when(pl.col(col).is_not_null() & (ended.is_null() | (pl.col(col) < ended))) \
+            .then(pl.lit(f"{spec['cleared_by']}, then quiet")).otherwise(ended_how)
+        ended = pl.min_horizontal(ended, col)
+        clears.append(col)
+    eps = eps.with_columns(ended.alias("ended_at"), ended_how.alias("ended")).drop(*ends, *clears)
+
+    # repetition: episodes of the same fault in the window before each, and how many of them ended
+    repeat = _span(rules, "repeat_window")
+    eps = eps.sort([*KEY, "_at"]).with_columns(
+        pl.col("_at").is_not_null().cast(pl.Int32).rolling_sum_by("_at", repeat).over(KEY).alias("episodes"),
+        pl.col("ended_at").is_not_null().cast(pl.Int32).rolling_sum_by("_at", repeat).over(KEY).alias("_ended_n"))
+    eps = eps.with_columns((pl.col("_ended_n") - pl.col("ended_at").is_not_null().cast(pl.Int32)).alias("_came_back"))
+
+    # remediations of the node in the window before each episode
+    fixes = (events.filter((pl.col("kind") == "fault_cleared") & _attr("remedy").is_in(rules.get("ladder", [])))
+             .select("node", pl.col("ts").alias("_at"), pl.lit(1).alias("_fix")))
+    fixed = (pl.concat([eps.select("node", "_at", pl.lit(0).alias("_fix"), pl.int_range(pl.len()).alias("_i")),
+                        fixes.with_columns(pl.lit(None, dtype=pl.Int64).alias("_i"))], how="diagonal_relaxed")
+             .sort("_at").with_columns(pl.col("_fix").rolling_sum_by("_at", _span(rules, "remediation_window"))
+                                       .over("node").alias("remediations"))
+             .filter(pl.col("_i").is_not_null()).sort("_i").select("remediations"))
+    eps = pl.concat([eps, fixed], how="horizontal")
+
+    # application Xids: hardware when one GPU alone (or one GPC/TPC) keeps getting them
+    app = pl.col("remedy") == "app"
+    app_n = int(rules.get("app_repeat_count", 3))
+    eps = eps.sort("_at").with_columns(
+        pl.when(app).then(1).otherwise(0).rolling_sum_by("_at", repeat).over(["node", "gpu"]).alias("_app_gpu"),
+        pl.when(app).then(pl.col("gpu")).alias("_app_g"),
+        pl.when(app & pl.col("location").is_not_null()).then(1).otherwise(0)
+        .rolling_sum_by("_at", repeat).over(["node", "gpu", "location"]).alias("_app_loc"))
+    gpus = (eps.filter(app).group_by("node").agg(pl.col("gpu").n_unique().alias("_app_gpus")))
+    eps = eps.join(gpus, on="node", how="left")
+    on_one = app & (((pl.col("_app_gpu") >= app_n) & (pl.col("_app_gpus") == 1)) | (pl.col("_app_loc") >= app_n))
+
+    ladder = list(rules.get("ladder", ["reset", "reboot", "replace"]))
+    rung = pl.col("remedy").replace_strict(ladder, list(range(len(ladder))), default=None, return_dtype=pl.Int32)
+    climbed = pl.min_horizontal(rung + pl.col("_came_back"), pl.lit(len(ladder) - 1))
+    replace = (pl.col("episodes") >= int(rules["repeat_count"])) | \
+        (pl.col("remediations") >= int(rules["remediation_count"]))
+    first = pl.col("remedy")
+    remedy = (pl.when(on_one).then(pl.lit("drain"))
+              .when(rung.is_not_null() & replace).then(pl.lit(ladder[-1]))
+              .when(rung.is_not_null())
+              .then(climbed.replace_strict(list(range(len(ladder))), ladder, return_dtype=pl.String))
+              .otherwise(first))
+    category = pl.when(on_one).then(pl.lit("hardware")).when(app).then(pl.lit("user")).otherwise("category")
+    observe_only = pl.lit(False)
+    for entry in rules.get("observe_only", []):
+        kind, _, code = str(entry).partition(":")
+        hit = pl.col("kind") == ("gpu_xid" if kind == "xid" else kind)
+        observe_only = observe_only | ((hit & (pl.col("code") == int(code))) if code else hit)
+    stale = pl.lit(False) if breaker_reset is None else pl.col("_at") <= breaker_reset.replace(tzinfo=None)
+    eps = eps.with_columns(remedy.alias("remedy_now"), category.alias("category"),
+                           observe_only.alias("observe_only"), stale.alias("stale"),
+                           pl.col("ended_at").is_null().alias("open"))
+    eps = eps.with_columns((pl.col("open") & pl.col("remedy_now").is_in(ACTING) & ~pl.col("observe_only")
+                            & ~pl.col("stale")).alias("acting"))
+    return (eps.with_columns(_reason().alias("reason"))
+            .select("node", "gpu", "kind", "code", "first_ts", "last_ts", "lines", "episodes", "remediations",
+                    "open", "ended", "ended_at", pl.col("remedy").alias("first_remedy"),
+                    pl.col("remedy_now").alias("remedy"),
+                    "category", "acting", "observe_only", "stale", "reason", "message", "jobs", "processes", "location")
+            .sort("node", "first_ts", "gpu", "kind", "code", nulls_last=False)
+            .collect())
+
+
+def _reason() -> pl.Expr:
+    """A one-line reason: what, where, how often, and why this remedy."""
+    what = pl.when(pl.col("kind") == "gpu_xid").then(pl.format("Xid {}", pl.col("code"))).otherwise(pl.col("kind"))
+    where = pl.when(pl.col("gpu").is_not_null()).then(pl.format(" on {}", pl.col("gpu"))).otherwise(pl.lit(""))
+    why = (pl.when((pl.col("remedy") == "app") & (pl.col("remedy_now") == "drain"))
+           .then(pl.lit("; application errors keep hitting this GPU alone: field diagnostics"))
+           .when(pl.col("remedy_now") == "replace").then(
+               pl.format("; {} episodes in the repeat window, {} remediations of the node: hardware inspection / RMA",
+                         pl.col("episodes"), pl.col("remediations")))
+           .when(pl.col("remedy_now") != pl.col("remedy")).then(pl.format("; came back after {} recoveries",
+                                                                           pl.col("_came_back")))
+           .otherwise(pl.lit("")))
+    lines = pl.when(pl.col("lines") > 1).then(pl.format(" ({} lines)", pl.col("lines"))).otherwise(pl.lit(""))
+    return pl.format("[{}] {}{}{}: {}{}", pl.col("category"), what, where, lines, pl.col("remedy_now"), why)
+
+
+def verdict(decisions: pl.DataFrame) -> pl.DataFrame:
+    """Per node: the gravest acting remedy and its reasons (nodes with nothing to act on are left out)."""
+    acting = decisions.filter("acting").with_columns(_gravity(pl.col("remedy")).alias("_g"))
+    return (acting.sort("_g", "last_ts", descending=[True, False])
+            .group_by("node", maintain_order=True)
+            .agg(_remedy(pl.col("_g").max()).alias("remedy"), pl.col("category").first(),
+                 pl.col("reason").alias("reasons"), pl.col("gpu").drop_nulls().unique().sort().alias("gpus"))
+            .sort("node"))
