@@ -112,18 +112,10 @@ def _epochs(lines: pl.LazyFrame, recov: pl.LazyFrame) -> pl.LazyFrame:
     return out.with_columns(pl.max_horizontal(*names).alias("_epoch")).drop(*names).sort("_i").drop("_i")
 
 
-def decide(events: pl.LazyFrame, rules: dict, now: datetime, breaker_reset: datetime | None = None) -> pl.DataFrame:
-    """One row per fault episode in ``events``: what it is, how many lines, whether it is still open
-    (``ended`` says what ended it), its ``remedy`` and the drain-reason ``category``, ``acting``
-    (an open fault whose remedy takes the node out, not observe-only, not stale) and ``reason``."""
-    now = now.astimezone(timezone.utc).replace(tzinfo=None) if now.tzinfo else now
-    events = events.with_columns(pl.col("ts").dt.replace_time_zone(None))
-    recov = events.filter(pl.col("kind").is_in(rules.get("recovery", []))).select("node", "gpu", "ts", "source")
-    lines = _epochs(fault_lines(events, rules), recov)
-    eps = episodes(lines, _span(rules, "dedup_window")).with_columns(pl.col("last_ts").fill_null(EPOCH).alias("_at"))
-
-    # what ended each episode: a recovery on its GPU or node, or its kind's clearing event. A line
-    # without a time is ended only by a person's statement (source health), which covers all before it.
+def _ends(eps: pl.LazyFrame, events: pl.LazyFrame, recov: pl.LazyFrame, rules: dict, now: datetime) -> pl.LazyFrame:
+    """``eps`` with ``ended_at`` and ``ended``: what ended each episode, a recovery on its GPU or
+    node, or its kind's clearing event once quiet. A line without a time is ended only by a person's
+    statement (source health), which covers all before it."""
     ends = []
     for said in (True, False):
         mine = recov.filter((pl.col("source") == "health") == said)
@@ -152,6 +144,24 @@ def decide(events: pl.LazyFrame, rules: dict, now: datetime, breaker_reset: date
         clears.append(col)
     eps = eps.with_columns(ended.alias("ended_at"), ended_how.alias("ended")).drop(*ends, *clears)
 
+    return eps
+
+
+def decide(events: pl.LazyFrame, rules: dict, now: datetime, breaker_reset: datetime | None = None) -> pl.DataFrame:
+    """One row per fault episode in ``events``: what it is, how many lines, whether it is still open
+    (``ended`` says what ended it), its ``remedy`` and the drain-reason ``category``, ``acting``
+    (an open fault whose remedy takes the node out, not observe-only, not stale) and ``reason``."""
+    now = now.astimezone(timezone.utc).replace(tzinfo=None) if now.tzinfo else now
+    events = events.with_columns(pl.col("ts").dt.replace_time_zone(None))
+    # the few recoveries and episodes are collected once: every step below reads them again
+    recov = events.filter(pl.col("kind").is_in(rules.get("recovery", []))).select("node", "gpu", "ts", "source") \
+        .collect().lazy()
+    lines = _epochs(fault_lines(events, rules), recov)
+    eps = episodes(lines, _span(rules, "dedup_window")).with_columns(pl.col("last_ts").fill_null(EPOCH).alias("_at")) \
+        .collect().lazy()
+
+    eps = _ends(eps, events, recov, rules, now)
+
     # repetition: episodes of the same fault in the window before each, and how many of them ended
     repeat = _span(rules, "repeat_window")
     eps = eps.sort([*KEY, "_at"]).with_columns(
@@ -174,7 +184,6 @@ def decide(events: pl.LazyFrame, rules: dict, now: datetime, breaker_reset: date
     app_n = int(rules.get("app_repeat_count", 3))
     eps = eps.sort("_at").with_columns(
         pl.when(app).then(1).otherwise(0).rolling_sum_by("_at", repeat).over(["node", "gpu"]).alias("_app_gpu"),
-        pl.when(app).then(pl.col("gpu")).alias("_app_g"),
         pl.when(app & pl.col("location").is_not_null()).then(1).otherwise(0)
         .rolling_sum_by("_at", repeat).over(["node", "gpu", "location"]).alias("_app_loc"))
     gpus = (eps.filter(app).group_by("node").agg(pl.col("gpu").n_unique().alias("_app_gpus")))
