@@ -15,7 +15,7 @@ from observe.collector import Context
 from observe.health import faults, policy
 from observe.health.recovery import fault_cleared
 from observe.ingest import parse_bytes
-from observe.schema import FIELDS, POLARS_SCHEMA
+from observe.schema import conform
 
 T0 = datetime(2026, 11, 1, 12, tzinfo=timezone.utc)
 RULES = policy.load()["faults"]
@@ -53,8 +53,7 @@ def events(case: Case, node: str = "gpu1") -> pl.LazyFrame:
     for m, gpu, did in case.cleared:
         frames.append(fault_cleared(node, gpu, did, by="test").with_columns(
             pl.lit(T0 + timedelta(minutes=m)).dt.cast_time_unit("us").alias("ts")))
-    return pl.concat([f.select(pl.col(c) if c in f.columns else pl.lit(None).alias(c) for c in FIELDS)
-                      .cast(POLARS_SCHEMA) for f in frames]).lazy()
+    return pl.concat([conform(f) for f in frames]).lazy()
 
 
 def decide(case: Case) -> pl.DataFrame:
@@ -167,7 +166,7 @@ def test_dedup_folds_800k_lines_into_29_episodes() -> None:
     frame = pl.DataFrame({"ts": ts, "node": ["gpu1"] * n, "source": ["kernel"] * n, "kind": ["gpu_xid"] * n,
                           "gpu": [G1] * n, "code": [95] * n, "message": [xid(95, detail="Uncontained ECC error")] * n,
                           "attrs": ['{"action":"reset_gpu"}'] * n})
-    frame = frame.select(pl.col(c) if c in frame.columns else pl.lit(None).alias(c) for c in FIELDS).cast(POLARS_SCHEMA)
+    frame = conform(frame)
     got = faults.decide(frame.lazy(), RULES, T0 + timedelta(hours=30))
     assert got.height == bursts and got.get_column("lines").sum() == per * bursts
     assert got.get_column("lines").to_list() == [per] * bursts
@@ -187,8 +186,7 @@ def test_an_undated_fault_ends_only_by_a_persons_statement() -> None:
                           Context(node="gpu1"))
     assert undated["ts"][0] is None and undated["kind"][0] == "gpu_xid"
     boot = events(Case("", [(5, "Linux version 6.1.0-26-amd64 (debian-kernel@lists.debian.org) #1 SMP")])).collect()
-    both = pl.concat([undated.select(pl.col(c) if c in undated.columns else pl.lit(None).alias(c) for c in FIELDS)
-                      .cast(POLARS_SCHEMA), boot])
+    both = pl.concat([conform(undated), boot])
     now = T0 + timedelta(hours=1)
     assert faults.decide(both.lazy(), RULES, now)["open"].to_list() == [True]
     cleared = pl.concat([both, events(Case("", [], cleared=[(10, None, "reboot")])).collect()])

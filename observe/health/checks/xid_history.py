@@ -19,7 +19,7 @@ from observe.collector import Context
 from observe.health import faults
 from observe.health.result import Result, Status, unknown
 from observe.ingest import parse_bytes
-from observe.schema import FIELDS, POLARS_SCHEMA
+from observe.schema import conform
 from observe.streams import read_kmsg
 from queries.search import parse_span
 
@@ -59,8 +59,7 @@ def run(opts: dict) -> Result:
         return unknown(NAME, f"no kernel log to read ({log_error})")
     if boot is not None:  # the boot ended every fault before it, whether or not its first line is still logged
         frames.append(pl.DataFrame({"ts": [boot], "node": [node], "kind": ["kernel_boot"], "source": ["kernel"]}))
-    events = pl.concat([f.select(pl.col(c) if c in f.columns else pl.lit(None).alias(c) for c in FIELDS)
-                        .cast(POLARS_SCHEMA) for f in frames])
+    events = pl.concat([conform(f) for f in frames])
     events = events.unique(["ts", "kind", "gpu", "code", "message"], keep="first", maintain_order=True)
     decided = faults.decide(events.lazy(), rules, now, breaker_reset)
     acting = decided.filter(pl.col("acting") & pl.col("kind").str.starts_with("gpu_"))
