@@ -250,7 +250,8 @@ def nodes_cmd(
     fmt: Annotated[str, typer.Option("--format", help="table or json (one object per line).")] = "table",
     store: StoreOpt = None,
 ) -> None:
-    """Flaky nodes (or GPUs): fault history, repeat offenders flagged, advice watch / drain / rma.
+    """Flaky nodes (or GPUs): fault history, repeat offenders flagged, advice watch / drain / rma,
+    and how often each node was drained, by anyone (observe health drains lists them).
 
     Thresholds are in queries/causes.toml ([nodes]).
 
@@ -266,7 +267,8 @@ def nodes_cmd(
                                            ("last", 19), ("kinds", 0)])
     else:
         _print_frame(rank_nodes(lf), fmt, [("node", 10), ("episodes", 8), ("events", 6), ("days", 4), ("advice", 6),
-                                            ("last", 19), ("kinds", 36), ("last_message", 0)])
+                                            ("drains", 6), ("drained_by", 12), ("last", 19), ("kinds", 30),
+                                            ("last_message", 0)])
 
 
 @app.command("patterns")

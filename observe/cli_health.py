@@ -18,8 +18,9 @@ app.add_typer(health_app, name="health")
 
 @health_app.command("run")
 def health_run_cmd(
-    checks: Annotated[str, typer.Option(help="Comma-separated checks, in order: gpu_count, ib, gpu_burn, allreduce.")] =
-        "gpu_count,ib,gpu_burn,allreduce",
+    checks: Annotated[str, typer.Option(help="Comma-separated checks, in order: gpu_count, disk, nvml, fabric, gpu_procs, "
+                                        "ib, xid_history, gpu_burn, allreduce.")] =
+        "gpu_count,disk,nvml,fabric,ib,gpu_burn,allreduce",
     budget: Annotated[str, typer.Option(help="Time for all checks together (90s, 5m); a burn is shortened to fit.")] = "5m",
     policy: Annotated[Optional[str], typer.Option(help="Site policy TOML merged over the built-in one.")] = None,
     device: Annotated[str, typer.Option(help="auto (GPUs when present) or cpu.")] = "auto",
@@ -160,6 +161,19 @@ def breaker_cmd(
     raise typer.Exit(1)
 
 
+def _section_and_nodes(fmt: str, policy: str | None, section: str, node: str | None) -> tuple[dict, list[str] | None]:
+    """A listing command's checked --format, its policy section and its --node list (one-line errors)."""
+    from observe.health import policy as pol
+    from queries.search import expand_nodes
+
+    if fmt not in ("table", "json"):
+        _fail(f"unknown format {fmt!r}: use table or json")
+    try:
+        return pol.load(policy)[section], expand_nodes(node) if node else None
+    except (ValueError, pol.PolicyError) as exc:
+        _fail(str(exc))
+
+
 @health_app.command("faults")
 def faults_cmd(
     since: Annotated[str, typer.Option(help="Look this far back (ISO time or span: 2h, 7d).")] = "7d",
@@ -181,17 +195,9 @@ def faults_cmd(
     import polars as pl
 
     from observe.health import faults
-    from observe.health import policy as pol
     from observe.health.drain import breaker
-    from queries.search import expand_nodes
 
-    if fmt not in ("table", "json"):
-        _fail(f"unknown format {fmt!r}: use table or json")
-    try:
-        rules_ = pol.load(policy)["faults"]
-        nodes = expand_nodes(node) if node else None
-    except (ValueError, pol.PolicyError) as exc:
-        _fail(str(exc))
+    rules_, nodes = _section_and_nodes(fmt, policy, "faults", node)
     st = _store(store)
     lf = st.scan(sources=["kernel", "health"], since=_time(since))
     if nodes:
@@ -212,6 +218,49 @@ def faults_cmd(
     out.print(table)
     out.print(f"{decided.height} fault episodes{'' if all_ else ' open'}; "
               f"{decided.filter('acting').get_column('node').n_unique()} nodes call for a remedy")
+
+
+@health_app.command("drains")
+def drains_cmd(
+    since: Annotated[str, typer.Option(help="Look this far back (ISO time or span: 2h, 7d).")] = "7d",
+    node: Annotated[Optional[str], typer.Option(help="Nodes (gpu[001-016]).")] = None,
+    by: Annotated[Optional[str], typer.Option(help="Only drains by observe, nhc, slurm, admin or unknown.")] = None,
+    policy: Annotated[Optional[str], typer.Option(help="Site policy TOML ([drain] owners).")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="table or json (one object per drain or return).")] = "table",
+    store: StoreOpt = None,
+) -> None:
+    """Every drain and return of a node, whoever made it: observe, NHC, an admin or Slurm itself.
+
+    From observe's ledger, the drains the healthcheck hook saw set by others (their reason and
+    [user@time]), and slurmctld's log when it is collected. Who drained is read from the reason by
+    the policy's [drain] owners.
+
+    Example: observe health drains --since 30d --by nhc
+    """
+    import polars as pl
+
+    from queries import drains
+
+    rules_, nodes = _section_and_nodes(fmt, policy, "drain", node)
+    lf = drains.history(_store(store).scan(sources=["health", "slurm"], since=_time(since)), rules_)
+    if nodes:
+        lf = lf.filter(pl.col("node").is_in(nodes))
+    if by:
+        lf = lf.filter(pl.col("by") == by)
+    found = lf.collect()
+    if fmt == "json":
+        for row in found.iter_rows(named=True):
+            print(json.dumps(row, default=str))
+        return
+    table = Table("time", "node", "what", "by", "user", "reason", box=None, pad_edge=False)
+    for r in found.iter_rows(named=True):
+        table.add_row(f"{r['ts']:%Y-%m-%d %H:%M:%S}" if r["ts"] else "?", escape(r["node"] or ""), r["what"] or "",
+                      r["by"] or "", escape(r["user"] or ""), escape(r["reason"] or ""))
+    out.print(table)
+    drained = found.filter(pl.col("what") != "resume")
+    counts = drained.group_by("by").len().sort("len", descending=True)
+    who = ", ".join(f"{n} by {b}" for b, n in counts.iter_rows())
+    out.print(f"{drained.height} drains on {found.get_column('node').n_unique()} nodes" + (f": {who}" if who else ""))
 
 
 def _drain_or_resume(node: str, reason: str | None, policy: str | None, store: str | None, dry_run: bool,
@@ -337,7 +386,7 @@ def _hook(kind: str, store: str | None, policy: str | None, budget: str | None, 
 @slurm_app.command("epilog")
 def slurm_epilog_cmd(store: HookStore = None, policy: HookPolicy = None, budget: HookBudget = None, dry_run: HookDry = False,
                      log: HookLog = None) -> None:
-    """Slurm Epilog: capture the job's artifacts (secrets redacted), run the [epilog] checks, drain
+    """Slurm Epilog: record the job's GPUs released, capture its artifacts (secrets redacted), run the [epilog] checks, drain
     the node on a FAIL, requeue a failed job that opted in (sbatch --requeue and '#OBSERVE requeue'
     in its script). Always exits 0."""
     _hook("epilog", store, policy, budget, dry_run, log)
@@ -346,8 +395,9 @@ def slurm_epilog_cmd(store: HookStore = None, policy: HookPolicy = None, budget:
 @slurm_app.command("prolog")
 def slurm_prolog_cmd(store: HookStore = None, policy: HookPolicy = None, budget: HookBudget = None, dry_run: HookDry = False,
                      log: HookLog = None) -> None:
-    """Slurm Prolog: run the [prolog] checks before the job; on a FAIL drain the node and requeue an
-    opted-in job so it starts elsewhere. Always exits 0."""
+    """Slurm Prolog: record which GPUs the job holds (SLURM_JOB_GPUS -> UUID, PCI id), run the
+    [prolog] checks before the job; on a FAIL drain the node and requeue an opted-in job so it
+    starts elsewhere. Always exits 0."""
     _hook("prolog", store, policy, budget, dry_run, log)
 
 

@@ -8,10 +8,12 @@ wins, files taken in name order. Named groups called like schema fields (``gpu``
 ``job_id``, ``pid``, ``node``, ``program``) fill those fields; other groups go to ``attrs``.
 
 A catalog file holds ``catalog = "<kind>"``, ``key = "<field>"`` and ``[[entry]]`` tables; events of
-that kind get the matching entry's other keys merged into ``attrs`` (``severity`` sets the field).
-Later files' entries replace earlier ones with the same key. A catalog may guard some fields with
-``monotone = "<field>"`` (or a list) and ``order = [lowest, ..., highest]``: its entries' values must be
-in ``order``, and a later file may keep or lower an entry's value, never raise it (new keys are free).
+that kind get the matching entry's other keys merged into ``attrs`` (``severity`` sets the field), or
+only those named in ``attach = [...]``: the rest stay in the catalog, for :func:`catalog` at query time.
+Later files' entries replace earlier ones with the same key (a later ``attach`` the earlier one). A
+catalog may guard some fields with ``monotone = "<field>"`` (or a list) and ``order = [lowest, ...,
+highest]``: its entries' values must be in ``order``, and a later file may keep or lower an entry's
+value, never raise it (new keys are free).
 """
 from __future__ import annotations
 
@@ -56,6 +58,7 @@ class Catalog:
     where: str
     monotone: tuple[str, ...] = ()  # fields a later file may only keep or lower along ``order``
     order: tuple[str, ...] = ()
+    attach: tuple[str, ...] | None = None  # fields merged into events' attrs; None: all
 
 
 def _check_pattern(pattern: str, where: str) -> tuple[str, ...]:
@@ -132,7 +135,7 @@ def _merge(catalogs: list[Catalog]) -> list[Catalog]:
     """One catalog per kind: entries of later files override earlier ones with the same key.
 
     The first file of a kind that declares ``monotone``/``order`` guards the later ones: an override
-    that raises a guarded field of an existing key is a :class:`RuleError`.
+    that raises a guarded field of an existing key is a :class:`RuleError`. The last ``attach`` declared holds.
     """
     merged: dict[str, Catalog] = {}
     for cat in catalogs:
@@ -143,7 +146,7 @@ def _merge(catalogs: list[Catalog]) -> list[Catalog]:
             monotone, order = (prev.monotone, prev.order) if prev.monotone else (cat.monotone, cat.order)
             entries = pl.concat([prev.entries, cat.entries], how="diagonal_relaxed")
             cat = Catalog(cat.kind, cat.key, entries.unique(subset=cat.key, keep="last", maintain_order=True),
-                          cat.where, monotone, order)
+                          cat.where, monotone, order, prev.attach if cat.attach is None else cat.attach)
         merged[cat.kind] = cat
     return list(merged.values())
 
@@ -187,6 +190,9 @@ def _catalog(doc: dict, where: str) -> Catalog:
         raise RuleError(f"{where}: monotone must be a field name or a list of them")
     if monotone and (not isinstance(order, list) or not order or not all(isinstance(v, str) for v in order)):
         raise RuleError(f"{where}: monotone needs order = [lowest, ..., highest] (a list of strings)")
+    attach = doc.get("attach")
+    if attach is not None and (not isinstance(attach, list) or not all(isinstance(f, str) and f for f in attach)):
+        raise RuleError(f"{where}: attach must be a list of field names")
     frame = pl.DataFrame(entries, infer_schema_length=None)
     for f in monotone:
         if f in frame.columns:
@@ -195,7 +201,7 @@ def _catalog(doc: dict, where: str) -> Catalog:
                 raise RuleError(f"{where}: {key} {bad.item(0, key)}: {f} {bad.item(0, f)!r} not one of "
                                 f"{', '.join(order)}")
     return Catalog(kind=doc["catalog"], key=key, entries=frame, where=where, monotone=tuple(monotone),
-                   order=tuple(order))
+                   order=tuple(order), attach=None if attach is None else tuple(attach))
 
 
 def load() -> tuple[tuple[Rule, ...], tuple[Catalog, ...]]:
@@ -204,7 +210,7 @@ def load() -> tuple[tuple[Rule, ...], tuple[Catalog, ...]]:
 
 
 def catalog(kind: str) -> pl.DataFrame | None:
-    """The catalog entries for events of ``kind``, or None."""
+    """The catalog entries for events of ``kind`` (every field, attached or not), or None."""
     return next((c.entries for c in load()[1] if c.kind == kind), None)
 
 
@@ -300,7 +306,7 @@ def _extract(cand: pl.LazyFrame, rule: Rule) -> pl.LazyFrame:
 
 
 def enrich(df: pl.DataFrame) -> pl.DataFrame:
-    """Merge catalog entries into ``attrs`` (and ``severity``) of events of each catalog's kind."""
+    """Merge catalog entries' attached fields into ``attrs`` (and ``severity``) of events of each catalog's kind."""
     kinds = df.get_column("kind")
     for cat in load()[1]:
         idx = (kinds == cat.kind).arg_true()
@@ -308,7 +314,8 @@ def enrich(df: pl.DataFrame) -> pl.DataFrame:
             continue
         entries = cat.entries
         key_dtype = POLARS_SCHEMA.get(cat.key, pl.String)
-        info = [c for c in entries.columns if c not in (cat.key, "severity")]
+        info = [c for c in entries.columns if c not in (cat.key, "severity")
+                and (cat.attach is None or c in cat.attach)]
         entries = entries.select(
             pl.col(cat.key).cast(key_dtype).alias(cat.key),
             (pl.col("severity") if "severity" in entries.columns else pl.lit(None, dtype=pl.String)).alias("_sev"),

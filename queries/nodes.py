@@ -5,6 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from queries.causes import load_causes
+from queries.drains import history
 from queries.incidents import LINGER, _sessions, faults
 
 
@@ -19,9 +20,18 @@ def _episodes(events: pl.LazyFrame, by: list[str]) -> pl.DataFrame:
                  pl.col("category").first(), pl.col("message").first(), pl.len().alias("events")))
 
 
-def rank_nodes(events: pl.LazyFrame) -> pl.DataFrame:
-    """Nodes with faults, worst first: episodes, days, kinds, last fault, repeat flag, advice."""
+def rank_nodes(events: pl.LazyFrame, drain_rules: dict | None = None) -> pl.DataFrame:
+    """Nodes with faults or drains, worst first: episodes, days, kinds, last fault, repeat flag,
+    advice, and drains by anyone (``drained_by``: observe, nhc, slurm, admin; [drain] owners of
+    ``drain_rules``, the built-in health policy's by default)."""
+    if drain_rules is None:
+        from observe.health.policy import load
+
+        drain_rules = load()["drain"]
     limits = load_causes().nodes
+    drained = (history(events, drain_rules).filter(pl.col("what") != "resume").group_by("node")
+               .agg(pl.len().cast(pl.UInt32).alias("drains"), pl.col("by").unique().sort().str.join(",").alias("drained_by"))
+               .collect())
     ep = _episodes(events, ["node"])
     out = (ep.group_by("node")
            .agg(pl.len().cast(pl.UInt32).alias("episodes"), pl.col("events").sum().cast(pl.UInt32),
@@ -32,7 +42,10 @@ def rank_nodes(events: pl.LazyFrame) -> pl.DataFrame:
     advice = pl.when(pl.col("episodes") >= limits.get("drain_episodes", 3)).then(pl.lit("drain")) \
         .when(repeat).then(pl.lit("drain")).otherwise(pl.lit("watch"))
     return (out.with_columns(repeat.alias("repeat"), advice.alias("advice"))
-            .sort(["episodes", "events", "last"], descending=True))
+            .join(drained, on="node", how="full", coalesce=True)
+            .with_columns(pl.col("episodes", "events", "days", "drains").fill_null(0), pl.col("repeat").fill_null(False),
+                          pl.col("advice").fill_null("watch"))
+            .sort(["episodes", "events", "drains", "last"], descending=True, nulls_last=True))
 
 
 def rank_gpus(events: pl.LazyFrame) -> pl.DataFrame:

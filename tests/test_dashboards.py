@@ -87,12 +87,12 @@ def test_every_queried_metric_is_exported():
 def test_alert_rules_check_and_unit_tests():
     check = subprocess.run([PROMTOOL, "check", "rules", str(DASHBOARDS / "alerts.yaml")], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
-    assert "SUCCESS: 5 rules found" in check.stdout
+    assert "SUCCESS: 6 rules found" in check.stdout
     unit = subprocess.run([PROMTOOL, "test", "rules", "alerts_test.yaml"], capture_output=True, text=True, cwd=DASHBOARDS)
     assert unit.returncode == 0, unit.stdout + unit.stderr
     tested = set(re.findall(r"alertname: (\w+)", (DASHBOARDS / "alerts_test.yaml").read_text()))
     assert tested == {"ObserveFatalXid", "ObserveNodeDrained", "ObserveDrainBudgetExhausted", "ObserveCollectorSilent",
-                      "ObserveIngestLag"}
+                      "ObserveIngestLag", "ObserveDrainBreakerOpen"}
 
 
 @need_promtool

@@ -17,7 +17,7 @@ from observe.collector import Context
 from observe.exporter.central import StoreMetrics
 from observe.exporter.node import NodeMetrics
 from observe.exporter.serve import Exporter, parse_listen
-from observe.health.drain import Decision, ledger
+from observe.health.drain import Decision, ledger, reset_breaker
 from observe.health.result import Result, Status
 from observe.health.runner import as_events
 from observe.ingest import parse_bytes
@@ -185,9 +185,12 @@ def test_drain_ledger_and_health_checks(tmp_path):
     assert ("observe_node_drained", ("node", "gpu003")) not in got  # a dry run drains nothing
     assert got[("observe_drain_decisions_total", ("decision", "drain_budget_exhausted"), ("node", "gpu002"))] == 1
     assert got[("observe_health_checks_total", ("check", "gpu_burn"), ("status", "FAIL"))] == 1
+    assert got[("observe_drain_breaker_open",)] == 1
     store.write(ledger([Decision("node_resume", "gpu001", "checks pass", "resumed")], "1"))
+    reset_breaker(store, "ops", "switch replaced")
     m.refresh()
     assert samples(m)[("observe_node_drained", ("node", "gpu001"))] == 0
+    assert samples(m)[("observe_drain_breaker_open",)] == 0
 
 
 BURN = {"dtype": "bf16", "devices": {"cuda:0": {"tflops": 612.5, "model": "NVIDIA H100 80GB HBM3"},

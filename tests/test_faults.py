@@ -137,6 +137,11 @@ CASES = [
     Case("a kind can be observe-only as a whole",
          [(0, DOWN)], rules={"observe_only": ["ib_link_down"]},
          expect=[("ib_link_down", None, True, "drain", False)]),
+    Case("Xid 154 takes the recovery action its line states, not the catalog's",
+         [(0, f"NVRM: Xid (PCI:{G1}): 154, GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)"),
+          (1, f"NVRM: Xid (PCI:{G2}): 154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)"),
+          (2, f"NVRM: Xid (PCI:{G3}): 154, GPU recovery action changed from 0x1 (GPU Reset Required) to 0x0 (None)")],
+         expect=[(154, G1, True, "reset", True), (154, G2, True, "reboot", True)]),
 ]
 
 

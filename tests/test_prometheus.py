@@ -137,11 +137,12 @@ scrape_configs:
 
         rules = until("every alert pending or firing", alert_rules, timeout_s=30)
         assert {rule["name"] for rule in rules} == {"ObserveFatalXid", "ObserveNodeDrained", "ObserveDrainBudgetExhausted",
-                                                     "ObserveCollectorSilent", "ObserveIngestLag"}
+                                                     "ObserveCollectorSilent", "ObserveIngestLag", "ObserveDrainBreakerOpen"}
         alerts = {rule["name"]: [a["labels"] for a in rule["alerts"]] for rule in rules}
         assert [(a["node"], a["code"]) for a in alerts["ObserveFatalXid"]] == [("gpu003", "79")]
         assert [a["node"] for a in alerts["ObserveDrainBudgetExhausted"]] == ["gpu004"]
         assert [a["node"] for a in alerts["ObserveNodeDrained"]] == ["gpu002"]
+        assert len(alerts["ObserveDrainBreakerOpen"]) == 1  # gpu004's exhausted budget opened it
         assert [a["node"] for a in alerts["ObserveCollectorSilent"]] == ["gpu001"]
         assert {a["source"] for a in alerts["ObserveIngestLag"]} == {"gpu", "nccl", "syslog"}  # kernel, slurm: live
     finally:

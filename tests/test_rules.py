@@ -1,6 +1,7 @@
 """Every rule's examples produce its kind through the real engine; bad rule files fail clearly."""
 from __future__ import annotations
 
+import json
 import tomllib
 from pathlib import Path
 
@@ -90,6 +91,47 @@ def test_xid_catalog_actions_are_in_its_order() -> None:
     assert set(entries.get_column("category")) <= {"gpu", "memory", "nvlink", "driver", "application"}
     nvlink = entries.filter(pl.col("code").is_between(144, 150))
     assert nvlink.height == 7 and (nvlink.get_column("fatal_action") == "reset_gpu").all()
+
+
+def test_xid_events_carry_only_the_attached_fields() -> None:
+    """attrs get ``attach`` (what faults, causes and the exporter read); the rest stays in the catalog."""
+    doc = tomllib.loads(XID_TOML.read_text())
+    assert {"action", "fatal_action", "category"} <= set(doc["attach"])
+    assert set(doc["attach"]) <= set(pl.DataFrame(doc["entry"], infer_schema_length=None).columns)
+    got = _enriched(["NVRM: Xid (PCI:0000:3b:00): 48, pid=7, name=python, An uncorrectable double bit error"])
+    attrs = json.loads(got.item(0, "attrs"))
+    assert attrs == {"process": "python", "detail": "An uncorrectable double bit error", "name": "Double Bit ECC Error",
+                     "action": "reset_gpu", "category": "memory"}
+    assert got.item(0, "severity") == "crit"
+    entry = rules.catalog("gpu_xid").filter(pl.col("code") == 48).row(0, named=True)
+    assert entry["meaning"].startswith("Uncorrectable") and entry["immediate"] == "WORKFLOW_XID_48"
+
+
+def test_site_catalog_inherits_or_replaces_attach(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    entry = '[[entry]]\ncode = 13\nname = "site"\naction = "none"\ncategory = "application"\nmeaning = "ours"\n'
+    line = "NVRM: Xid (PCI:0000:3b:00): 13, Graphics Exception"
+    _site(tmp_path, monkeypatch, entry)
+    assert json.loads(_enriched([line]).item(0, "attrs")) == {"detail": "Graphics Exception", "name": "site",
+                                                               "action": "none", "category": "application"}
+    _site(tmp_path, monkeypatch, 'attach = ["meaning"]\n' + entry)
+    rules._load.cache_clear()
+    assert json.loads(_enriched([line]).item(0, "attrs")) == {"detail": "Graphics Exception", "meaning": "ours"}
+
+
+def test_catalog_without_attach_merges_every_field() -> None:
+    nccl = next(c for c in rules.load()[1] if c.kind == "nccl_error")
+    assert nccl.attach is None
+    df = pl.DataFrame({"kind": ["nccl_error"], "code": [6], "severity": ["err"], "attrs": [None]},
+                      schema_overrides={"code": POLARS_SCHEMA["code"], "attrs": pl.String})
+    attrs = json.loads(rules.enrich(df).item(0, "attrs"))
+    assert set(attrs) == set(nccl.entries.columns) - {nccl.key, "severity"} and attrs["meaning"]
+
+
+def test_attach_must_be_a_list_of_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "c.toml").write_text('catalog = "x"\nkey = "k"\nattach = "level"\n[[entry]]\nk = 1\n')
+    monkeypatch.setenv("OBSERVE_RULES", str(tmp_path))
+    with pytest.raises(rules.RuleError, match=r"c\.toml: attach must be a list of field names"):
+        rules.load()
 
 
 def _site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str) -> None:

@@ -7,12 +7,13 @@ The fake nodes share this host's kernel, so each node's kernel log is a file (``
 the policy's ``xid_history.log = ".../%n/kern.log"``)."""
 from __future__ import annotations
 
+import gzip
 import json
 import socket
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import polars as pl
@@ -43,7 +44,12 @@ def site(tmp_path_factory: pytest.TempPathFactory):
     policy = d / "policy.toml"
     policy.write_text(f'[xid_history]\nlog = "{d}/klog/%n/kern.log"\n\n[epilog]\nchecks = ["xid_history"]\n'
                       f'[prolog]\nchecks = []\n[healthcheck]\nchecks = ["xid_history"]\n'
-                      f'[drain]\nreturn_checks = ["gpu_burn"]\n[gpu_burn]\nseconds = 1\n')
+                      f'[drain]\nreturn_checks = ["gpu_burn"]\nbug_report_dir = "{d}/bug-reports"\n'
+                      f'bug_report_command = "{d}/nvidia-bug-report.sh"\n[gpu_burn]\nseconds = 1\n')
+    report = d / "nvidia-bug-report.sh"  # stands in for NVIDIA's: writes its arguments where the report goes
+    report.write_text('#!/bin/sh\nfor a; do [ "$prev" = --output-file ] && out=$a; prev=$a; done\n'
+                      'echo "$@" | gzip > "$out.gz"\n')
+    report.chmod(0o755)
     store, log = d / "store", d / "hooks.log"
     epilog = _wrapper(d / "epilog.sh", "epilog", store, policy, log)
     with SlurmCluster(d / "slurm", n=4, base_port=17200, extra=f"Epilog={epilog}\n").serving() as c:
@@ -56,6 +62,7 @@ def fresh(site):
     c: SlurmCluster = site["cluster"]
     for n in c.nodes:
         (site["dir"] / "klog" / n / "kern.log").write_text("")
+        subprocess.run(["scontrol", "delete", f"ReservationName=observe_quarantine_{n}"], env=c.env, capture_output=True)
         if any(s in c.state(n)[0] for s in ("DRAIN", "DOWN")):
             c.scontrol("update", f"NodeName={n}", "State=RESUME")
     _wrapper(site["epilog"], "epilog", site["store"].root, site["policy"], site["log"])
@@ -194,11 +201,11 @@ def _observe(*args: str, env: dict | None = None) -> subprocess.CompletedProcess
     return subprocess.run([str(Path(sys.executable).parent / "observe"), *args], env=env, capture_output=True, text=True)
 
 
-def _healthcheck(site, node: str, store: Path) -> None:
+def _healthcheck(site, node: str, store: Path, policy: Path | None = None) -> None:
     """As slurmd runs HealthCheckProgram: only SLURMD_NODENAME and PWD (and SLURM_CONF, as this
     test cluster's slurm.conf is not at the default path)."""
     env = {"SLURMD_NODENAME": node, "PWD": "/", "SLURM_CONF": str(site["cluster"].conf)}
-    done = _observe("slurm", "healthcheck", "--store", str(store), "--policy", str(site["policy"]),
+    done = _observe("slurm", "healthcheck", "--store", str(store), "--policy", str(policy or site["policy"]),
                     "--log", str(site["log"]), env=env)
     assert done.returncode == 0, done.stderr
 
@@ -226,6 +233,60 @@ def test_healthcheck_resumes_only_once_the_failed_check_passes(fresh, tmp_path: 
     assert ledger.filter(pl.col("kind") == "node_resume")["node"].to_list() == ["node3"]
     burn = ledger.filter((pl.col("kind") == "health_check") & pl.col("message").str.starts_with("gpu_burn"))
     assert burn["node"].to_list() == ["node3"]  # the extended re-check ran once, on the drained node only
+
+
+def test_drains_by_others_reach_the_ledger_once(fresh, tmp_path: Path) -> None:
+    """A drain observe did not make (NHC's, an admin's) is recorded by the next healthcheck, once, with
+    who set it; its end too. With slurmctld's own log ingested beside the ledger, each change is listed once."""
+    site, c = fresh, fresh["cluster"]
+    store = tmp_path / "store"
+    start = (datetime.now(timezone.utc) - timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%SZ")  # the log has earlier tests'
+    c.scontrol("update", "NodeName=node1", "State=DRAIN", "Reason=NHC: check_fs_mount: /scratch not mounted")
+    _healthcheck(site, "node1", store)
+    _healthcheck(site, "node1", store)  # the same drain: not recorded again
+    seen = Store(store).scan(sources=["health"]).filter(pl.col("kind") == "node_drain_seen").collect()
+    assert seen.height == 1 and seen["message"][0].startswith("node1 IDLE+DRAIN by nhc (root): NHC: check_fs_mount")
+    reason_time = datetime.fromisoformat(c.state("node1")[1].split("@")[1].rstrip("]")).astimezone(timezone.utc)
+    assert seen["ts"][0] == reason_time  # when the drain was set, not when it was noticed
+    c.scontrol("update", "NodeName=node1", "State=RESUME")
+    c.wait_idle(["node1"], timeout=10)
+    _healthcheck(site, "node1", store)
+    _xid(site, "node3")
+    _healthcheck(site, "node3", store)  # observe's own drain
+    assert _observe("ingest", "--source", "slurm", "--store", str(store),
+                    str(c.dir / "log" / "slurmctld.log")).returncode == 0
+    logged = Store(store).scan(sources=["slurm"]).filter(pl.col("kind").str.starts_with("slurm_node_")).collect()
+    assert {"slurm_node_drain", "slurm_node_reason", "slurm_node_resume"} <= set(logged["kind"]), logged["raw"].to_list()
+    done = _observe("health", "drains", "--store", str(store), "--format", "json", "--since", start, "--node", "node[1,3]")
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(r["node"], r["what"], r["by"]) for r in rows] == [
+        ("node1", "drain", "nhc"), ("node1", "resume", "unknown"), ("node3", "drain", "observe")], done.stdout
+    assert rows[0]["user"] == "root" and rows[2]["reason"].startswith("observe: [hardware] xid_history")
+    table = _observe("health", "drains", "--store", str(store), "--since", start, "--node", "node[1,3]", "--by", "nhc")
+    assert "1 drains on 1 nodes: 1 by nhc" in table.stdout, table.stdout
+
+
+def test_quarantine_holds_a_node_a_person_resumed_until_its_recheck_passes(fresh, tmp_path: Path) -> None:
+    """[drain] quarantine: the drained node is also held in a reservation only root may use. A person's
+    resume does not return it to users; the next healthcheck's re-check (xid_history, then the burn)
+    releases it, and the job waiting for it starts."""
+    site, c = fresh, fresh["cluster"]
+    store, policy = tmp_path / "store", tmp_path / "quarantine.toml"
+    policy.write_text(site["policy"].read_text().replace("[drain]\n", "[drain]\nquarantine = true\n"))
+    _xid(site, "node1")
+    _healthcheck(site, "node1", store, policy)
+    assert "DRAIN" in c.state("node1")[0]
+    assert "ReservationName=observe_quarantine_node1 " in c.scontrol("show", "reservation", "-o")
+    (site["dir"] / "klog" / "node1" / "kern.log").write_text("")  # repaired (the kernel log of a new boot)
+    c.scontrol("update", "NodeName=node1", "State=RESUME")  # a person returns it before the re-check
+    job = _sbatch(c, "-w", "node1", "-o", "/dev/null", "--wrap", "true")
+    time.sleep(3)
+    assert _job(c, job)["JobState"] == "PENDING"  # held: no job of a user lands on it
+    _healthcheck(site, "node1", store, policy)  # xid_history passes, the burn passes: released
+    assert "observe_quarantine_node1" not in c.scontrol("show", "reservation", "-o")
+    _wait(lambda: _job(c, job)["JobState"] == "COMPLETED", timeout=30)
+    ledger = Store(store).scan(sources=["health"]).filter(pl.col("kind") == "node_resume").collect()
+    assert ledger["message"].to_list() == ["node_resume node1: released from reservation observe_quarantine_node1"]
 
 
 def test_drill_inject_drain_reset_recheck_return_then_the_ladder(fresh, tmp_path: Path) -> None:
@@ -258,6 +319,11 @@ def test_drill_inject_drain_reset_recheck_return_then_the_ladder(fresh, tmp_path
     assert steps == ["node_drain", "fault_cleared", "node_resume"] * 2 + ["node_drain"]
     burns = ledger.filter((pl.col("kind") == "health_check") & pl.col("message").str.starts_with("gpu_burn PASS"))
     assert burns.height == 2  # the extended re-check before each return
+    reports = ledger.filter(pl.col("kind") == "bug_report")["attrs"].map_elements(lambda a: json.loads(a)["file"],
+                                                                                 return_dtype=pl.String).to_list()
+    assert len(reports) == 3  # one per drain, collected before the remedy
+    got = _wait(lambda: Path(reports[0]).exists() and gzip.decompress(Path(reports[0]).read_bytes()).decode())
+    assert got.startswith("--safe-mode --output-file ") and "nvidia-bug-report-node2-" in got
     assert _observe("ingest", str(klog), "--store", str(store), "--node", "node2").returncode == 0  # as the collector would
     faults = _observe("health", "faults", "--all", "--format", "json", "--store", str(store))
     rows = [json.loads(line) for line in faults.stdout.splitlines()]

@@ -263,6 +263,11 @@ class StoreMetrics:
         yield family(GaugeMetricFamily, "observe_node_drained",
                       "1 while observe's ledger says the node is drained (its last drain not yet followed by a resume).",
                       ("node",), {(n,): int(d) for n, (_, d) in self.drained.items()})
+        tripped, reset = (max((t for (_, d), t in self.last["decision"].items() if d == mark), default=0.0)
+                          for mark in ("drain_budget_exhausted", "drain_breaker_reset"))
+        yield family(GaugeMetricFamily, "observe_drain_breaker_open",
+                      "1 while the drain breaker is open (a budget exhausted since the last `observe health breaker "
+                      "--reset`): observe drains nothing.", (), {(): int(tripped > reset)})
         yield family(CounterMetricFamily, "observe_health_checks", "Health-check results recorded, by check and status.",
                       ("check", "status"), self.health)
         yield family(CounterMetricFamily, "observe_job_requeues",

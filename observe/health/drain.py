@@ -9,6 +9,8 @@ observe drains a node only when:
   (every drain refused) until a person resets it (``observe health breaker --reset``); faults that
   ended before the reset are not replayed.
 - the share counts GPU nodes only (``gpu_nodes_only``): login and CPU nodes do not widen it.
+With ``quarantine`` a drained node is also held in a reservation only root may use: a person's resume
+does not return it to users; it is released once its checks (and the extended re-check) pass.
 It resumes only its own drains. Every decision, taken or refused, dry run or not, is an event in
 the store (source ``health``) with its evidence and the policy version: the drain ledger.
 """
@@ -91,15 +93,29 @@ class Drainer:
                 Decision("drain_budget_exhausted", node, ours, f"{over}; many nodes failing together points to a shared "
                          "cause: nothing more is drained until a person looks", self.dry_run, evidence),
             ])
+        detail = f"drained (was {target.state})"
         if not self.dry_run:
             slurm.drain(node, ours)
-        return self._record([Decision("node_drain", node, ours, f"drained (was {target.state})", self.dry_run, evidence)])
+            detail += self._quarantine(node)
+        return self._record([Decision("node_drain", node, ours, detail, self.dry_run, evidence)])
+
+    def _quarantine(self, node: str) -> str:
+        """Hold a drained node in its quarantine reservation ([drain] quarantine); what was done."""
+        if not self.rules.get("quarantine"):
+            return ""
+        try:
+            slurm.quarantine(node)
+        except slurm.SlurmError as exc:
+            return f"; not quarantined: {exc}"
+        return f"; quarantined in reservation {slurm.quarantine_name(node)} until its re-check passes"
 
     def resume(self, node: str, evidence: dict | None = None, force: bool = False) -> list[Decision]:
         """Resume ``node`` if observe drained it (a person's drain is left alone) and the checks it
         was drained for have passed since (unless ``force``: a person's call, recorded as such)."""
         evidence = {**(evidence or {}), **({"forced": True} if force else {})}
         found = slurm.nodes([node])
+        if found and not found[0].drained and self.held(node):
+            return self._release(node, evidence, force)
         if not found or not found[0].drained:
             return [Decision("node_resume_refused", node, "", "not drained", self.dry_run, evidence)]
         target = found[0]
@@ -112,7 +128,25 @@ class Drainer:
             return self._record([Decision("node_resume_refused", node, target.reason, waiting, self.dry_run, evidence)])
         if not self.dry_run:
             slurm.resume(node)
+            if self.held(node):
+                slurm.release(node)
         return self._record([Decision("node_resume", node, target.reason, "resumed", self.dry_run, evidence)])
+
+    def held(self, node: str) -> bool:
+        """Whether ``node`` is in observe's quarantine reservation ([drain] quarantine)."""
+        return bool(self.rules.get("quarantine")) and slurm.quarantined(node)
+
+    def _release(self, node: str, evidence: dict, force: bool) -> list[Decision]:
+        """A node someone resumed while observe held it in quarantine: released once its checks pass."""
+        name = slurm.quarantine_name(node)
+        waiting = "" if force else self._not_passed(node)
+        if waiting:
+            return self._record([Decision("node_resume_refused", node, name, f"resumed by someone else, kept in "
+                                          f"reservation {name}: {waiting}", self.dry_run, evidence)])
+        if not self.dry_run:
+            slurm.release(node)
+        return self._record([Decision("node_resume", node, name, f"released from reservation {name}", self.dry_run,
+                                      evidence)])
 
     def drained_for_checks(self, node: str) -> list[str]:
         """The checks whose failure made observe drain ``node`` last (empty for a drain by hand)."""

@@ -3,7 +3,8 @@
 - Dedup: lines of one fault (node, GPU, kind, code) closer than ``dedup_window`` are one episode, so
   800,000 Xid 95 lines in 29 bursts are 29 episodes, each with its line count.
 - Remedy: an Xid's comes from the Xid catalog's action ([faults.xid_remedy]; an NVLink Xid whose line
-  says Fatal takes the catalog's ``fatal_action``), other kinds' from [faults.kinds].
+  says Fatal takes the catalog's ``fatal_action``; Xid 154 the recovery action its line states,
+  [faults.recovery_action]), other kinds' from [faults.kinds].
 - Recovery: a later recovery event (a reboot, the driver loading, ``observe health set-healthy``)
   ends the episodes before it, on its GPU or, when it names none, on the whole node. A kind with
   ``cleared_by`` also ends at that event (same node and ``match`` attrs) once ``quiet`` has passed.
@@ -29,6 +30,7 @@ ACTING = ("drain", "reset", "reboot", "replace")  # remedies that take the node 
 CHECK_ACTION = {"reset": "reset", "reboot": "reboot", "replace": "drain", "drain": "drain"}  # a check's FAIL action
 KEY = ["node", "gpu", "kind", "code"]
 EPOCH = datetime(1970, 1, 1)
+PROCESS_GRACE = timedelta(hours=1)  # an Xid's pid is that job's process if it logged within this of the Xid
 
 
 def _attr(name: str) -> pl.Expr:
@@ -53,7 +55,10 @@ def fault_lines(events: pl.LazyFrame, rules: dict) -> pl.LazyFrame:
     xid_remedy = rules.get("xid_remedy", {})
     action = pl.when((_attr("nvlink_severity") == "fatal") & _attr("fatal_action").is_not_null()) \
         .then(_attr("fatal_action")).otherwise(_attr("action"))
-    remedy = pl.when(pl.col("kind") == "gpu_xid").then(
+    stated = rules.get("recovery_action", {})  # Xid 154's own words win over the catalog
+    remedy = pl.when((pl.col("kind") == "gpu_xid") & _attr("recovery_action").is_in(list(stated))).then(
+        _attr("recovery_action").replace_strict(list(stated), list(stated.values()), default=None, return_dtype=pl.String)
+    ).when(pl.col("kind") == "gpu_xid").then(
         action.replace_strict(list(xid_remedy), list(xid_remedy.values()), default="report", return_dtype=pl.String))
     category = pl.when(pl.col("kind") == "gpu_xid").then(pl.lit("hardware"))
     for kind, spec in kinds.items():
@@ -65,6 +70,36 @@ def fault_lines(events: pl.LazyFrame, rules: dict) -> pl.LazyFrame:
     return (events.filter(pl.col("kind").is_in(["gpu_xid", *kinds]))
             .with_columns(remedy.alias("remedy"), category.alias("category"))
             .filter(pl.col("remedy").is_not_null() & (pl.col("remedy") != "none")))
+
+
+def with_jobs(lines: pl.LazyFrame, events: pl.LazyFrame, grace: timedelta = PROCESS_GRACE) -> pl.LazyFrame:
+    """``lines`` with ``job_id`` filled where a line names none: the job whose process it names (an
+    Xid's ``pid`` among that job's logged lines on the node: the latest to start before the line and
+    log within ``grace`` of it, or, for output without times, the only job that pid logged for), else
+    the job that held its GPU (the last ``gpu_allocated`` of that GPU before the line, not
+    ``gpu_released`` since)."""
+    logged = (events.filter(pl.col("job_id").is_not_null() & pl.col("pid").is_not_null() & pl.col("node").is_not_null())
+              .group_by("node", "pid", "job_id")
+              .agg(pl.col("ts").min().alias("_p0"), pl.col("ts").max().alias("_p1"))
+              .collect().lazy())
+    procs = (logged.filter(pl.col("_p0").is_not_null())
+             .select("node", "pid", pl.col("job_id").alias("_pjob"), "_p0", "_p1").sort("_p0"))
+    undated = (logged.filter(pl.len().over("node", "pid") == 1)  # output without times (most NCCL lines):
+               .select("node", "pid", pl.col("job_id").alias("_ujob")))  # only a pid no other job had
+    held = (events.filter(pl.col("kind").is_in(["gpu_allocated", "gpu_released"]) & pl.col("ts").is_not_null())
+            .select("node", "gpu", pl.col("ts").alias("_h"),
+                    pl.when(pl.col("kind") == "gpu_allocated").then(pl.col("job_id")).alias("_hjob")).sort("_h"))
+    dated = pl.col("ts").is_not_null()
+    found = (lines.filter(dated).with_row_index("_i").sort("ts")
+             .join_asof(procs, left_on="ts", right_on="_p0", by=["node", "pid"], strategy="backward",
+                        check_sortedness=False)
+             .join_asof(held, left_on="ts", right_on="_h", by=["node", "gpu"], strategy="backward",
+                        check_sortedness=False)
+             .join(undated, on=["node", "pid"], how="left")
+             .with_columns(pl.coalesce("job_id", pl.when(pl.col("ts") <= pl.col("_p1") + grace).then("_pjob"), "_ujob",
+                                       "_hjob").alias("job_id"))
+             .sort("_i").drop("_i", "_pjob", "_p0", "_p1", "_ujob", "_h", "_hjob"))
+    return pl.concat([found, lines.filter(~dated)], how="vertical_relaxed")
 
 
 def episodes(lines: pl.LazyFrame, window: timedelta) -> pl.LazyFrame:
@@ -156,7 +191,7 @@ def decide(events: pl.LazyFrame, rules: dict, now: datetime, breaker_reset: date
     # the few recoveries and episodes are collected once: every step below reads them again
     recov = events.filter(pl.col("kind").is_in(rules.get("recovery", []))).select("node", "gpu", "ts", "source") \
         .collect().lazy()
-    lines = _epochs(fault_lines(events, rules), recov)
+    lines = _epochs(with_jobs(fault_lines(events, rules), events), recov)
     eps = episodes(lines, _span(rules, "dedup_window")).with_columns(pl.col("last_ts").fill_null(EPOCH).alias("_at")) \
         .collect().lazy()
 

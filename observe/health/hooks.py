@@ -9,8 +9,9 @@ it: observe's own bug must never drain a node or fail a job.
   paths; secrets redacted), runs the epilog checks, drains the node on a FAIL and, for a job that
   failed and opted in (``sbatch --requeue`` and a ``#OBSERVE requeue`` line in its script), requeues
   it so it restarts on healthy nodes, recording the work lost since its latest checkpoint.
-- prolog: runs the prolog checks before the job starts; a FAIL drains the node and requeues an
-  opted-in job so it starts elsewhere.
+- prolog: records which GPUs the job holds (``SLURM_JOB_GPUS`` -> UUID and PCI id; the epilog
+  records their release), runs the prolog checks before the job starts; a FAIL drains the node and
+  requeues an opted-in job so it starts elsewhere.
 - healthcheck: runs the periodic checks; a FAIL drains, and a node observe drained for failed checks
   is resumed once those same checks pass again, and then, on the idle node, the extended re-check
   (``[drain] return_checks``: burn, all-reduce, NVML).
@@ -27,8 +28,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+import polars as pl
+
 from observe import redact
-from observe.health import faults, slurm
+from observe.health import allocation, bugreport, drains, faults, slurm
 from observe.health.drain import Drainer
 from observe.health.events import health_events
 from observe.health.result import Result, Status
@@ -96,6 +99,7 @@ def run(hook: Hook, budget_s: float) -> int:
 
 def _epilog(hook: Hook, budget_s: float) -> None:
     started = time.monotonic()
+    _gpus(hook, "gpu_released")
     info = slurm.job(hook.job)
     failed = _job_failed(hook.env, info)
     script = ""
@@ -113,21 +117,38 @@ def _epilog(hook: Hook, budget_s: float) -> None:
 
 
 def _prolog(hook: Hook, budget_s: float) -> None:
+    _gpus(hook, "gpu_allocated")
     results = _checks(hook, "prolog", budget_s)
     if _drain_if_failing(hook, results):
         info = slurm.job(hook.job)
         _requeue(hook, info, slurm.batch_script(hook.job), results)
 
 
+def _gpus(hook: Hook, kind: str) -> None:
+    """Record which GPUs (UUID, PCI id) the job holds: ``gpu_allocated`` or ``gpu_released``."""
+    numbers = allocation.job_gpus(hook.env)
+    if not numbers:
+        return
+    gpus = allocation.table()
+    if isinstance(gpus, str):
+        hook.say(f"job {hook.job}'s GPUs {numbers} not recorded: {gpus}")
+        return
+    found = allocation.events(hook.node, hook.job, kind, numbers, gpus)
+    if found.height:
+        hook.store.write(found)
+
+
 def _healthcheck(hook: Hook, budget_s: float) -> None:
     started = time.monotonic()
+    _note_others(hook)
     results = _checks(hook, "healthcheck", budget_s)
     if _drain_if_failing(hook, results):
         return
     target = slurm.nodes([hook.node])
     drainer = Drainer(hook.policy, hook.store, hook.dry_run)
-    if not (target and target[0].drained and target[0].reason.startswith(drainer.prefix)
-            and drainer.drained_for_checks(hook.node)):
+    ours = bool(target) and target[0].drained and target[0].reason.startswith(drainer.prefix)
+    held = bool(target) and not target[0].drained and drainer.held(hook.node)  # resumed by a person, still held
+    if not ((ours or held) and drainer.drained_for_checks(hook.node)):
         return
     if all(r.status is Status.PASS for r in results) and target[0].idle:
         # the extended re-check before a node returns: on a drained node no job is disturbed
@@ -137,12 +158,27 @@ def _healthcheck(hook: Hook, budget_s: float) -> None:
         hook.say(f"{d.kind} {d.node}: {d.detail}")
 
 
+def _note_others(hook: Hook) -> None:
+    """Record a drain of this node that observe did not make (NHC, an admin, Slurm), and its end."""
+    try:
+        target = slurm.nodes([hook.node])
+        event = drains.seen(hook.store, target[0], hook.policy["drain"]) if target else None
+    except (slurm.SlurmError, pl.exceptions.PolarsError, OSError) as exc:
+        hook.say(f"could not tell who else drained {hook.node}: {exc}")
+        return
+    if event is not None:
+        hook.store.write(event)
+        hook.say(event.item(0, "message"))
+
+
 def _checks(hook: Hook, section: str, budget_s: float, names: list[str] | None = None) -> list[Result]:
     rules = hook.policy[section]
     names = list(rules.get("checks", [])) if names is None else names
     if not names:
         return []
     overrides = {"node": hook.node, "store": str(hook.store.root), "device": rules.get("device", "auto")}
+    if hook.kind == "epilog":
+        overrides["job"] = hook.job  # gpu_procs: this job's processes must be gone
     results = run_checks(names, hook.policy, max(1.0, budget_s - 5), overrides)
     hook.store.write(as_events(results, hook.node, hook.policy.get("version", "")))
     for r in results:
@@ -185,8 +221,6 @@ def _explained(hook: Hook) -> list[Result]:
 
 def _xid_action(code) -> str | None:
     """The Xid catalog's action for ``code`` (drain_node, reset_gpu, ...)."""
-    import polars as pl
-
     from observe.rules import catalog
 
     table = catalog("gpu_xid")
@@ -212,8 +246,20 @@ def _drain_if_failing(hook: Hook, results: list[Result]) -> bool:
     decisions = drainer.drain(hook.node, reason, evidence)
     for d in decisions:
         hook.say(f"{d.kind} {d.node}: {d.detail}")
+    if any(d.done for d in decisions) and any((r.category or "hardware") == "hardware" for r in failing):
+        _bug_report(hook)
     return any(d.kind == "node_drain" or (d.kind == "node_drain_refused" and d.detail.startswith("already drained by observe"))
                for d in decisions)
+
+
+def _bug_report(hook: Hook) -> None:
+    """Start nvidia-bug-report on the node just drained for hardware, before any remedy; its file to the ledger."""
+    where = bugreport.start(hook.node, hook.policy["drain"])
+    hook.say(f"nvidia-bug-report: {where}")
+    hook.store.write(health_events([{
+        "node": hook.node, "kind": "bug_report", "severity": "info", "message": f"nvidia-bug-report: {where}",
+        "attrs": to_json({"file": where if where.startswith("/") else None, "note": where}),
+        "file_id": f"ledger:{hook.node}"}]))
 
 
 def _reason(failing: list[Result]) -> str:

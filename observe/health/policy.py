@@ -9,7 +9,8 @@ from observe.rules import read_toml
 BUILTIN = Path(__file__).with_name("policy.toml")
 ACTIONS = ("drain", "reset", "reboot", "report")
 HOOKS = ("prolog", "epilog", "healthcheck")
-OPEN = ("tflops_floor", "kinds")  # tables whose keys a site chooses (GPU models, fault kinds)
+# tables whose keys a site chooses (GPU models, fault kinds)
+OPEN = ("tflops_floor", "per_gpu_model", "expected_links", "kinds", "recovery_action")
 
 
 class PolicyError(ValueError):

@@ -18,7 +18,8 @@ from observe.health.events import health_events
 from observe.health.result import Result, Status, unknown
 from observe.rules import to_json
 
-CHECKS = ("gpu_count", "nvml", "ib", "xid_history", "gpu_burn", "allreduce")  # the default order: cheap ones first
+CHECKS = ("gpu_count", "disk", "nvml", "fabric", "gpu_procs", "ib", "xid_history",  # the default order: cheap ones first
+          "gpu_burn", "allreduce")
 SETUP_S = 15.0  # what a check needs beyond its own seconds (interpreter, torch import, spawn)
 
 

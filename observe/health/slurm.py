@@ -73,6 +73,32 @@ def resume(name: str) -> None:
     _run(["scontrol", "update", f"NodeName={node_name(name)}", "State=RESUME"])
 
 
+def quarantine_name(node: str) -> str:
+    """The name of ``node``'s quarantine reservation."""
+    return f"observe_quarantine_{node_name(node)}"
+
+
+def quarantine(name: str) -> None:
+    """Hold ``name`` in a reservation only root may use, from now on, whatever runs there: however it
+    leaves the drain (a person's resume too), no user's job starts on it until it is released."""
+    _run(["scontrol", "create", "reservation", f"ReservationName={quarantine_name(name)}", f"Nodes={node_name(name)}",
+          "StartTime=now", "Duration=infinite", "Users=root", "Flags=IGNORE_JOBS"])
+
+
+def release(name: str) -> None:
+    """Delete ``name``'s quarantine reservation."""
+    _run(["scontrol", "delete", f"ReservationName={quarantine_name(name)}"])
+
+
+def quarantined(name: str) -> bool:
+    """Whether ``name``'s quarantine reservation exists."""
+    try:
+        text = _run(["scontrol", "show", "reservation", "--oneliner", quarantine_name(name)])
+    except SlurmError:
+        return False  # "Reservation ... not found"
+    return f"ReservationName={quarantine_name(name)} " in text
+
+
 def requeue(job_id: str) -> None:
     """Requeue a job (it restarts on other nodes; it must allow requeue)."""
     _run(["scontrol", "requeue", job_id_of(job_id)])

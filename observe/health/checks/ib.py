@@ -1,4 +1,6 @@
-"""ib: InfiniBand port state and rate from ``/sys/class/infiniband/<dev>/ports/<n>/``."""
+"""ib: InfiniBand port state and rate from ``/sys/class/infiniband/<dev>/ports/<n>/``, against the
+ports and rate expected for this node's GPU model (``[ib.per_gpu_model]``, the model from
+``/proc/driver/nvidia/gpus/*/information``), else the policy's ``expected_ports`` / ``min_rate_gbps``."""
 from __future__ import annotations
 
 import re
@@ -10,13 +12,16 @@ NAME = "ib"
 
 
 def run(opts: dict) -> Result:
-    """FAIL when a port is not ACTIVE / LinkUp, or runs below ``min_rate_gbps``."""
-    root = Path(opts.get("root", "/")) / "sys/class/infiniband"
+    """FAIL when fewer ports are active than expected (no count: any port not ACTIVE / LinkUp), or an
+    active one runs below the rate floor."""
+    base = Path(opts.get("root", "/"))
+    root = base / "sys/class/infiniband"
     ports = sorted(root.glob("*/ports/*")) if root.is_dir() else []
     if not ports:
         return unknown(NAME, f"no InfiniBand ports under {root}")
-    floor = float(opts.get("min_rate_gbps") or 0)
-    want = int(opts.get("expected_ports") or 0)
+    model, expect = _expectation(base, opts.get("per_gpu_model") or {})
+    floor = float(expect.get("rate_gbps", opts.get("min_rate_gbps")) or 0)
+    want = int(expect.get("ports", opts.get("expected_ports")) or 0)
     seen, problems = [], []
     for port in ports:
         name = f"{port.parent.parent.name}/{port.name}"
@@ -33,11 +38,21 @@ def run(opts: dict) -> Result:
     if want and len(active) < want:
         down = [f"{p['port']} {p['state']}" for p in seen if p not in active]
         problems.insert(0, f"{len(active)} of {want} ports active ({', '.join(down)})")
-    evidence = {"ports": seen}
+    evidence = {"ports": seen, "gpu_model": model, "expected_ports": want, "min_rate_gbps": floor}
+    applied = f" (expectation for {model}: {want or 'all'} ports active, {floor:g} Gb/s floor)" if model else ""
     if problems:
-        return Result(NAME, Status.FAIL, "; ".join(problems), evidence)
-    return Result(NAME, Status.PASS, f"{len(active)} port(s) active: " + ", ".join(f"{p['port']} {p['rate']}" for p in active),
-                  evidence)
+        return Result(NAME, Status.FAIL, "; ".join(problems) + applied, evidence)
+    rates = ", ".join(f"{p['port']} {p['rate']}" for p in active)
+    return Result(NAME, Status.PASS, f"{len(active)} port(s) active: {rates}{applied}", evidence)
+
+
+def _expectation(root: Path, per_model: dict) -> tuple[str, dict]:
+    """The first GPU model on this node that ``per_model`` lists, and its entry; none: ("", {})."""
+    for info in sorted(root.glob("proc/driver/nvidia/gpus/*/information")):
+        m = re.search(r"^Model:\s*(.+?)\s*$", _read(info), re.MULTILINE)
+        if m and m.group(1) in per_model:
+            return m.group(1), per_model[m.group(1)]
+    return "", {}
 
 
 def _read(path: Path) -> str:

@@ -1,0 +1,42 @@
+"""``nvidia-bug-report.sh`` collected when observe drains a node for a hardware fault, before anyone
+resets, reboots or replaces anything (a reset or reboot destroys the evidence NVIDIA support asks for).
+
+It runs detached, in its own session, under ``timeout``: a hook never waits for it (it takes minutes,
+and a hung GPU can hang it; ``--safe-mode`` skips what hangs most). An argument list only: the file
+name is built from the validated node name and the time, never from log text.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from datetime import datetime, timezone
+from pathlib import Path
+
+from observe.health import slurm
+from queries.search import parse_span
+
+SYSTEM_PATH = "/usr/bin:/usr/sbin:/bin:/sbin:/usr/local/bin"  # Slurm runs hooks with no PATH
+
+
+def start(node: str, rules: dict) -> str:
+    """Start the bug report for ``node`` per [drain] ``bug_report_dir`` / ``bug_report_command`` /
+    ``bug_report_timeout``; the file it writes, or why none is collected."""
+    directory = rules.get("bug_report_dir", "")
+    if not directory:
+        return "not collected (bug_report_dir is empty)"
+    path = os.environ.get("PATH") or SYSTEM_PATH
+    command = shutil.which(rules.get("bug_report_command", "nvidia-bug-report.sh"), path=path)
+    timeout = shutil.which("timeout", path=f"{path}:{SYSTEM_PATH}")
+    if command is None or timeout is None:
+        return f"not collected: {rules.get('bug_report_command', 'nvidia-bug-report.sh')} not found"
+    out = Path(directory) / f"nvidia-bug-report-{slurm.node_name(node)}-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.log"
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        seconds = int(parse_span(str(rules.get("bug_report_timeout", "10m"))).total_seconds())
+        subprocess.Popen([timeout, "-k", "10", str(seconds), command, "--safe-mode", "--output-file", str(out)],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True, cwd=out.parent)
+    except (OSError, ValueError) as exc:
+        return f"not collected: {exc}"
+    return f"{out}.gz"
