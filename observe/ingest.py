@@ -131,14 +131,15 @@ def _record_ids(chunk: pl.DataFrame, c: Collector, first: pl.Expr | None = None)
 
 
 def _join(lines: pl.DataFrame, rid: pl.Series) -> pl.DataFrame:
-    if lines.height == rid.n_unique():
+    """One row per record (``rid`` ascending, consecutive): only multi-line records are grouped."""
+    if not lines.height or lines.height == int(rid[-1]) - int(rid[0]) + 1:
         return lines
-    return (
-        lines.with_columns(rid.alias("_r"))
-        .group_by("_r", maintain_order=True)
-        .agg(pl.col("raw").str.join("\n"), pl.exclude("raw", "_r").first())
-        .drop("_r")
-    )
+    multi = ((rid == rid.shift(1)) | (rid == rid.shift(-1))).fill_null(False)
+    lines = lines.with_columns(rid.alias("_r"))
+    single = lines.filter(~multi)
+    joined = (lines.filter(multi).group_by("_r", maintain_order=True)
+              .agg(pl.col("raw").str.join("\n"), pl.exclude("raw", "_r").first()).select(single.columns))
+    return single.merge_sorted(joined, key="_r").drop("_r")
 
 
 def sample_of(head: bytes) -> pl.Series:

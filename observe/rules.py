@@ -244,12 +244,16 @@ def apply(df: pl.DataFrame, rules: tuple[Rule, ...] | None = None) -> pl.DataFra
     todo = df.lazy().filter(pl.col("kind").is_null()).select("_i", "source", pl.col("message").fill_null(""))
     msg = pl.col("message")
     found_literals = []
-    for source, group in by_source.items():
+    # one frame per source first: filters chained in one lazy query would run the literal
+    # search on every row, whatever its source
+    for (source,), cand in todo.collect().partition_by("source", as_dict=True).items():
+        group = by_source.get(source, [])
         literals = sorted({x for i in group for x in rules[i].literals})
-        cand = todo.filter(pl.col("source") == source)
+        if not group:
+            continue
         if all(rules[i].literals for i in group):
             cand = cand.filter(msg.str.contains_any(literals))
-        found_literals.append(cand.with_columns(msg.str.extract_many(literals or [""], overlapping=True).alias("_lit")))
+        found_literals.append(cand.lazy().with_columns(msg.str.extract_many(literals or [""], overlapping=True).alias("_lit")))
     cands = pl.concat(found_literals).collect() if found_literals else pl.DataFrame()
     if cands.is_empty():
         return df.drop("_i")

@@ -16,7 +16,7 @@ import os
 import time
 import shutil
 import uuid
-from collections import deque
+from collections import Counter, deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -25,12 +25,14 @@ from datetime import datetime
 from pathlib import Path
 
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from observe.schema import EVENT_SCHEMA, KEY, STORED_SCHEMA, conform, from_stored, to_stored
 
 ROW_GROUP_ROWS = 128 * 1024
 SEGMENT_ROWS = 250_000
+MAX_UNITS = 4  # input chunks whose rows may wait in a writer at once
 WRITE_THREADS = 2
 ZSTD_LEVEL = 1  # ingest writes fast; compaction rewrites partitions smaller (slower zstd levels)
 COMPACT_LEVEL = 6
@@ -47,6 +49,8 @@ UNKNOWN_DATE = "unknown"
 COMPACT_FILE_ROWS = 1_000_000  # rows per compacted file at most
 COMPACT_SLICE_BYTES = 32 << 20  # and at most this much uncompressed data: one step's memory (peak ~10x)
 COMPACT_GRACE_S = 600.0  # replaced segments outlive a compaction this long, for queries already planned
+_WRITE_SCHEMA = pa.schema([pa.field(f.name, pa.string_view() if f.type == pa.string() else f.type)
+                           for f in STORED_SCHEMA])
 
 
 @dataclass(frozen=True)
@@ -89,9 +93,10 @@ class Store:
         return [self.write_partition(source, day, part.sort(*SEGMENT_ORDER)) for (source, day), part in parts.items()]
 
     def write_partition(self, source: str, day: str, df: pl.DataFrame, tag: str = "s") -> Path:
-        """Write the conformed rows of one partition, in their order, as a new segment named
-        ``<tag>-<uuid>.parquet``."""
-        df = to_stored(df)
+        """Write the rows of one partition (conformed, or as :func:`buffered_parts` gives them), in
+        their order, as a new segment named ``<tag>-<uuid>.parquet``."""
+        if "header" not in df.columns:
+            df = to_stored(df)
         new = set(df.get_column("file_id").unique().drop_nulls().to_list()) - self._marked
         if new:
             self.inputs.mkdir(parents=True, exist_ok=True)
@@ -109,12 +114,15 @@ class Store:
         directory.mkdir(parents=True, exist_ok=True)
         final = directory / name
         tmp = directory / f".{name}.tmp"
-        table = df.to_arrow().cast(STORED_SCHEMA)
+        # polars' string views go to the encoder as they are (no conversion to Arrow's offsets
+        # layout); the file records plain Parquet types, which every reader maps to strings
+        table = df.to_arrow(compat_level=pl.CompatLevel.newest()).cast(_WRITE_SCHEMA)
         with open(tmp, "wb") as f:
             pq.write_table(
                 table, f, compression="zstd", row_group_size=ROW_GROUP_ROWS,
                 compression_level={c: text_level if c in TEXT_COLUMNS else level for c in STORED_SCHEMA.names},
                 use_dictionary=DICTIONARY_COLUMNS, column_encoding=DELTA_COLUMNS, write_statistics=STATISTICS_COLUMNS,
+                store_schema=False,
             )
             f.flush()
             os.fsync(f.fileno())
@@ -401,34 +409,32 @@ def _entries(directory: Path, prefix: str) -> list[tuple[str, str]]:
 
 
 def buffered_parts(df: pl.DataFrame) -> dict[tuple[str, str], pl.DataFrame]:
-    """``df`` conformed and split by partition, ready to wait in a writer's buffer.
-
-    A small part gets its own string buffers: polars strings are views into the whole input
-    chunk, which would otherwise stay in memory as long as any of its rows waits.
-    """
-    df = conform(df)
-    parts = split_partitions(df)
-    return {key: _own_strings(part) if part.height * 4 < df.height else part for key, part in parts.items()}
+    """``df`` conformed, in the stored layout and split by partition, ready for a writer's buffer."""
+    return split_partitions(to_stored(conform(df)))
 
 
 def _own_strings(df: pl.DataFrame) -> pl.DataFrame:
-    """``df`` with its string columns copied into new buffers (concatenation always allocates;
-    several times cheaper than a round trip through Arrow)."""
+    """``df`` with its string columns copied into new buffers (concatenation always allocates)."""
     return df.with_columns(pl.col(pl.String) + "")
 
 
 class SegmentWriter:
     """Collects frames and writes them as few, large segments; ``close`` writes the rest.
 
-    At most ``max_rows`` rows wait in memory (the largest partition is written first). Segments are
-    written on background threads while the caller parses the next input (at most WRITE_THREADS
+    At most ``max_rows`` rows wait (past that, the largest partition is written). Each
+    :meth:`add_parts` call is one unit (an input chunk) whose rows are polars string views into
+    that chunk's buffers; past MAX_UNITS units, the oldest unit's rows still waiting are copied into
+    buffers of their own so that its chunk is freed (copying only what lingers, not every row).
+    Segments are written on background threads while the caller parses the next input (at most WRITE_THREADS
     writes in flight); an error in a write is raised by the next ``add`` or by ``close``.
     """
 
     def __init__(self, store: Store, max_rows: int):
         self.store = store
         self.max_rows = max_rows
-        self.parts: dict[tuple[str, str], list[pl.DataFrame]] = {}
+        self.parts: dict[tuple[str, str], list[tuple[int, pl.DataFrame]]] = {}  # (unit, rows), oldest first
+        self.units: Counter[int] = Counter()  # parts waiting per unit
+        self.unit = 0
         self.rows = 0
         self.pool = ThreadPoolExecutor(max_workers=WRITE_THREADS, thread_name_prefix="observe-writer")
         self.pending: deque[Future] = deque()
@@ -438,16 +444,32 @@ class SegmentWriter:
         self.add_parts(buffered_parts(df))
 
     def add_parts(self, parts: dict[tuple[str, str], pl.DataFrame]) -> None:
-        """Buffer frames already split by :func:`buffered_parts` (which may run on another thread)."""
+        """Buffer one unit's frames, split by :func:`buffered_parts` (which may run on another thread)."""
+        self.unit += 1
         for key, part in parts.items():
-            self.parts.setdefault(key, []).append(part)
-            self.rows += part.height
+            if part.height:
+                self.parts.setdefault(key, []).append((self.unit, part))
+                self.units[self.unit] += 1
+                self.rows += part.height
         while self.rows > self.max_rows:
-            key = max(self.parts, key=lambda k: sum(f.height for f in self.parts[k]))
-            self._flush(key)
+            self._flush(max(self.parts, key=lambda k: sum(p.height for _, p in self.parts[k])))
+        while len(self.units) > MAX_UNITS:
+            self._release(min(self.units))
+
+    def _release(self, unit: int) -> None:
+        """Copy the rows of ``unit`` still waiting into buffers of their own (the unit's are freed)."""
+        for key, waiting in self.parts.items():
+            self.parts[key] = [(0, _own_strings(part)) if u == unit else (u, part) for u, part in waiting]
+        del self.units[unit]
 
     def _flush(self, key: tuple[str, str]) -> None:
-        df = pl.concat(self.parts.pop(key))
+        waiting = self.parts.pop(key)
+        for unit, _ in waiting:
+            if unit:
+                self.units[unit] -= 1
+                if not self.units[unit]:
+                    del self.units[unit]
+        df = pl.concat([part for _, part in waiting])
         self.rows -= df.height
         self._wait(WRITE_THREADS - 1)
         self.pending.append(self.pool.submit(self.store.write_partition, *key, df))

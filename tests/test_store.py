@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import polars as pl
@@ -202,3 +202,35 @@ def test_rotated_copy_is_the_same_input(store: Store, tmp_path: Path) -> None:
     (tmp_path / "slurmctld.log").rename(tmp_path / "slurmctld.log.1")
     again = ingest([str(tmp_path / "slurmctld.log.1")], store, node="ctl")
     assert again.stored == 0 and again.duplicates > 40
+
+
+def test_writer_frees_old_chunks_and_writes_every_row(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows waiting in the writer are views into their chunk's buffers; past MAX_UNITS chunks the
+    oldest chunk's rows are copied out (so its buffer can be freed), and every row is written once."""
+    import observe.store as store_mod
+    from observe.schema import conform
+
+    monkeypatch.setattr(store_mod, "MAX_UNITS", 2)
+    day = datetime(2026, 11, 1, tzinfo=timezone.utc)
+    writer = store.writer(max_rows=10_000_000)
+    sent = []
+    for unit in range(5):
+        n = 20_000  # a big chunk, of which only every 100th line is an event (a small, lingering part)
+        chunk = pl.DataFrame({"raw": [f"unit {unit} line {i} " + "x" * 40 for i in range(n)],
+                              "offset": range(n)}).filter(pl.col("offset") % 100 == 0)
+        events = conform(chunk.with_columns(
+            pl.lit(day + timedelta(days=unit % 3), dtype=pl.Datetime("us", "UTC")).alias("ts"),
+            pl.lit("syslog").alias("source"), pl.lit("log").alias("kind"), pl.col("raw").alias("message"),
+            pl.lit(f"f{unit}").alias("file_id")))
+        sent.append(events)
+        writer.add(events)
+        assert len(writer.units) <= 2
+        for key, waiting in writer.parts.items():
+            for u, part in waiting:
+                held = part.to_arrow(compat_level=pl.CompatLevel.newest()).column("message").nbytes
+                assert (u == 0) == (held < 200_000), (unit, u, held)  # copied parts hold only their rows
+    writer.close()
+    expected = pl.concat(sent).sort("file_id", "offset")
+    assert _rows(store).equals(expected)
+    for f in store.files():  # plain Parquet strings on disk, whatever the writer was handed
+        assert str(pq.read_schema(f).field("message").type) == "string"
