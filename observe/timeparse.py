@@ -1,7 +1,8 @@
 """Vectorised timestamp parsing shared by collectors: ISO, ctime, year-less syslog, boot-relative."""
 from __future__ import annotations
 
-from datetime import date, datetime
+from collections.abc import Callable
+from datetime import date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 import polars as pl
@@ -39,6 +40,45 @@ def iso(s: pl.Expr, tz: str = _UTC) -> pl.Expr:
 
 
 def _iso(batch: pl.Series, tz: str) -> pl.Series:
+    return _fast_first(batch, _iso_format(batch), lambda rows: _iso_general(batch.gather(rows), tz), tz)
+
+
+def _fast_first(text: pl.Series, fmt: tuple[str, int] | None, general: Callable[[pl.Series], pl.Series],
+                tz: str, before: datetime | None = None, where: pl.Series | None = None) -> pl.Series:
+    """``text`` parsed by one chrono format ``(format, length or 0)`` where it fits (several times
+    faster than the general parser); ``general(rows)`` parses the other rows: other shapes, invalid
+    dates, stamps not ``before`` a limit and rows not ``where``."""
+    if fmt is None:
+        return general(pl.int_range(len(text), eager=True))
+    naive = text.str.to_datetime(fmt[0], time_unit="us", strict=False)
+    ok = naive.is_not_null()
+    if fmt[1]:
+        ok = ok & (text.str.len_bytes() == fmt[1])
+    if before is not None:
+        ok = ok & (naive < before)
+    if where is not None:
+        ok = ok & where
+    out = pl.select(localize(pl.lit(naive), tz)).to_series()
+    if ok.all():
+        return out
+    rows = (~ok).arg_true()
+    return out.scatter(rows, general(rows))
+
+
+def _iso_format(batch: pl.Series) -> tuple[str, int] | None:
+    """The chrono format and length of the batch's first stamp when it is a plain one
+    (``2026-11-08 19:02:39``, ``T`` or space, optional 3/6/9-digit ``.``/``,`` fraction, no offset)."""
+    first = batch.drop_nulls().head(1).to_list()
+    v = first[0] if first else ""
+    if len(v) < 19 or v[4] != "-" or v[10] not in "T ":
+        return None
+    digits = {19: 0, 23: 3, 26: 6, 29: 9}.get(len(v))
+    if digits is None or (digits and v[19] not in ".,"):
+        return None
+    return f"%Y-%m-%d{v[10]}%H:%M:%S" + (f"{v[19]}%{digits}f" if digits else ""), len(v)
+
+
+def _iso_general(batch: pl.Series, tz: str) -> pl.Series:
     # Fixed positions and integer arithmetic on materialised columns, dates once per distinct date:
     # several times faster than strptime (and than one big expression, whose shared parts polars
     # would compute repeatedly).
@@ -126,6 +166,20 @@ def yearless(month: pl.Expr, day: pl.Expr, clock: pl.Expr, reference: datetime, 
 
 
 def _yearless(f: pl.DataFrame, reference: datetime, tz: str, has_year: bool) -> pl.Series:
+    if has_year:
+        return _yearless_general(f, reference, tz, True)
+    # English months, ``%e`` days and ``HH:MM:SS[.frac]`` through chrono with the reference's year;
+    # other months, bad dates and stamps more than a day past the reference take the general path
+    ref = reference.astimezone(ZoneInfo(tz)) if reference.tzinfo else reference
+    text = f.select(pl.concat_str(pl.lit(f"{ref.year} "), "month", pl.lit(" "), "day", pl.lit(" "), "clock")).to_series()
+    limit = datetime.combine(ref.date() + timedelta(days=2), time())
+    clock = pl.col("clock")
+    two_digits = f.select((clock.str.slice(2, 1) == ":") & (clock.str.slice(5, 1) == ":")).to_series()  # chrono takes 1:02:03
+    return _fast_first(text, ("%Y %b %e %H:%M:%S%.f", 0),
+                       lambda rows: _yearless_general(f[rows], reference, tz, False), tz, before=limit, where=two_digits)
+
+
+def _yearless_general(f: pl.DataFrame, reference: datetime, tz: str, has_year: bool) -> pl.Series:
     clock = pl.col("clock").str.strip_chars()
     f = f.with_columns(clock.alias("clock"))
     clock = pl.col("clock")

@@ -41,3 +41,30 @@ def test_since_boot_and_unknown_boot() -> None:
     boot = datetime(2026, 11, 22, tzinfo=UTC)
     assert _one(tp.since_boot(pl.lit(170.053881), boot)) == datetime(2026, 11, 22, 0, 2, 50, 53881, tzinfo=UTC)
     assert _one(tp.since_boot(pl.lit(1.0), None)) is None
+
+
+def test_fast_paths_agree_with_the_general_parsers() -> None:
+    """One chrono format takes a batch's common shape; every other shape, bad date, DST gap and
+    last-year stamp must come out as the general parser gives it, in a batch that mixes them."""
+    import itertools
+
+    days = ["1", " 1", "01", "29", "30", "31", "7"]
+    clocks = ["00:00:00", "23:59:59", "02:30:00", "12:34:56.5", "12:34:56.123456", "12:34:56.123456789", "1:02:03",
+              "24:00:00"]
+    months = ["Jan", "Feb", "feb", "MAR", "Mar", "Dec", "Nov", "Sept", "Mai", "kwi", "Foo", ""]
+    rows = list(itertools.product(months, days, clocks))
+    f = pl.DataFrame(rows, schema=["month", "day", "clock"], orient="row").with_columns(pl.lit(None, dtype=pl.Int64).alias("year"))
+    for ref, tz in [(datetime(2026, 1, 2, 12, tzinfo=UTC), "UTC"), (datetime(2026, 11, 22, tzinfo=UTC), "Europe/Berlin"),
+                    (datetime(2024, 3, 31, tzinfo=UTC), "America/New_York")]:
+        fast = tp._yearless(f, ref, tz, has_year=False)
+        general = tp._yearless_general(f, ref, tz, has_year=False)
+        assert fast.to_list() == general.to_list(), (ref, tz)
+        assert fast.null_count() < len(f)
+    stamps = pl.Series(["2024-01-02 09:11:12,123", "2024-01-02 09:11:12,1234", "2024-01-02T09:11:12.123",
+                        "2024-02-30 09:11:12,123", "2024-03-10 02:30:00,000", "2024-01-02 09:11:12",
+                        "2024-01-02 09:11:12.123456", "2024-01-02T09:11:12Z", "2024-01-02 09:11:12,123+01:00",
+                        "garbage", None, "2024-12-31 23:59:60,999", "2024-1-2 09:11:12,123"])
+    for tz in ["UTC", "America/New_York"]:
+        for first in range(len(stamps) - 1):  # each shape in turn sets the fast format
+            batch = pl.concat([stamps[first:], stamps[:first]])
+            assert tp._iso(batch, tz).to_list() == tp._iso_general(batch, tz).to_list(), (tz, batch[0])
