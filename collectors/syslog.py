@@ -97,23 +97,21 @@ def _common(g: pl.DataFrame, ts: pl.Expr, host: pl.Expr, severity: pl.Expr) -> p
     )
 
 def _rfc3164(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
-    raw = pl.col("raw")
-    fixed = (
-        (raw.str.slice(3, 1) == " ") & (raw.str.slice(6, 1) == " ") & (raw.str.slice(9, 1) == ":")
-        & (raw.str.slice(12, 1) == ":") & (raw.str.slice(15, 1) == " ")
-    )
-    mask = part.select(fixed.fill_null(False)).to_series()
-    fast = _rfc3164_fast(part.filter(mask), ctx)
+    raw = part.get_column("raw")
+    ts = tp.syslog_stamp(raw.str.slice(0, 15), ctx.reference_time, ctx.tz)
+    mask = (ts.is_not_null() & (raw.str.slice(15, 1) == " ")).fill_null(False)
+    fast = _rfc3164_fast(part.with_columns(ts.alias("_ts")).filter(mask))
     if mask.all():
         return fast
     return pl.concat([fast, _rfc3164_regex(part.filter(~mask), ctx)], how="diagonal_relaxed")
 
-def _rfc3164_fast(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
-    """``Mmm dd hh:mm:ss host tag[pid]: msg`` by fixed positions and splits, no regex captures."""
+
+def _rfc3164_fast(part: pl.DataFrame) -> pl.DataFrame:
+    """``Mmm dd hh:mm:ss host tag[pid]: msg`` (time already in ``_ts``) by fixed positions and
+    splits, no regex captures."""
     raw = pl.col("raw")
-    ts = tp.yearless(raw.str.slice(0, 3), raw.str.slice(4, 2), raw.str.slice(7, 8), ctx.reference_time, ctx.tz)
     g = part.with_columns(
-        ts.alias("_ts"), raw.str.slice(16).str.splitn(" ", 2).struct.rename_fields(["host", "body"]).alias("_h")
+        raw.str.slice(16).str.splitn(" ", 2).struct.rename_fields(["host", "body"]).alias("_h")
     ).unnest("_h").with_columns(
         pl.col("body").str.splitn(": ", 2).struct.rename_fields(["tagpart", "msg"]).alias("_t")
     ).unnest("_t")
@@ -127,6 +125,7 @@ def _rfc3164_fast(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
         pl.when(tagged).then(pl.col("msg")).otherwise(pl.col("body")).alias("msg"),
     )
     return _common(g, pl.col("_ts"), pl.col("host"), pl.lit(None, dtype=pl.String))
+
 
 def _rfc3164_regex(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
     """The general RFC 3164 shape: PRI, archive prefix, localized months, optional year."""

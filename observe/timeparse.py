@@ -179,6 +179,22 @@ def _yearless(f: pl.DataFrame, reference: datetime, tz: str, has_year: bool) -> 
                        lambda rows: _yearless_general(f[rows], reference, tz, False), tz, before=limit, where=two_digits)
 
 
+def syslog_stamp(stamp: pl.Series, reference: datetime, tz: str = _UTC) -> pl.Series:
+    """``Mmm dd HH:MM:SS`` (English month, as RFC 3164 prints it) to UTC by one chrono format, the
+    year taken from ``reference`` as :func:`yearless` does; null where the text has another shape."""
+    ref = reference.astimezone(ZoneInfo(tz)) if reference.tzinfo else reference
+    naive = _syslog_naive(stamp, ref.year)
+    late = (naive >= datetime.combine(ref.date() + timedelta(days=2), time())).fill_null(False)
+    if late.any():  # December lines read in January
+        rows = late.arg_true()
+        naive = naive.scatter(rows, _syslog_naive(stamp.gather(rows), ref.year - 1))
+    return pl.select(localize(pl.lit(naive), tz)).to_series()
+
+
+def _syslog_naive(stamp: pl.Series, year: int) -> pl.Series:
+    return (f"{year} " + stamp).str.to_datetime("%Y %b %e %H:%M:%S", time_unit="us", strict=False)
+
+
 def _yearless_general(f: pl.DataFrame, reference: datetime, tz: str, has_year: bool) -> pl.Series:
     clock = pl.col("clock").str.strip_chars()
     f = f.with_columns(clock.alias("clock"))

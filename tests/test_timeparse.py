@@ -68,3 +68,16 @@ def test_fast_paths_agree_with_the_general_parsers() -> None:
         for first in range(len(stamps) - 1):  # each shape in turn sets the fast format
             batch = pl.concat([stamps[first:], stamps[:first]])
             assert tp._iso(batch, tz).to_list() == tp._iso_general(batch, tz).to_list(), (tz, batch[0])
+
+
+def test_syslog_stamp_agrees_with_yearless() -> None:
+    """The fixed RFC 3164 stamp parser gives what the general one gives, roll-over included, and
+    null for text of another shape (which the syslog collector then parses by regex)."""
+    stamps = pl.Series(["Jan  2 10:00:00", "Dec 31 23:59:59", "Feb 29 12:00:00", "Feb 30 12:00:00", "Sep 14 07:05:09",
+                        "jun  1 00:00:00", "Mär  5 07:56:59", "Sep 4 17:00:00 ", "Sep  4 7:00:00 ", None])
+    for ref, tz in [(datetime(2026, 1, 2, 12, tzinfo=UTC), "UTC"), (datetime(2024, 11, 3, 6, tzinfo=UTC), "America/New_York")]:
+        got = tp.syslog_stamp(stamps, ref, tz).to_list()
+        want = pl.select(tp.yearless(stamps.str.slice(0, 3), stamps.str.slice(4, 2), stamps.str.slice(7, 8), ref, tz)).to_series().to_list()
+        assert got[:6] == want[:6], (ref, tz)
+        assert got[6:] == [None] * 4
+    assert tp.syslog_stamp(stamps, datetime(2026, 1, 2, tzinfo=UTC))[1] == datetime(2025, 12, 31, 23, 59, 59, tzinfo=UTC)
