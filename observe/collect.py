@@ -22,8 +22,9 @@ import polars as pl
 
 from observe import collector as registry
 from observe.collector import Collector, Context
-from observe.ingest import InputError, ParseInput, choose, job_from_name, joined_records, parse_unit, sample_of
-from observe.reader import lines_of, peek_head
+from observe.ingest import (InputError, ParseInput, choose, job_from_name, joined_records, last_record_start,
+                            parse_unit, sample_of)
+from observe.reader import peek_head
 from observe.rules import read_toml, to_json
 from observe.schema import POLARS_SCHEMA
 from observe.ship import Destination, batch_of, ship, spool_files
@@ -329,11 +330,9 @@ class NodeCollector:
         """Complete records of ``data``: complete lines, less the last record while the file is
         still being written and that record may go on (multi-line formats)."""
         body, used = complete(data, idle)
-        if idle or not body or type(c).continuation is Collector.continuation:
+        if idle or not body:
             return body, used
-        lines = lines_of(body)
-        starts = lines.filter(~c.continuation(pl.col("raw")).fill_null(False)).get_column("offset")
-        cut = int(starts[-1]) if len(starts) else 0
+        cut = last_record_start(body, len(body), c, window=len(body)) or 0
         return body[:cut], cut
 
     def _read_stream(self, spec: InputSpec, touched: dict[str, Checkpoint], streamed: list, now: float) -> int:

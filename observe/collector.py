@@ -58,6 +58,7 @@ def split_header(records: pl.DataFrame, header: str) -> pl.DataFrame:
 
 
 _REGISTRY: dict[str, Collector] = {}
+_LOADED: list[bool] = []
 
 
 def register(cls: type[Collector]) -> type[Collector]:
@@ -68,11 +69,12 @@ def register(cls: type[Collector]) -> type[Collector]:
 
 def collectors() -> dict[str, Collector]:
     """All registered collectors, importing every module in the ``collectors`` package once."""
-    if not _REGISTRY:
+    if not _LOADED:  # every module, even when some were imported directly before
         import collectors as pkg
 
         for mod in pkgutil.iter_modules(pkg.__path__):
             importlib.import_module(f"collectors.{mod.name}")
+        _LOADED.append(True)
     return _REGISTRY
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import polars as pl
@@ -16,13 +17,14 @@ import polars as pl
 from observe import collector as registry
 from observe import rules
 from observe.collector import Collector, Context
-from observe.reader import CHUNK_BYTES, fingerprint, log_name, lines_of, open_input, peek_head, read_lines
+from observe.reader import CHUNK_BYTES, fingerprint, log_name, lines_of, open_input, peek_head
 from observe.schema import FIELDS, POLARS_SCHEMA, conform
 from observe.store import SegmentWriter, Store, buffered_parts, no_records
 
 MAX_RECORD_LINES = 500
 PARSE_THREADS = 4
 SMALL_FILE_BYTES = 2 << 20
+TAIL_BYTES = 1 << 20  # where a read's last record start is looked for
 INPUT_BITS = 40
 SAMPLE_LINES = 40
 JOB_FILE = re.compile(r"slurm-(\d+(?:_\d+)?(?:\+\d+)?)(?:\.\d+)?\.(?:out|err|log)$")
@@ -63,16 +65,20 @@ def job_from_name(path: str) -> str | None:
     return m.group(1) if m else None
 
 
+def per_value(expr: pl.Expr, fn: Callable[[pl.Expr], pl.Expr]) -> pl.Expr:
+    """``fn`` applied to each distinct string of ``expr`` once (host names, GPU ids: a few per chunk)."""
+    def apply(values: pl.Series) -> pl.Series:
+        distinct = values.unique().drop_nulls()
+        done = pl.select(fn(pl.lit(distinct))).to_series()
+        return values.replace_strict(distinct, done, default=None, return_dtype=pl.String)
+
+    return expr.map_batches(apply, return_dtype=pl.String, is_elementwise=True)
+
+
 def short_host(expr: pl.Expr) -> pl.Expr:
     """Host names to short node names (``gpu001.cluster.local`` -> ``gpu001``); IPs kept."""
-    return expr.map_batches(_short_hosts, return_dtype=pl.String, is_elementwise=True)
-
-
-def _short_hosts(hosts: pl.Series) -> pl.Series:
-    names = hosts.unique().drop_nulls()  # a few per chunk: shorten each once
-    short = pl.select(pl.when(names.str.contains(r"^[0-9.:]+$")).then(names)
-                      .otherwise(names.str.extract(r"^([^.]+)", 1))).to_series()
-    return hosts.replace_strict(names, short, default=None, return_dtype=pl.String)
+    return per_value(expr, lambda names: pl.when(names.str.contains(r"^[0-9.:]+$")).then(names)
+                     .otherwise(names.str.extract(r"^([^.]+)", 1)))
 
 
 def finalize(df: pl.DataFrame, c: Collector, ctx: Context, file_id: str | None = None) -> pl.DataFrame:
@@ -97,23 +103,46 @@ def finalize(df: pl.DataFrame, c: Collector, ctx: Context, file_id: str | None =
         pl.when(pl.col("kind").is_not_null()).then("kind")
         .when("_ok").then(pl.lit("log")).otherwise(pl.lit("unparsed")).alias("kind"),
         pl.coalesce("severity", pl.lit("info")).alias("severity"),
-        pl.col("gpu").str.to_lowercase().str.replace(PCI, "${1}:${2}:${3}").alias("gpu"),
+        per_value(pl.col("gpu"), lambda gpu: gpu.str.to_lowercase().str.replace(PCI, "${1}:${2}:${3}")).alias("gpu"),
     ).drop("_ok", *(["_job"] if "_job" in df.columns else []))
     return conform(rules.enrich(df))
 
 
-def records(lines: Iterator[pl.DataFrame], c: Collector) -> Iterator[pl.DataFrame]:
-    """Join continuation lines to their record, holding the last record back across chunks."""
-    carry: pl.DataFrame | None = None
-    for chunk in lines:
-        if carry is not None:
-            chunk = pl.concat([carry, chunk])
-        rid = _record_ids(chunk, c)
-        keep = rid < rid.max()
-        carry = chunk.filter(~keep)
-        yield _join(chunk.filter(keep), rid.filter(keep))
-    if carry is not None and carry.height:
-        yield _join(carry, _record_ids(carry, c))
+def record_pieces(stream: BinaryIO, c: Collector, summary: Summary,
+                  progress: Callable[[int], None] | None = None) -> Iterator[tuple[bytes, int]]:
+    """``(bytes, offset)`` pieces of a stream of about CHUNK_BYTES that hold whole records: each
+    read's last record (which may go on in the next bytes) starts the next piece."""
+    pending, base = b"", 0
+    while data := stream.read(CHUNK_BYTES):
+        summary.bytes += len(data)
+        if progress:
+            progress(len(data))
+        buf = pending + data
+        end = buf.rfind(b"\n") + 1
+        cut = last_record_start(buf, end, c)
+        if cut is None or (cut == 0 and len(buf) > 4 * CHUNK_BYTES):  # a record longer than that is cut
+            cut = end
+        if cut:
+            yield buf[:cut], base
+            base += cut
+        pending = buf[cut:]
+    if pending:
+        yield pending if pending.endswith(b"\n") else pending + b"\n", base
+
+
+def last_record_start(data: bytes, end: int, c: Collector, window: int | None = None) -> int | None:
+    """Where the last record in ``data[:end]`` (complete lines) starts, looking at its last
+    ``window`` bytes (None: all; default TAIL_BYTES); None when none starts there. Formats without
+    continuation lines: ``end``."""
+    if type(c).continuation is Collector.continuation:
+        return end
+    window = TAIL_BYTES if window is None else window
+    start = 0 if end <= window else data.rfind(b"\n", 0, end - window) + 1
+    if start >= end:
+        return None
+    lines = lines_of(data[start:end], start)
+    starts = lines.filter(~c.continuation(pl.col("raw")).fill_null(False)).get_column("offset")
+    return int(starts[-1]) if len(starts) else None
 
 
 def _record_ids(chunk: pl.DataFrame, c: Collector, first: pl.Expr | None = None) -> pl.Series:
@@ -205,13 +234,13 @@ def ingest_file(path: str, store: Store, source: str = "auto", node: str | None 
                       reference_time=datetime.fromtimestamp(mtime, timezone.utc), tz=tz,
                       header=sample[0] if len(sample) else None)
         summary.sources[path] = c.name
-        if c.whole_file:
-            chunks = _whole(stream, summary, progress)
-        else:
-            chunks = records(_counted(read_lines(stream), summary, progress), c)
         holder = _Holder(ctx)
-        for recs in chunks:
-            pipe.submit(recs, [one], c, holder)
+        if c.whole_file:
+            for recs in _whole(stream, summary, progress):
+                pipe.submit(lambda recs=recs: recs, [one], c, holder)
+        else:
+            for body, base in record_pieces(stream, c, summary, progress):
+                pipe.submit(lambda body=body, base=base: joined_records([body], c, [base]), [one], c, holder)
     return summary
 
 
@@ -224,13 +253,13 @@ def ingest_batch(paths: list[str], c: Collector, store: Store, pipe: _Pipeline, 
     """
     mtime = max(Path(p).stat().st_mtime for p in paths)
     holder = _Holder(Context(node=node, tz=tz, reference_time=datetime.fromtimestamp(mtime, timezone.utc)))
-    for recs, inputs in _batches(paths, jobs or [None] * len(paths), c, store, pipe, summary, node, progress):
-        pipe.submit(recs, inputs, c, holder)
+    for datas, inputs in _batches(paths, jobs or [None] * len(paths), c, store, pipe, summary, node, progress):
+        pipe.submit(lambda datas=datas: joined_records(datas, c), inputs, c, holder)
 
 
 def _batches(paths: list[str], jobs: list[str | None], c: Collector, store: Store, pipe: _Pipeline,
              summary: Summary, node: str | None, progress: Callable[[int], None] | None):
-    """Units of up to CHUNK_BYTES from many files: one newline scan over their joined bytes."""
+    """Units of up to CHUNK_BYTES from many files (their bytes, one newline scan each on a worker)."""
     datas: list[bytes] = []
     inputs: list[ParseInput] = []
     size = 0
@@ -251,10 +280,10 @@ def _batches(paths: list[str], jobs: list[str | None], c: Collector, store: Stor
             inputs.append(one)
             size += len(data)
         if size >= CHUNK_BYTES:
-            yield joined_records(datas, c), inputs
+            yield datas, inputs
             datas, inputs, size = [], [], 0
     if datas:
-        yield joined_records(datas, c), inputs
+        yield datas, inputs
 
 
 def joined_records(datas: list[bytes], c: Collector, bases: list[int] | None = None) -> pl.DataFrame:
@@ -278,7 +307,7 @@ def parse_bytes(data: bytes, source: str, ctx: Context) -> pl.DataFrame:
     if not data.strip():
         return conform(pl.DataFrame())
     recs = joined_records([data if data.endswith(b"\n") else data + b"\n"], c)
-    recs = recs.filter(pl.col("raw").str.strip_chars() != "")
+    recs = recs.filter(~blank_lines(recs.get_column("raw")))
     return finalize(c.parse(recs, ctx), c, ctx, "local")
 
 
@@ -312,12 +341,12 @@ class _Pipeline:
         self.pool = ThreadPoolExecutor(max_workers=PARSE_THREADS, thread_name_prefix="observe-parse")
         self.window: deque[tuple[Future, Collector, _Holder]] = deque()
 
-    def submit(self, recs: pl.DataFrame, inputs: list[ParseInput], c: Collector, holder: _Holder) -> None:
-        """Queue one unit; stores the oldest when the window is full."""
+    def submit(self, make: Callable[[], pl.DataFrame], inputs: list[ParseInput], c: Collector, holder: _Holder) -> None:
+        """Queue one unit (``make`` gives its records, on the worker); stores the oldest when the window is full."""
         sequential = c.source == "kernel" and holder.ctx.boot_time is None
         if sequential:
             self.drain()
-        self.window.append((self.pool.submit(parse_unit, recs, inputs, c, holder.ctx), c, holder))
+        self.window.append((self.pool.submit(_parse_made, make, inputs, c, holder.ctx), c, holder))
         if sequential or len(self.window) >= PARSE_THREADS:
             self._store_oldest()
 
@@ -360,13 +389,19 @@ class Parsed:
     boots: dict[str, datetime] = field(default_factory=dict)
 
 
+def _parse_made(make: Callable[[], pl.DataFrame], inputs: list[ParseInput], c: Collector, ctx: Context) -> Parsed:
+    return parse_unit(make(), inputs, c, ctx)
+
+
 def parse_unit(recs: pl.DataFrame, inputs: list[ParseInput], c: Collector, ctx: Context) -> Parsed:
     """Parse, classify, drop what the store already holds and split by partition (on a worker)."""
-    blank = recs.get_column("raw").str.strip_chars() == ""
+    blank = blank_lines(recs.get_column("raw"))
     recs = recs.filter(~blank)
     if not recs.height:
         return Parsed(blank=int(blank.sum()))
-    out = c.parse(recs, ctx).sort("offset")  # file order (a batch: input by input)
+    out = c.parse(recs, ctx)
+    if not out.get_column("offset").is_sorted():
+        out = out.sort("offset")  # file order (a batch: input by input)
     if len(inputs) == 1:
         out = out.with_columns(pl.lit(inputs[0].file_id).alias("file_id"),
                                pl.lit(inputs[0].job, dtype=pl.String).alias("_job"))
@@ -390,6 +425,16 @@ def parse_unit(recs: pl.DataFrame, inputs: list[ParseInput], c: Collector, ctx: 
     learn_boot_times(out, done.boots)
     done.parts = buffered_parts(out)
     return done
+
+
+def blank_lines(raw: pl.Series) -> pl.Series:
+    """Lines of only white space (stripped only where the first character is white space)."""
+    blank = raw.str.len_bytes() == 0
+    maybe = (raw.str.slice(0, 1).str.strip_chars() == "") & ~blank
+    if maybe.any():
+        rows = maybe.arg_true()
+        blank = blank.scatter(rows, raw.gather(rows).str.strip_chars() == "")
+    return blank
 
 
 def _store_unit(parsed: Parsed, c: Collector, ctx: Context, writer: SegmentWriter, summary: Summary) -> Context:
@@ -447,16 +492,6 @@ def _chosen(best: Collector | None, score: float, path: str) -> Collector:
         raise InputError(f"{path}: cannot tell the log format from its first lines; pass --source "
                          f"({', '.join(sorted(registry.collectors()))})")
     return best
-
-
-def _counted(chunks: Iterator[pl.DataFrame], summary: Summary,
-             progress: Callable[[int], None] | None) -> Iterator[pl.DataFrame]:
-    for chunk in chunks:
-        n = int(chunk.get_column("raw").str.len_bytes().sum()) + chunk.height
-        summary.bytes += n
-        if progress:
-            progress(n)
-        yield chunk
 
 
 def ingest(paths: list[str], store: Store, progress: Callable[[int], None] | None = None, **opts) -> Summary:

@@ -21,7 +21,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime, timedelta
 from pathlib import Path
 
 import polars as pl
@@ -394,9 +394,13 @@ def no_records() -> pl.DataFrame:
 
 def split_partitions(df: pl.DataFrame) -> dict[tuple[str, str], pl.DataFrame]:
     """``df`` split by (source, date), each part keeping its rows' order."""
-    keyed = df.with_columns(pl.col("ts").dt.date().alias("_day"))
+    keyed = df.with_columns((pl.col("ts").cast(pl.Int64) // 86_400_000_000).alias("_day"))  # an integer key groups faster
     parts = keyed.partition_by("source", "_day", as_dict=True, maintain_order=True)
-    return {(source, day.isoformat() if day else UNKNOWN_DATE): part.drop("_day") for (source, day), part in parts.items()}
+    return {(source, _day_name(day)): part.drop("_day") for (source, day), part in parts.items()}
+
+
+def _day_name(day: int | None) -> str:
+    return (date(1970, 1, 1) + timedelta(days=day)).isoformat() if day is not None else UNKNOWN_DATE
 
 
 def _entries(directory: Path, prefix: str) -> list[tuple[str, str]]:

@@ -43,6 +43,17 @@ def _iso(batch: pl.Series, tz: str) -> pl.Series:
     return _fast_first(batch, _iso_format(batch), lambda rows: _iso_general(batch.gather(rows), tz), tz)
 
 
+def iso_plain(text: pl.Series, tz: str = _UTC) -> pl.Series:
+    """Stamps of the same plain shape as the first one (see :func:`iso`, without offsets) to UTC;
+    null for every other shape (callers send those to a general parser)."""
+    fmt = _iso_format(text)
+    if fmt is None:
+        return pl.Series(text.name, [None] * len(text), dtype=UTC_US)
+    naive = text.str.to_datetime(fmt[0], time_unit="us", strict=False)
+    naive = pl.select(pl.when(pl.lit(text).str.len_bytes() == fmt[1]).then(pl.lit(naive))).to_series()
+    return pl.select(localize(pl.lit(naive), tz)).to_series()
+
+
 def _fast_first(text: pl.Series, fmt: tuple[str, int] | None, general: Callable[[pl.Series], pl.Series],
                 tz: str, before: datetime | None = None, where: pl.Series | None = None) -> pl.Series:
     """``text`` parsed by one chrono format ``(format, length or 0)`` where it fits (several times

@@ -8,8 +8,7 @@ import polars as pl
 import pytest
 
 from observe.collector import Context, get
-from observe.ingest import finalize, records
-from observe.reader import read_lines
+from observe.ingest import Summary, finalize, joined_records, record_pieces
 from observe.store import Store
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -38,6 +37,6 @@ def parse_file(path: Path, collector: str, ctx: Context | None = None) -> pl.Dat
         if c.whole_file:
             recs = [pl.DataFrame({"raw": [f.read().decode("utf-8", "replace")], "offset": [0]})]
         else:
-            recs = list(records(read_lines(f), c))
+            recs = [joined_records([body], c, [base]) for body, base in record_pieces(f, c, Summary())]
     frames = [finalize(c.parse(r, ctx), c, ctx, "test") for r in recs]
     return pl.concat(frames).sort("offset")

@@ -10,6 +10,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from conftest import CORPUS, parse_file
 from observe.ingest import ingest, job_from_name
 from observe.store import Store
 
@@ -98,3 +99,23 @@ def test_small_files_batched_keep_their_identity(store: Store, tmp_path: Path) -
     assert sorted(zip(rows.get_column("job_id").cast(pl.Int64), rows.get_column("rank"))) == [(j, j) for j in range(20)]
     assert set(rows.get_column("offset")) == {len(f"step {j}\n") for j in range(20)}
     assert rows.get_column("file_id").n_unique() == 20
+
+
+@pytest.mark.parametrize("chunk", [97, 1000, 1 << 20])
+def test_records_across_read_boundaries_are_whole(store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 chunk: int) -> None:
+    """Reads cut a file anywhere; a multi-line record (NVRM continuation lines, tracebacks) cut by
+    one is still stored whole, with the offset of its first line, as when the file is read at once."""
+    import observe.ingest as ingest_mod
+
+    for name, source in [("xid.log", "kernel"), ("nccl.log", "nccl")]:
+        whole = parse_file(CORPUS / "real" / name, source)
+        monkeypatch.setattr(ingest_mod, "CHUNK_BYTES", chunk)
+        monkeypatch.setattr(ingest_mod, "TAIL_BYTES", 4 * chunk)
+        s = Store(tmp_path / f"{name}-{chunk}")
+        ingest([str(CORPUS / "real" / name)], s, source=source, node="gpu001" if source == "kernel" else None)
+        got = s.scan().collect().sort("offset")
+        assert got.get_column("raw").to_list() == whole.get_column("raw").to_list(), name
+        assert got.get_column("offset").to_list() == whole.get_column("offset").to_list()
+        assert whole.get_column("raw").str.contains("\n").any()  # there are multi-line records to cut
+        monkeypatch.undo()
