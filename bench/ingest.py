@@ -3,15 +3,17 @@ same generated logs, side by side; also store bytes against `zstd -3` of the sam
 
     python bench/ingest.py                      # ~1.1 GB of generated mixed logs in /tmp/observe-bench
     python bench/ingest.py --gb 0.2 --dir DIR   # a smaller run
+    python bench/ingest.py --runs 3             # alternate the two 3 times; medians (a noisy machine)
 
-Prints MB/s of each, the speed ratio, peak RSS of each, and store sizes (observe's also after
-`observe compact`, which rewrites partitions with slower, tighter zstd levels).
+Prints MB/s of each, the speed ratio, CPU seconds and peak RSS of each, and store sizes (observe's
+also after `observe compact --grace 0s`, which rewrites partitions with slower, tighter zstd levels).
 """
 from __future__ import annotations
 
 import argparse
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -20,15 +22,15 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def run(cmd: list[str]) -> tuple[float, int]:
-    """Run ``cmd``; return wall seconds and peak RSS in bytes (from wait4's rusage)."""
+def run(cmd: list[str]) -> tuple[float, float, int]:
+    """Run ``cmd``; return wall seconds, CPU seconds and peak RSS in bytes (from wait4's rusage)."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - start
     if os.waitstatus_to_exitcode(status) != 0:
         sys.exit(f"failed: {' '.join(cmd)}: {proc.stderr.read().decode()[-500:]}")
-    return seconds, usage.ru_maxrss * 1024
+    return seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024
 
 
 def du(path: Path) -> int:
@@ -49,6 +51,7 @@ def main() -> None:
     ap.add_argument("--gb", type=float, default=1.1, help="size of generated logs in GB (default 1.1)")
     ap.add_argument("--dir", type=Path, default=Path("/tmp/observe-bench"))
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--runs", type=int, default=1, help="runs of each, alternating; medians are reported")
     args = ap.parse_args()
     logs = args.dir / "logs"
     marker = args.dir / f"generated-{args.gb}-{args.seed}"
@@ -63,27 +66,31 @@ def main() -> None:
         marker.touch()
     raw = du(logs)
     files = sum(1 for f in logs.rglob("*") if f.is_file())
-    results = {}
-    for name, cmd in [
-        ("observe", [sys.executable, "-m", "observe.cli", "ingest", str(logs), "--store", str(args.dir / "store-observe")]),
-        ("baseline", [sys.executable, str(HERE / "baseline.py"), str(logs), str(args.dir / "store-baseline")]),
-    ]:
-        shutil.rmtree(args.dir / f"store-{name}", ignore_errors=True)
-        print(f"running {name} ...", flush=True)
-        seconds, rss = run(cmd)
-        results[name] = (seconds, rss, du(args.dir / f"store-{name}"))
+    runs: dict[str, list[tuple[float, float, int, int]]] = {"observe": [], "baseline": []}
+    for i in range(args.runs):
+        for name, cmd in [
+            ("observe", [sys.executable, "-m", "observe.cli", "ingest", str(logs), "--store", str(args.dir / "store-observe")]),
+            ("baseline", [sys.executable, str(HERE / "baseline.py"), str(logs), str(args.dir / "store-baseline")]),
+        ]:
+            shutil.rmtree(args.dir / f"store-{name}", ignore_errors=True)
+            seconds, cpu, rss = run(cmd)
+            runs[name].append((seconds, cpu, rss, du(args.dir / f"store-{name}")))
+            print(f"run {i + 1} {name}: {seconds:.1f} s, {cpu:.1f} CPU-s, peak RSS {rss / 1e6:.0f} MB", flush=True)
+    results = {name: tuple(statistics.median(r[k] for r in rs) for k in range(4)) for name, rs in runs.items()}
     print("compacting observe's store ...", flush=True)
-    compact_s, compact_rss = run([sys.executable, "-m", "observe.cli", "compact", "--store", str(args.dir / "store-observe")])
+    compact_s, _, compact_rss = run([sys.executable, "-m", "observe.cli", "compact", "--grace", "0s", "--store", str(args.dir / "store-observe")])
     compacted = du(args.dir / "store-observe")
     z = zstd3(logs)
-    print(f"\ninput: {raw / 1e6:.0f} MB in {files} files ({args.dir})")
-    print(f"{'':10}{'seconds':>10}{'MB/s':>10}{'peak RSS MB':>14}{'store MB':>10}{'store/zstd-3':>14}")
-    for name, (seconds, rss, size) in results.items():
-        print(f"{name:10}{seconds:10.1f}{raw / 1e6 / seconds:10.1f}{rss / 1e6:14.0f}{size / 1e6:10.1f}{size / z:14.2f}")
-    print(f"{'compacted':10}{compact_s:10.1f}{'':10}{compact_rss / 1e6:14.0f}{compacted / 1e6:10.1f}{compacted / z:14.2f}"
+    print(f"\ninput: {raw / 1e6:.0f} MB in {files} files ({args.dir}); medians of {args.runs} run(s)")
+    print(f"{'':10}{'seconds':>10}{'MB/s':>10}{'CPU-s':>8}{'peak RSS MB':>14}{'store MB':>10}{'store/zstd-3':>14}")
+    for name, (seconds, cpu, rss, size) in results.items():
+        print(f"{name:10}{seconds:10.1f}{raw / 1e6 / seconds:10.1f}{cpu:8.1f}{rss / 1e6:14.0f}{size / 1e6:10.1f}{size / z:14.2f}")
+    print(f"{'compacted':10}{compact_s:10.1f}{'':10}{'':8}{compact_rss / 1e6:14.0f}{compacted / 1e6:10.1f}{compacted / z:14.2f}"
           "   (observe compact: text columns zstd 16, others 6)")
-    print(f"{'zstd -3':10}{'':10}{'':10}{'':14}{z / 1e6:10.1f}{1:14.2f}")
-    print(f"\nspeed ratio observe / baseline: {results['baseline'][0] / results['observe'][0]:.2f}x")
+    print(f"{'zstd -3':10}{'':10}{'':10}{'':8}{'':14}{z / 1e6:10.1f}{1:14.2f}")
+    pairs = [b[0] / o[0] for o, b in zip(runs["observe"], runs["baseline"])]
+    print(f"\nspeed ratio observe / baseline: {results['baseline'][0] / results['observe'][0]:.2f}x"
+          f" (each run: {', '.join(f'{p:.2f}x' for p in pairs)})")
 
 
 if __name__ == "__main__":

@@ -173,7 +173,13 @@ def _join(lines: pl.DataFrame, rid: pl.Series) -> pl.DataFrame:
 
 def sample_of(head: bytes) -> pl.Series:
     """The first lines of an input's first bytes, for format detection."""
-    return pl.Series(head.decode("utf-8", "replace").splitlines()[:SAMPLE_LINES], dtype=pl.String)
+    end = -1
+    for _ in range(SAMPLE_LINES):  # decode only those lines
+        end = head.find(b"\n", end + 1)
+        if end < 0:
+            end = len(head)
+            break
+    return pl.Series(head[:end].decode("utf-8", "replace").splitlines()[:SAMPLE_LINES], dtype=pl.String)
 
 
 def choose(source: str, sample: pl.Series, path: str) -> Collector:
