@@ -109,25 +109,30 @@ def finalize(df: pl.DataFrame, c: Collector, ctx: Context, file_id: str | None =
 
 
 def record_pieces(stream: BinaryIO, c: Collector, summary: Summary,
-                  progress: Callable[[int], None] | None = None) -> Iterator[tuple[bytes, int]]:
-    """``(bytes, offset)`` pieces of a stream of about CHUNK_BYTES that hold whole records: each
-    read's last record (which may go on in the next bytes) starts the next piece."""
+                  progress: Callable[[int], None] | None = None) -> Iterator[tuple[memoryview, int]]:
+    """``(bytes, offset)`` pieces of a stream of about CHUNK_BYTES that hold whole records (each
+    ending with a newline): each read's last record, which may go on in the next bytes, starts the
+    next piece. Pieces are views of the reads (one copy only where a piece spans two reads)."""
     pending, base = b"", 0
     while data := stream.read(CHUNK_BYTES):
         summary.bytes += len(data)
         if progress:
             progress(len(data))
-        buf = pending + data
-        end = buf.rfind(b"\n") + 1
-        cut = last_record_start(buf, end, c)
-        if cut is None or (cut == 0 and len(buf) > 4 * CHUNK_BYTES):  # a record longer than that is cut
-            cut = end
-        if cut:
-            yield buf[:cut], base
-            base += cut
-        pending = buf[cut:]
+        end = data.rfind(b"\n") + 1
+        cut = last_record_start(data, end, c) if end else None
+        if cut is None or (cut == 0 and pending):  # no record starts here (a long one): join the reads
+            pending = pending + data
+            if len(pending) <= 4 * CHUNK_BYTES:
+                continue
+            data, pending, cut = pending, b"", pending.rfind(b"\n") + 1  # a record longer than that is cut
+        view = memoryview(data)
+        piece = view[:cut] if not pending else memoryview(b"".join([pending, view[:cut]]))
+        if len(piece):
+            yield piece, base
+            base += len(piece)
+        pending = bytes(view[cut:])
     if pending:
-        yield pending if pending.endswith(b"\n") else pending + b"\n", base
+        yield memoryview(pending if pending.endswith(b"\n") else pending + b"\n"), base
 
 
 def last_record_start(data: bytes, end: int, c: Collector, window: int | None = None) -> int | None:
@@ -292,11 +297,11 @@ def _batches(paths: list[str], jobs: list[str | None], c: Collector, store: Stor
         yield datas, inputs
 
 
-def joined_records(datas: list[bytes], c: Collector, bases: list[int] | None = None) -> pl.DataFrame:
+def joined_records(datas: list[bytes] | list[memoryview], c: Collector, bases: list[int] | None = None) -> pl.DataFrame:
     """Records of several inputs' bytes (each ending with a newline, starting at byte ``bases[i]``
     of its input, default 0); each offset carries its input's index in the high bits."""
     starts = np.cumsum([0] + [len(d) for d in datas[:-1]])
-    lines = lines_of(b"".join(datas))
+    lines = lines_of(datas[0] if len(datas) == 1 else b"".join(datas))
     index = np.searchsorted(starts, lines.get_column("offset").to_numpy(), side="right") - 1
     shift = starts[index] - (np.asarray(bases, dtype=np.int64)[index] if bases is not None else 0)
     lines = lines.with_columns(

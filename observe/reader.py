@@ -19,9 +19,10 @@ FINGERPRINT_BYTES = 1024
 ROTATED = re.compile(r"(?:[.-]\d{8})?(?:\.\d{1,3})?(?:\.(?:gz|xz|bz2|zst))?$")
 
 
-def lines_of(body: bytes, base: int = 0) -> pl.DataFrame:
+def lines_of(body: bytes | memoryview, base: int = 0) -> pl.DataFrame:
     """Split ``body`` (ending with a newline) into lines; offsets are ``base`` + byte position."""
-    nl = np.flatnonzero(np.frombuffer(body, np.uint8) == 10)
+    data = np.frombuffer(body, np.uint8)
+    nl = np.flatnonzero(data == 10)
     starts = np.concatenate([[0], nl[:-1] + 1]).astype(np.int64)
     offs = np.concatenate([[0], nl + 1]).astype(np.int64)
     arr = pa.LargeStringArray.from_buffers(len(nl), pa.py_buffer(offs.tobytes()), pa.py_buffer(body))
@@ -29,9 +30,10 @@ def lines_of(body: bytes, base: int = 0) -> pl.DataFrame:
         arr.validate(full=True)
         raw = pl.from_arrow(arr)
     except pa.ArrowInvalid:  # invalid UTF-8 somewhere in the chunk: decode line by line, replacing
-        raw = pl.Series([body[s:e].decode("utf-8", "replace") for s, e in zip(offs[:-1], offs[1:])], dtype=pl.String)
+        raw = pl.Series([bytes(body[s:e]).decode("utf-8", "replace") for s, e in zip(offs[:-1], offs[1:])],
+                        dtype=pl.String)
     raw = raw.str.strip_suffix("\n")
-    if b"\r" in body:
+    if (data == 13).any():
         raw = raw.str.strip_suffix("\r")
     return pl.DataFrame({"raw": raw, "offset": starts + base})
 

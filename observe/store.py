@@ -437,6 +437,7 @@ class SegmentWriter:
         self.store = store
         self.max_rows = max_rows
         self.parts: dict[tuple[str, str], list[tuple[int, pl.DataFrame]]] = {}  # (unit, rows), oldest first
+        self.sizes: Counter[tuple[str, str]] = Counter()  # rows waiting per partition
         self.units: Counter[int] = Counter()  # parts waiting per unit
         self.unit = 0
         self.rows = 0
@@ -454,9 +455,10 @@ class SegmentWriter:
             if part.height:
                 self.parts.setdefault(key, []).append((self.unit, part))
                 self.units[self.unit] += 1
+                self.sizes[key] += part.height
                 self.rows += part.height
         while self.rows > self.max_rows:
-            self._flush(max(self.parts, key=lambda k: sum(p.height for _, p in self.parts[k])))
+            self._flush(max(self.sizes, key=self.sizes.__getitem__))
         while len(self.units) > MAX_UNITS:
             self._release(min(self.units))
 
@@ -468,6 +470,7 @@ class SegmentWriter:
 
     def _flush(self, key: tuple[str, str]) -> None:
         waiting = self.parts.pop(key)
+        del self.sizes[key]
         for unit, _ in waiting:
             if unit:
                 self.units[unit] -= 1
