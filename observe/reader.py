@@ -4,6 +4,7 @@ from __future__ import annotations
 import glob
 import gzip
 import hashlib
+import os
 import re
 import sys
 from collections.abc import Iterator
@@ -72,8 +73,8 @@ def log_name(path: str) -> str:
     """A file's absolute path without rotation suffixes: ``/var/log/syslog.2.gz`` -> ``/var/log/syslog``."""
     if path == "-":
         return path
-    p = Path(path).absolute()
-    return str(p.parent / (ROTATED.sub("", p.name) or p.name))
+    directory, name = os.path.split(os.path.abspath(path))
+    return os.path.join(directory, ROTATED.sub("", name) or name)
 
 
 def fingerprint(head: bytes, node: str | None, job: str | None = None, name: str = "") -> str:

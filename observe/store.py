@@ -21,6 +21,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cache
 from datetime import date, datetime, timedelta
 from pathlib import Path
 
@@ -387,8 +388,9 @@ def _ranges(key: pl.Expr, cuts: list, with_nulls: bool) -> list[pl.Expr]:
     return out
 
 
+@cache
 def no_records() -> pl.DataFrame:
-    """What :meth:`Store.known` returns for an input with nothing stored."""
+    """What :meth:`Store.known` returns for an input with nothing stored (one shared empty frame)."""
     return pl.DataFrame(schema={"offset": pl.Int64, "text": pl.UInt64})
 
 
