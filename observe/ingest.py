@@ -1,6 +1,7 @@
 """Ingest: inputs -> collector -> records -> rules -> store, streamed in bounded chunks."""
 from __future__ import annotations
 
+import io
 import re
 import time
 from collections import Counter, deque
@@ -112,8 +113,9 @@ def record_pieces(stream: BinaryIO, c: Collector, summary: Summary,
                   progress: Callable[[int], None] | None = None) -> Iterator[tuple[memoryview, int]]:
     """``(bytes, offset)`` pieces of a stream of about CHUNK_BYTES that hold whole records (each
     ending with a newline): each read's last record, which may go on in the next bytes, starts the
-    next piece. Pieces are views of the reads (one copy only where a piece spans two reads)."""
-    pending, base = b"", 0
+    next piece (at the end, it joins the last one). Pieces are views of the reads, copied only where
+    a piece spans two reads."""
+    pending, base, ready = b"", 0, None
     while data := stream.read(CHUNK_BYTES):
         summary.bytes += len(data)
         if progress:
@@ -127,12 +129,17 @@ def record_pieces(stream: BinaryIO, c: Collector, summary: Summary,
             data, pending, cut = pending, b"", pending.rfind(b"\n") + 1  # a record longer than that is cut
         view = memoryview(data)
         piece = view[:cut] if not pending else memoryview(b"".join([pending, view[:cut]]))
-        if len(piece):
-            yield piece, base
-            base += len(piece)
         pending = bytes(view[cut:])
+        if len(piece):
+            if ready is not None:
+                yield ready
+            ready = piece, base
+            base += len(piece)
     if pending:
-        yield memoryview(pending if pending.endswith(b"\n") else pending + b"\n"), base
+        tail = pending if pending.endswith(b"\n") else pending + b"\n"
+        ready = (memoryview(b"".join([ready[0], tail])), ready[1]) if ready is not None else (memoryview(tail), base)
+    if ready is not None:
+        yield ready
 
 
 def last_record_start(data: bytes, end: int, c: Collector, window: int | None = None) -> int | None:
@@ -245,7 +252,8 @@ def ingest_file(path: str, store: Store, source: str = "auto", node: str | None 
                       reference_time=datetime.fromtimestamp(mtime, timezone.utc), tz=tz,
                       header=sample[0] if len(sample) else None)
         summary.sources[path] = c.name
-        holder = _Holder(ctx)
+        one_unit = isinstance(stream, io.BufferedReader) and path != "-" and Path(path).stat().st_size <= CHUNK_BYTES
+        holder = _Holder(ctx, learns=not one_unit)
         if c.whole_file:
             for recs in _whole(stream, summary, progress):
                 pipe.submit(lambda recs=recs: recs, [one], c, holder)
@@ -333,9 +341,11 @@ def _whole(stream, summary: Summary, progress: Callable[[int], None] | None) -> 
 
 @dataclass
 class _Holder:
-    """The parse context of one input or batch; updated when a boot time is learned."""
+    """The parse context of one input or batch; updated when a boot time is learned (``learns``:
+    an input of more than one unit, whose first units may date the later ones)."""
 
     ctx: Context
+    learns: bool = False
 
 
 class _Pipeline:
@@ -354,7 +364,7 @@ class _Pipeline:
 
     def submit(self, make: Callable[[], pl.DataFrame], inputs: list[ParseInput], c: Collector, holder: _Holder) -> None:
         """Queue one unit (``make`` gives its records, on the worker); stores the oldest when the window is full."""
-        sequential = c.source == "kernel" and holder.ctx.boot_time is None
+        sequential = c.source == "kernel" and holder.learns and holder.ctx.boot_time is None
         if sequential:
             self.drain()
         self.window.append((self.pool.submit(_parse_made, make, inputs, c, holder.ctx), c, holder))
@@ -532,7 +542,7 @@ def ingest_inputs(inputs: list[tuple[str, dict]], store: Store,
             ingest_batch([p for p, _ in group], registry.get(name), store, pipe, summary, node=node,
                          jobs=[o.get("job") for _, o in group], tz=tz, progress=progress)
         for _, path, c, opts in sorted(single, key=lambda item: item[0]):
-            if c is not None and c.source == "kernel":
+            if c is not None and c.source == "kernel" and opts.get("node") and not opts.get("boot_time"):
                 pipe.drain()  # boot times learned from the files before are known now
             try:
                 ingest_file(path, store, summary=summary, progress=progress, pipe=pipe,
