@@ -144,8 +144,8 @@ def record_pieces(stream: BinaryIO, c: Collector, summary: Summary,
 
 def last_record_start(data: bytes, end: int, c: Collector, window: int | None = None) -> int | None:
     """Where the last record in ``data[:end]`` (complete lines) starts, looking at its last
-    ``window`` bytes (None: all; default TAIL_BYTES); None when none starts there. Formats without
-    continuation lines: ``end``."""
+    ``window`` bytes (default TAIL_BYTES); None when none starts there. Formats without continuation
+    lines: ``end``."""
     if type(c).continuation is Collector.continuation:
         return end
     window = TAIL_BYTES if window is None else window

@@ -7,9 +7,8 @@ from collections.abc import Callable
 from observe.health.result import Result, unknown
 
 
-def each_gpu(check: str, read: Callable[[object, object], dict]) -> list[dict] | Result:
-    """``read(pynvml, handle)`` merged into each GPU's index, name and PCI bus id; an NVML error on one
-    GPU becomes its ``error`` (that GPU could not be judged). UNKNOWN without nvidia-ml-py or a driver."""
+def each_index(check: str, read: Callable[[object, int], dict]) -> list[dict] | Result:
+    """``read(pynvml, index)`` for each GPU, in one NVML session. UNKNOWN without nvidia-ml-py or a driver."""
     try:
         import pynvml
     except ImportError:
@@ -19,9 +18,15 @@ def each_gpu(check: str, read: Callable[[object, object], dict]) -> list[dict] |
     except pynvml.NVMLError as exc:
         return unknown(check, f"NVML is not available: {exc}")
     try:
-        return [_gpu(pynvml, index, read) for index in range(pynvml.nvmlDeviceGetCount())]
+        return [read(pynvml, index) for index in range(pynvml.nvmlDeviceGetCount())]
     finally:
         pynvml.nvmlShutdown()
+
+
+def each_gpu(check: str, read: Callable[[object, object], dict]) -> list[dict] | Result:
+    """``read(pynvml, handle)`` merged into each GPU's index, name and PCI bus id; an NVML error on one
+    GPU becomes its ``error`` (that GPU could not be judged). UNKNOWN as :func:`each_index`."""
+    return each_index(check, lambda nvml, index: _gpu(nvml, index, read))
 
 
 def _gpu(nvml, index: int, read: Callable[[object, object], dict]) -> dict:

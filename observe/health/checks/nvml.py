@@ -13,6 +13,7 @@ is left out, not failed.
 """
 from __future__ import annotations
 
+from observe.health.nvml_gpus import each_index, text
 from observe.health.result import Result, Status, unknown
 
 NAME = "nvml"
@@ -23,18 +24,9 @@ SEVERITY = {"report": 0, "reset": 1, "reboot": 2, "drain": 3}
 
 def run(opts: dict) -> Result:
     """FAIL when a GPU shows a finding whose action is not ``report``; the action is the gravest one."""
-    try:
-        import pynvml
-    except ImportError:
-        return unknown(NAME, "nvidia-ml-py is not installed (pip install 'observe[health]')")
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        return unknown(NAME, f"NVML is not available: {exc}")
-    try:
-        gpus = [read(pynvml, i) for i in range(pynvml.nvmlDeviceGetCount())]
-    finally:
-        pynvml.nvmlShutdown()
+    gpus = each_index(NAME, read)
+    if isinstance(gpus, Result):
+        return gpus
     if not gpus:
         return unknown(NAME, "NVML shows no GPUs")
     findings = [f for gpu in gpus for f in judge(gpu, opts)]
@@ -53,7 +45,7 @@ def read(nvml, index: int) -> dict:
     get = _Getter(nvml, handle)
     gpu = {"index": index, "name": get("nvmlDeviceGetName"), "uuid": get("nvmlDeviceGetUUID")}
     pci = get("nvmlDeviceGetPciInfo")
-    gpu["pci"] = _text(getattr(pci, "busId", None)) if pci is not None else None
+    gpu["pci"] = text(getattr(pci, "busId", None)) if pci is not None else None
     unc = nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
     gpu["ecc_volatile_uncorrected"] = get("nvmlDeviceGetTotalEccErrors", unc, nvml.NVML_VOLATILE_ECC)
     gpu["ecc_aggregate_uncorrected"] = get("nvmlDeviceGetTotalEccErrors", unc, nvml.NVML_AGGREGATE_ECC)
@@ -71,7 +63,7 @@ def read(nvml, index: int) -> dict:
                                           ("max_width", "nvmlDeviceGetMaxPcieLinkWidth"))}
     gpu["lost"] = get.lost
     gpu["errors"] = get.errors
-    return {k: _text(v) for k, v in gpu.items()}
+    return {k: text(v) for k, v in gpu.items()}
 
 
 def judge(gpu: dict, opts: dict) -> list[dict]:
@@ -138,7 +130,3 @@ class _Getter:
         except self.nvml.NVMLError as exc:
             self.errors[fn] = str(exc)
         return None
-
-
-def _text(value):
-    return value.decode() if isinstance(value, bytes) else value
