@@ -17,6 +17,7 @@ from rich.table import Table
 from observe import rules
 from observe.cli_base import StoreOpt, _fail, _store, _time, app, err, out
 from observe.ingest import InputError, Summary, ingest
+from observe.parallel import WorkerError
 from observe.reader import input_files
 from observe.schema import DESCRIPTIONS, FIELDS
 from observe.store import Store, StoreBusy
@@ -53,6 +54,7 @@ def ingest_cmd(
     job: Annotated[Optional[str], typer.Option(help="Job id of job output (else taken from names like slurm-1234.out).")] = None,
     boot_time: Annotated[Optional[str], typer.Option(help="Boot time (ISO) to turn dmesg [seconds] stamps into wall-clock UTC.")] = None,
     tz: Annotated[str, typer.Option(help="Time zone of stamps that carry none (syslog, slurmctld).")] = "UTC",
+    workers: Annotated[int, typer.Option(help="Parse processes: 0 = one per core when there is over 64 MB to read.")] = 0,
     store: StoreOpt = None,
 ) -> None:
     """Parse log files into the store; re-ingesting the same bytes adds nothing.
@@ -68,10 +70,10 @@ def ingest_cmd(
             with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
                           TransferSpeedColumn(), console=err, transient=True) as bar:
                 task = bar.add_task("ingesting", total=total)
-                summary = ingest(files, _store(store), progress=lambda n: bar.advance(task, n), **opts)
+                summary = ingest(files, _store(store), progress=lambda n: bar.advance(task, n), workers=workers or None, **opts)
         else:
-            summary = ingest(files, _store(store), **opts)
-    except (InputError, ValueError, FileNotFoundError, rules.RuleError) as exc:
+            summary = ingest(files, _store(store), workers=workers or None, **opts)
+    except (InputError, ValueError, FileNotFoundError, rules.RuleError, WorkerError) as exc:
         _fail(str(exc))
     except OSError as exc:
         _fail(f"{exc.filename or ''}: {exc.strerror or exc}")

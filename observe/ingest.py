@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import os
 import re
 import time
 from collections import Counter, deque
@@ -58,6 +59,17 @@ class Summary:
     @property
     def parsed_pct(self) -> float:
         return 100.0 * (self.records - self.unparsed) / self.records if self.records else 100.0
+
+    def add(self, other: Summary) -> None:
+        """Count ``other`` (another worker's part of the same run) in this one."""
+        for name in ("files", "bytes", "records", "stored", "duplicates", "unparsed", "blank"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.kinds.update(other.kinds)
+        self.sources.update(other.sources)
+        self.failed.extend(other.failed)
+        for node, boot in other.boot_times.items():
+            self.boot_times.setdefault(node, boot)
+        self.file_ids |= other.file_ids
 
 
 def job_from_name(path: str) -> str | None:
@@ -218,7 +230,9 @@ def _open(path: str, summary: Summary, node: str | None, store: Store, pipe: _Pi
         pipe.flush()
     summary.file_ids.add(file_id)
     summary.files += 1
-    return ParseInput(file_id, job, store.known(file_id))
+    known = store.known(file_id)
+    store.note_inputs([file_id])  # marked with the next segment: one marker file for many inputs
+    return ParseInput(file_id, job, known)
 
 
 def ingest_file(path: str, store: Store, source: str = "auto", node: str | None = None,
@@ -356,10 +370,11 @@ class _Pipeline:
     from one unit dates the next.
     """
 
-    def __init__(self, writer: SegmentWriter, summary: Summary):
+    def __init__(self, writer: SegmentWriter, summary: Summary, threads: int = PARSE_THREADS):
         self.writer = writer
         self.summary = summary
-        self.pool = ThreadPoolExecutor(max_workers=PARSE_THREADS, thread_name_prefix="observe-parse")
+        self.threads = threads
+        self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="observe-parse")
         self.window: deque[tuple[Future, Collector, _Holder]] = deque()
 
     def submit(self, make: Callable[[], pl.DataFrame], inputs: list[ParseInput], c: Collector, holder: _Holder) -> None:
@@ -368,7 +383,7 @@ class _Pipeline:
         if sequential:
             self.drain()
         self.window.append((self.pool.submit(_parse_made, make, inputs, c, holder.ctx), c, holder))
-        if sequential or len(self.window) >= PARSE_THREADS:
+        if sequential or len(self.window) >= self.threads:
             self._store_oldest()
 
     def _store_oldest(self) -> None:
@@ -486,24 +501,123 @@ def learn_boot_times(events: pl.DataFrame, known: dict[str, datetime]) -> None:
         known.setdefault(node, boot)
 
 
-def _plan(inputs: list[tuple[str, dict]]) -> list[tuple[Collector | None, bool]]:
-    """Each input's collector (None when not known yet) and whether it has boot-relative stamps."""
-    samples: list[pl.Series] = []
+@dataclass(frozen=True)
+class Planned:
+    """One input of a run, as planned: its collector (by name; None when it cannot be told), size,
+    identity and whether it is a kernel log with boot-relative stamps."""
+
+    path: str
+    opts: dict
+    collector: str | None
+    relative: bool
+    size: int
+    file_id: str | None
+
+
+@dataclass(frozen=True)
+class Step:
+    """One call into the pipeline: one input, or small files of one format parsed as a batch."""
+
+    inputs: tuple[Planned, ...]
+    batch: bool = False
+
+    @property
+    def size(self) -> int:
+        return sum(p.size for p in self.inputs)
+
+
+Task = list[Step]  # steps run in order by one pipeline
+
+
+def _plan(inputs: list[tuple[str, dict]]) -> list[Planned]:
+    """Each input's collector, size, identity and whether it has boot-relative stamps."""
+    heads: list[bytes] = []
     for path, _ in inputs:
         try:
-            head = b"" if path == "-" else peek_head(path)
+            heads.append(b"" if path == "-" else peek_head(path))
         except OSError:
-            head = b""
-        samples.append(sample_of(head))
+            heads.append(b"")
     plan = []
-    for (path, opts), (best, score, scores) in zip(inputs, registry.detect_many(samples)):
+    for (path, opts), head, (best, score, scores) in zip(inputs, heads, registry.detect_many([sample_of(h) for h in heads])):
         source = opts.get("source", "auto")
         try:
             c = registry.get(source) if source != "auto" else _chosen(best, score, path)
         except (InputError, ValueError):
             c = None
-        plan.append((c, c is not None and c.name == "kernel" and scores.get("syslog", 0.0) < 0.5))
+        try:
+            size = os.stat(path).st_size if path != "-" else 0
+        except OSError:
+            size = 0
+        file_id = fingerprint(head, opts.get("node"), opts.get("job") or job_from_name(path), log_name(path)) if head else None
+        plan.append(Planned(path, opts, c.name if c else None,
+                            c is not None and c.name == "kernel" and scores.get("syslog", 0.0) < 0.5, size, file_id))
     return plan
+
+
+def tasks(planned: list[Planned], task_bytes: float = float("inf")) -> tuple[list[Task], list[Task]]:
+    """The run's tasks: the first list, then the second (kernel logs with boot-relative stamps,
+    which wait for the boot times the first ones tell).
+
+    Small files of a batchable format, node and time zone are batch steps of up to ``task_bytes``;
+    inputs that share an identity (a file and its rotated copy) end up in one task, in order, so
+    that the second sees what the first stored.
+    """
+    groups: dict[tuple, list[Planned]] = {}
+    first: list[Task] = []
+    last: list[Task] = []
+    for p in planned:
+        c = registry.get(p.collector) if p.collector else None
+        if c is not None and c.batchable and not c.whole_file and p.path != "-" and p.size < SMALL_FILE_BYTES:
+            groups.setdefault((p.collector, p.opts.get("node"), p.opts.get("tz", "UTC")), []).append(p)
+        else:
+            (last if p.relative else first).append([Step((p,))])
+    batches: list[Task] = []
+    for group in groups.values():
+        part: list[Planned] = []
+        size = 0
+        for p in group:
+            if part and size + p.size > task_bytes:
+                batches.append([Step(tuple(part), batch=True)])
+                part, size = [], 0
+            part.append(p)
+            size += p.size
+        batches.append([Step(tuple(part), batch=True)])
+    return _together(batches + first), _together(last)
+
+
+def _together(tasks: list[Task]) -> list[Task]:
+    """Tasks merged where they share an input identity (each merged task where its first part was)."""
+    owner: dict[str, int] = {}
+    merged: list[Task | None] = []
+    for task in tasks:
+        ids = {p.file_id for step in task for p in step.inputs if p.file_id}
+        into = min((owner[i] for i in ids if i in owner), default=None)
+        if into is None:
+            into = len(merged)
+            merged.append([])
+        merged[into].extend(task)
+        for i in ids:
+            owner[i] = into
+    return [t for t in merged if t]
+
+
+def run_step(step: Step, store: Store, pipe: _Pipeline, summary: Summary,
+             progress: Callable[[int], None] | None = None) -> None:
+    """Feed one step into ``pipe``; an input that cannot be ingested goes to ``summary.failed``."""
+    head = step.inputs[0]
+    if step.batch:
+        ingest_batch([p.path for p in step.inputs], registry.get(head.collector), store, pipe, summary,
+                     node=head.opts.get("node"), jobs=[p.opts.get("job") for p in step.inputs],
+                     tz=head.opts.get("tz", "UTC"), progress=progress)
+        return
+    c = registry.get(head.collector) if head.collector else None
+    if c is not None and c.source == "kernel" and head.opts.get("node") and not head.opts.get("boot_time"):
+        pipe.drain()  # boot times learned from the files before are known now
+    try:
+        ingest_file(head.path, store, summary=summary, progress=progress, pipe=pipe,
+                    **{**head.opts, "source": head.collector or head.opts.get("source", "auto")})
+    except InputError as exc:
+        summary.failed.append(str(exc))
 
 
 def _chosen(best: Collector | None, score: float, path: str) -> Collector:
@@ -515,39 +629,33 @@ def _chosen(best: Collector | None, score: float, path: str) -> Collector:
     return best
 
 
-def ingest(paths: list[str], store: Store, progress: Callable[[int], None] | None = None, **opts) -> Summary:
+def ingest(paths: list[str], store: Store, progress: Callable[[int], None] | None = None,
+           workers: int | None = None, **opts) -> Summary:
     """Ingest every file in ``paths``, all with the same ``opts`` (see :func:`ingest_file`)."""
-    return ingest_inputs([(p, opts) for p in paths], store, progress)
+    return ingest_inputs([(p, opts) for p in paths], store, progress, workers)
 
 
-def ingest_inputs(inputs: list[tuple[str, dict]], store: Store,
-                  progress: Callable[[int], None] | None = None) -> Summary:
+def ingest_inputs(inputs: list[tuple[str, dict]], store: Store, progress: Callable[[int], None] | None = None,
+                  workers: int | None = None) -> Summary:
     """Ingest files, each with its own options (source, node, job, boot_time, tz), in one run.
 
     Small files of a batchable format and the same node are parsed together; kernel logs with
     boot-relative stamps go last, once other files have told the nodes' boot times. An input that
-    cannot be ingested is recorded in ``summary.failed`` and the others go on.
+    cannot be ingested is recorded in ``summary.failed`` and the others go on. ``workers``: how
+    many processes parse (default: one per core for big runs, this process alone for small ones).
     """
-    summary = Summary()
+    from observe import parallel
+
     start = time.perf_counter()
-    batches: dict[tuple, list[tuple[str, dict]]] = {}
-    single = []
-    for (path, opts), (c, relative) in zip(inputs, _plan(inputs)):
-        if c is not None and c.batchable and not c.whole_file and Path(path).stat().st_size < SMALL_FILE_BYTES:
-            batches.setdefault((c.name, opts.get("node"), opts.get("tz", "UTC")), []).append((path, opts))
-        else:
-            single.append((relative, path, c, opts))
-    with store.writer() as writer, _Pipeline(writer, summary) as pipe:
-        for (name, node, tz), group in batches.items():
-            ingest_batch([p for p, _ in group], registry.get(name), store, pipe, summary, node=node,
-                         jobs=[o.get("job") for _, o in group], tz=tz, progress=progress)
-        for _, path, c, opts in sorted(single, key=lambda item: item[0]):
-            if c is not None and c.source == "kernel" and opts.get("node") and not opts.get("boot_time"):
-                pipe.drain()  # boot times learned from the files before are known now
-            try:
-                ingest_file(path, store, summary=summary, progress=progress, pipe=pipe,
-                            **{**opts, "source": c.name if c else opts.get("source", "auto")})
-            except InputError as exc:
-                summary.failed.append(str(exc))
+    planned = _plan(inputs)
+    workers = parallel.default_workers(planned) if workers is None else workers
+    if workers > 1 and all(p.path != "-" for p in planned):
+        summary = parallel.ingest(planned, store, workers, progress)
+    else:
+        summary = Summary()
+        first, last = tasks(planned)
+        with store.writer() as writer, _Pipeline(writer, summary) as pipe:
+            for step in (step for task in first + last for step in task):
+                run_step(step, store, pipe, summary, progress)
     summary.seconds = time.perf_counter() - start
     return summary

@@ -20,22 +20,43 @@ FINGERPRINT_BYTES = 1024
 ROTATED = re.compile(r"(?:[.-]\d{8})?(?:\.\d{1,3})?(?:\.(?:gz|xz|bz2|zst))?$")
 
 
+_PREFIX = np.arange(4)
+_INLINE = np.arange(12)
+
+
 def lines_of(body: bytes | memoryview, base: int = 0) -> pl.DataFrame:
-    """Split ``body`` (ending with a newline) into lines; offsets are ``base`` + byte position."""
+    """Split ``body`` (ending with a newline) into lines without their ``\n`` or ``\r\n``; offsets
+    are ``base`` + byte position.
+
+    The lines are an Arrow string view array built over ``body`` itself: one newline scan, then
+    16-byte views (length, prefix and position; short lines inline), no copy of the text.
+    """
     data = np.frombuffer(body, np.uint8)
     nl = np.flatnonzero(data == 10)
-    starts = np.concatenate([[0], nl[:-1] + 1]).astype(np.int64)
-    offs = np.concatenate([[0], nl + 1]).astype(np.int64)
-    arr = pa.LargeStringArray.from_buffers(len(nl), pa.py_buffer(offs.tobytes()), pa.py_buffer(body))
+    n = len(nl)
+    starts = np.empty(n, np.int64)
+    starts[:1] = 0
+    starts[1:] = nl[:-1] + 1
+    lens = nl - starts
+    ended = np.flatnonzero(lens)
+    lens[ended[data[nl[ended] - 1] == 13]] -= 1  # \r\n
+    views = np.zeros((n, 4), np.uint32)  # Arrow's view layout: length, then prefix, buffer, offset
+    views[:, 0] = lens
+    padded = np.concatenate([data, np.zeros(16, np.uint8)])
+    long = np.flatnonzero(lens > 12)
+    views[long, 1] = padded[starts[long, None] + _PREFIX].view(np.uint32).ravel()
+    views[long, 3] = starts[long]
+    short = np.flatnonzero(lens <= 12)
+    inline = padded[starts[short, None] + _INLINE]
+    inline[_INLINE[None, :] >= lens[short, None]] = 0
+    views.view(np.uint8).reshape(n, 16)[short, 4:] = inline
+    arr = pa.Array.from_buffers(pa.string_view(), n, [None, pa.py_buffer(views), pa.py_buffer(body)])
     try:
         arr.validate(full=True)
         raw = pl.from_arrow(arr)
     except pa.ArrowInvalid:  # invalid UTF-8 somewhere in the chunk: decode line by line, replacing
-        raw = pl.Series([bytes(body[s:e]).decode("utf-8", "replace") for s, e in zip(offs[:-1], offs[1:])],
+        raw = pl.Series([bytes(body[s:s + k]).decode("utf-8", "replace") for s, k in zip(starts, lens)],
                         dtype=pl.String)
-    raw = raw.str.strip_suffix("\n")
-    if (data == 13).any():
-        raw = raw.str.strip_suffix("\r")
     return pl.DataFrame({"raw": raw, "offset": starts + base})
 
 

@@ -237,26 +237,27 @@ def apply(df: pl.DataFrame, rules: tuple[Rule, ...] | None = None) -> pl.DataFra
     the matching.
     """
     rules = load()[0] if rules is None else rules
-    df = df.with_row_index("_i")
     by_source: dict[str, list[int]] = {}
     for i, rule in enumerate(rules):
         by_source.setdefault(rule.source, []).append(i)
-    todo = df.lazy().filter(pl.col("kind").is_null()).select("_i", "source", pl.col("message").fill_null(""))
+    # only rows still unclassified whose source has rules (most syslog lines have none)
+    rows = df.select((pl.col("kind").is_null() & pl.col("source").is_in(list(by_source))).fill_null(False)).to_series().arg_true()
+    if not len(rows):
+        return df
+    todo = df.select("source", pl.col("message").fill_null("")).gather(rows).with_columns(rows.cast(pl.Int64).alias("_i"))
     msg = pl.col("message")
     found_literals = []
     # one frame per source first: filters chained in one lazy query would run the literal
     # search on every row, whatever its source
-    for (source,), cand in todo.collect().partition_by("source", as_dict=True).items():
-        group = by_source.get(source, [])
+    for (source,), cand in todo.partition_by("source", as_dict=True).items():
+        group = by_source[source]
         literals = sorted({x for i in group for x in rules[i].literals})
-        if not group:
-            continue
         if all(rules[i].literals for i in group):
             cand = cand.filter(msg.str.contains_any(literals))
         found_literals.append(cand.lazy().with_columns(msg.str.extract_many(literals or [""], overlapping=True).alias("_lit")))
-    cands = pl.concat(found_literals).collect() if found_literals else pl.DataFrame()
+    cands = pl.concat(found_literals).collect()
     if cands.is_empty():
-        return df.drop("_i")
+        return df
     matched = []
     for (source,), part in cands.group_by("source"):
         seen = set(part.get_column("_lit").explode().drop_nulls().unique().to_list())
@@ -272,7 +273,7 @@ def apply(df: pl.DataFrame, rules: tuple[Rule, ...] | None = None) -> pl.DataFra
         matched.append(part.lazy().with_columns(which.alias("_rule")).filter(pl.col("_rule").is_not_null()))
     found = pl.concat(matched).collect()
     if found.is_empty():
-        return df.drop("_i")
+        return df
     found = pl.concat([_extract(part.lazy(), rules[i]) for (i,), part in found.group_by("_rule")],
                       how="diagonal_relaxed").collect()
     for name in FIELD_GROUPS:
@@ -286,7 +287,7 @@ def apply(df: pl.DataFrame, rules: tuple[Rule, ...] | None = None) -> pl.DataFra
         merge_attrs(pl.col("attrs_now"), pl.col("attrs")).alias("attrs"),
         *(pl.coalesce(pl.col(n).cast(POLARS_SCHEMA[n], strict=False), f"{n}_now").alias(n) for n in FIELD_GROUPS),
     )
-    return _scatter(df.drop("_i"), idx, new)
+    return _scatter(df, idx, new)
 
 
 def _scatter(df: pl.DataFrame, idx: pl.Series, new: pl.DataFrame) -> pl.DataFrame:

@@ -13,8 +13,9 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import time
 import shutil
+import threading
+import time
 import uuid
 from collections import Counter, deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -43,7 +44,11 @@ TEXT_COLUMNS = ("message", "header", "raw", "attrs")
 # nothing and neighbouring lines compress together (smaller and faster than sorting by time);
 # row groups still carry ts statistics, and the partition is one day.
 SEGMENT_ORDER = ("file_id", "offset")
-DELTA_COLUMNS = {"ts": "DELTA_BINARY_PACKED", "offset": "DELTA_BINARY_PACKED"}
+# Encodings measured on the bench's logs: times and offsets in input order are small deltas; a pid's
+# bytes split into streams leave zstd runs of zero high bytes; consecutive headers share prefixes
+# ("Sep  5 23:00:0", "gpu003:3034541:3034602 [1] ") that DELTA_BYTE_ARRAY stores once.
+COLUMN_ENCODINGS = {"ts": "DELTA_BINARY_PACKED", "offset": "DELTA_BINARY_PACKED", "pid": "BYTE_STREAM_SPLIT",
+                    "header": "DELTA_BYTE_ARRAY"}
 DICTIONARY_COLUMNS = ["node", "source", "severity", "kind", "job_id", "gpu", "program", "file_id", "code", "rank"]
 STATISTICS_COLUMNS = ["ts", "node", "source", "severity", "kind", "job_id", "code", "offset", "file_id"]
 UNKNOWN_DATE = "unknown"
@@ -82,7 +87,10 @@ class Store:
         self.root = Path(text).expanduser()
         self.events = self.root / "events"
         self.inputs = self.root / "inputs"
-        self._marked: set[str] = set()  # input markers this process has made
+        self._marked: set[str] = set()  # inputs this process has marked
+        self._noted: set[str] = set()  # inputs about to be written, marked with the next segment
+        self._mark_lock = threading.Lock()
+        self._listed: tuple[int, set[str], set[str]] = (-1, set(), set())  # inputs/ mtime, marker files read, ids
 
     def __repr__(self) -> str:
         return f"Store({str(self.root)!r})"
@@ -98,13 +106,50 @@ class Store:
         their order, as a new segment named ``<tag>-<uuid>.parquet``."""
         if "header" not in df.columns:
             df = to_stored(df)
-        new = set(df.get_column("file_id").unique().drop_nulls().to_list()) - self._marked
-        if new:
-            self.inputs.mkdir(parents=True, exist_ok=True)
-        for file_id in new:
-            (self.inputs / file_id).touch()  # before the data: a marker never lags its records
-        self._marked |= new
+        self._mark(set(df.get_column("file_id").unique().drop_nulls().to_list()))
         return self._write_file(df, self.events / f"source={source}" / f"date={day}", f"{tag}-{uuid.uuid4().hex}.parquet")
+
+    def note_inputs(self, file_ids: Iterable[str]) -> None:
+        """Inputs whose records are about to be written: marked together with the next segment."""
+        with self._mark_lock:
+            self._noted.update(file_ids)
+
+    def _mark(self, file_ids: set[str]) -> None:
+        """Record, before their records are written, that these inputs have records in the store:
+        one file ``inputs/<uuid>.ids`` (one id a line) for them and every input noted so far."""
+        if file_ids <= self._marked:
+            return
+        with self._mark_lock:
+            new = (file_ids | self._noted) - self._marked
+            if new:
+                self.inputs.mkdir(parents=True, exist_ok=True)
+                write_atomic(self.inputs / f"{uuid.uuid4().hex}.ids", "".join(f"{i}\n" for i in sorted(new)).encode())
+                self._marked |= new
+            self._noted.clear()
+
+    def has_input(self, file_id: str) -> bool:
+        """Whether records of the input ``file_id`` may be in the store (its marker exists)."""
+        if file_id in self._marked:
+            return True
+        try:
+            mtime = os.stat(self.inputs).st_mtime_ns
+        except FileNotFoundError:
+            return False
+        seen, read, ids = self._listed
+        if mtime != seen:  # a marker was added since the last listing: read the new ones
+            with os.scandir(self.inputs) as it:
+                names = [e.name for e in it if not e.name.startswith(".")]
+            for name in names:
+                if name.endswith(".ids") and name not in read:
+                    try:
+                        ids.update((self.inputs / name).read_text().split())
+                    except FileNotFoundError:
+                        continue
+                    read.add(name)
+                elif not name.endswith(".ids"):
+                    ids.add(name)  # one empty file per input (stores written before .ids files)
+            self._listed = (mtime, read, ids)
+        return file_id in ids
 
     def writer(self, max_rows: int = SEGMENT_ROWS) -> SegmentWriter:
         """A buffered writer: one segment per partition per ``max_rows`` rows (bounded memory)."""
@@ -122,7 +167,7 @@ class Store:
             pq.write_table(
                 table, f, compression="zstd", row_group_size=ROW_GROUP_ROWS,
                 compression_level={c: text_level if c in TEXT_COLUMNS else level for c in STORED_SCHEMA.names},
-                use_dictionary=DICTIONARY_COLUMNS, column_encoding=DELTA_COLUMNS, write_statistics=STATISTICS_COLUMNS,
+                use_dictionary=DICTIONARY_COLUMNS, column_encoding=COLUMN_ENCODINGS, write_statistics=STATISTICS_COLUMNS,
                 store_schema=False,
             )
             f.flush()
@@ -217,7 +262,7 @@ class Store:
 
         Inputs never seen have no marker in ``<root>/inputs/`` and cost no scan.
         """
-        files = self.files() if (self.inputs / file_id).exists() else []
+        files = self.files() if self.has_input(file_id) else []
         if not files:
             return no_records()
         lf = from_stored(pl.scan_parquet([str(f) for f in files]).filter(pl.col("file_id") == file_id))
@@ -394,15 +439,35 @@ def no_records() -> pl.DataFrame:
     return pl.DataFrame(schema={"offset": pl.Int64, "text": pl.UInt64})
 
 
+_NO_DAY = (1 << 31) - 1
+
+
 def split_partitions(df: pl.DataFrame) -> dict[tuple[str, str], pl.DataFrame]:
-    """``df`` split by (source, date), each part keeping its rows' order."""
-    keyed = df.with_columns((pl.col("ts").cast(pl.Int64) // 86_400_000_000).alias("_day"))  # an integer key groups faster
-    parts = keyed.partition_by("source", "_day", as_dict=True, maintain_order=True)
-    return {(source, _day_name(day)): part.drop("_day") for (source, day), part in parts.items()}
+    """``df`` split by (source, date), each part keeping its rows' order.
+
+    One stable sort by an integer partition key (skipped when already in order), then each part is a
+    zero-copy slice: a log chunk spanning many days has a hundred parts, and gathering each one
+    separately costs a pass over the columns per part.
+    """
+    if not df.height:
+        return {}
+    day = (pl.col("ts").cast(pl.Int64) // 86_400_000_000).fill_null(_NO_DAY)
+    code = pl.col("source").cast(pl.Categorical).to_physical().cast(pl.Int64).fill_null(-1)
+    keyed = df.with_columns((code * (1 << 32) + day).alias("_key"))
+    if not keyed.get_column("_key").is_sorted():
+        keyed = keyed.sort("_key", maintain_order=True)
+    runs = keyed.get_column("_key").rle().struct.unnest()
+    parts, start = {}, 0
+    keyed = keyed.drop("_key")
+    for n, key in runs.iter_rows():
+        part = keyed.slice(start, n)
+        start += n
+        parts[(part.item(0, "source"), _day_name((key + (1 << 31)) % (1 << 32) - (1 << 31)))] = part
+    return parts
 
 
-def _day_name(day: int | None) -> str:
-    return (date(1970, 1, 1) + timedelta(days=day)).isoformat() if day is not None else UNKNOWN_DATE
+def _day_name(day: int) -> str:
+    return (date(1970, 1, 1) + timedelta(days=day)).isoformat() if day != _NO_DAY else UNKNOWN_DATE
 
 
 def _entries(directory: Path, prefix: str) -> list[tuple[str, str]]:

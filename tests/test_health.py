@@ -149,7 +149,8 @@ def test_ib_ports_from_a_recorded_sysfs_tree(tmp_path: Path) -> None:
 
 def test_runner_turns_hangs_and_crashes_into_unknown() -> None:
     policy = pol.load()
-    hung, crashed = run_checks(["allreduce", "gpu_burn"], policy, 3.0, {"cpu_size": "not a number"})
+    # a million iterations outlast the 3 s budget on any machine (a fast one finished 10 in 2.7 s)
+    hung, crashed = run_checks(["allreduce", "gpu_burn"], policy, 3.0, {"iterations": 1_000_000, "cpu_size": "not a number"})
     assert hung.status is Status.UNKNOWN and "did not finish" in hung.summary
     assert crashed.status is Status.UNKNOWN
     assert not hung.action and not crashed.action  # nothing to drain for
