@@ -15,6 +15,7 @@ import polars as pl
 from collectors.slurm import slurm_severity
 from observe import timeparse as tp
 from observe.collector import Collector, Context, register, split_header
+from observe.rules import any_of
 
 # ASCII classes: the regex engine runs them twice as fast as Unicode \w and \d
 NCCL = r"\s*(?:\[(?P<tag>[0-9]+)\]\s*)?(?P<host>[A-Za-z0-9_.-]+):(?P<pid>[0-9]+):(?P<tid>[0-9]+) \[(?P<dev>[0-9]+)\] "
@@ -66,9 +67,9 @@ class Nccl(Collector):
         raw = pl.col("raw")
         route = records.with_columns(
             pl.when(raw.str.contains("NCCL ", literal=True)).then(pl.lit("nccl"))
-            .when(raw.str.contains_any(TORCH_LITERALS) | raw.str.contains(GLOG_START)).then(pl.lit("torch"))
+            .when(raw.str.contains(any_of(TORCH_LITERALS)) | raw.str.contains(GLOG_START)).then(pl.lit("torch"))
             .when(raw.str.contains(PYLOG_START)).then(pl.lit("pylog"))
-            .when(raw.str.contains_any(SLURM_LITERALS)).then(pl.lit("slurm"))
+            .when(raw.str.contains(any_of(SLURM_LITERALS))).then(pl.lit("slurm"))
             .otherwise(pl.lit("text")).alias("_route")
         )
         parsers = {"nccl": _nccl, "torch": _torch, "pylog": _pylog, "slurm": _slurm, "text": _text}

@@ -66,25 +66,27 @@ class Syslog(Collector):
             .when(raw.str.contains(r"^(?:<\d{1,3}>)?\d{4}-\d\d-\d\d[T ]")).then(pl.lit("3339"))
             .otherwise(pl.lit("3164")).alias("_fmt")
         )
-        parts = []
-        for (fmt,), part in kinds.group_by("_fmt"):
-            part = part.drop("_fmt")
-            parts.append({"json": _json, "5424": _rfc5424, "3339": _rfc3339, "3164": _rfc3164}[fmt](part, ctx))
-        out = pl.concat(parts, how="diagonal_relaxed")
+        parsers = {"json": _json, "5424": _rfc5424, "3339": _rfc3339, "3164": _rfc3164}
+        fmts = kinds.get_column("_fmt")
+        if fmts.n_unique() == 1:  # one format (nearly always): no split and concatenation
+            out = parsers[fmts[0]](records, ctx)
+        else:
+            out = pl.concat([parsers[fmt](part.drop("_fmt"), ctx) for (fmt,), part in kinds.group_by("_fmt")],
+                            how="diagonal_relaxed")
         return kernel_uptime(out.with_columns(source_of(pl.col("program")).alias("source")))
 
 def kernel_uptime(df: pl.DataFrame) -> pl.DataFrame:
-    """Move a kernel message's leading ``[ 12.345678]`` into attrs.uptime."""
+    """Move a kernel message's leading ``[ 12.345678]`` into attrs.uptime (only those rows touched)."""
     has = (pl.col("source") == "kernel") & pl.col("message").str.starts_with("[")
-    mask = df.select(has.fill_null(False)).to_series()
-    if not mask.any():
+    rows = df.select(has.fill_null(False)).to_series().arg_true()
+    if not len(rows):
         return df
     msg = pl.col("message")
-    fixed = df.filter(mask).with_columns(msg.str.extract(UPTIME, 1).alias("_up")).with_columns(
+    fixed = df.select("message", "attrs").gather(rows).with_columns(msg.str.extract(UPTIME, 1).alias("_up")).select(
         pl.when(pl.col("_up").is_not_null()).then(msg.str.replace(UPTIME, "")).otherwise(msg).alias("message"),
         merge_attrs(pl.col("attrs"), attrs_json([("uptime", pl.col("_up"))])).alias("attrs"),
-    ).drop("_up")
-    return pl.concat([df.filter(~mask), fixed], how="diagonal_relaxed")
+    )
+    return df.with_columns(df.get_column(c).scatter(rows, fixed.get_column(c)) for c in fixed.columns)
 
 def _header(part: pl.DataFrame, pattern: str) -> pl.DataFrame:
     return part.with_columns(pl.col("raw").str.extract_groups(pattern).alias("_h")).unnest("_h")
@@ -100,9 +102,9 @@ def _rfc3164(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
     raw = part.get_column("raw")
     ts = tp.syslog_stamp(raw.str.slice(0, 15), ctx.reference_time, ctx.tz)
     mask = (ts.is_not_null() & (raw.str.slice(15, 1) == " ")).fill_null(False)
-    fast = _rfc3164_fast(part.with_columns(ts.alias("_ts")).filter(mask))
     if mask.all():
-        return fast
+        return _rfc3164_fast(part.with_columns(ts.alias("_ts")))
+    fast = _rfc3164_fast(part.with_columns(ts.alias("_ts")).filter(mask))
     return pl.concat([fast, _rfc3164_regex(part.filter(~mask), ctx)], how="diagonal_relaxed")
 
 

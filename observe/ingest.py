@@ -432,12 +432,12 @@ def _parse_made(make: Callable[[], pl.DataFrame], inputs: list[ParseInput], c: C
 def parse_unit(recs: pl.DataFrame, inputs: list[ParseInput], c: Collector, ctx: Context) -> Parsed:
     """Parse, classify, drop what the store already holds and split by partition (on a worker)."""
     blank = blank_lines(recs.get_column("raw"))
-    recs = recs.filter(~blank)
+    if blank.any():
+        recs = recs.filter(~blank)
     if not recs.height:
         return Parsed(blank=int(blank.sum()))
     out = c.parse(recs, ctx)
-    if not out.get_column("offset").is_sorted():
-        out = out.sort("offset")  # file order (a batch: input by input)
+    order = out.get_column("offset")  # file order (a batch: input by input), restored when splitting
     if len(inputs) == 1:
         out = out.with_columns(pl.lit(inputs[0].file_id).alias("file_id"),
                                pl.lit(inputs[0].job, dtype=pl.String).alias("_job"))
@@ -453,13 +453,13 @@ def parse_unit(recs: pl.DataFrame, inputs: list[ParseInput], c: Collector, ctx: 
     done.unparsed = done.kinds.get("unparsed", 0)
     known = [i.known.with_columns(pl.lit(i.file_id).alias("file_id")) for i in inputs if i.known.height]
     if known:  # a record is a duplicate only if the same input holds the same text at that offset
-        keyed = out.with_columns(pl.col("raw").hash().alias("text"))
-        fresh = keyed.join(pl.concat(known), on=["file_id", "offset", "text"], how="anti", maintain_order="left").drop("text")
+        keyed = out.with_columns(pl.col("raw").hash().alias("text"), order.alias("_order"))
+        fresh = keyed.join(pl.concat(known), on=["file_id", "offset", "text"], how="anti", maintain_order="left")
         done.duplicates = out.height - fresh.height
-        out = fresh
+        out, order = fresh.drop("text", "_order"), fresh.get_column("_order")
     done.stored = out.height
     learn_boot_times(out, done.boots)
-    done.parts = buffered_parts(out)
+    done.parts = buffered_parts(out, order)
     return done
 
 
@@ -529,29 +529,36 @@ class Step:
 Task = list[Step]  # steps run in order by one pipeline
 
 
-def _plan(inputs: list[tuple[str, dict]]) -> list[Planned]:
+def _file_size(path: str) -> int:
+    try:
+        return os.stat(path).st_size if path != "-" else 0
+    except OSError:
+        return 0
+
+
+def plan(inputs: list[tuple[str, dict]]) -> list[Planned]:
     """Each input's collector, size, identity and whether it has boot-relative stamps."""
-    heads: list[bytes] = []
-    for path, _ in inputs:
+    samples: list[pl.Series] = []
+    ids: list[str | None] = []
+    for path, opts in inputs:
         try:
-            heads.append(b"" if path == "-" else peek_head(path))
+            head = b"" if path == "-" else peek_head(path)
         except OSError:
-            heads.append(b"")
-    plan = []
-    for (path, opts), head, (best, score, scores) in zip(inputs, heads, registry.detect_many([sample_of(h) for h in heads])):
+            head = b""
+        samples.append(sample_of(head))  # only the sample is kept: thousands of heads add up
+        ids.append(fingerprint(head, opts.get("node"), opts.get("job") or job_from_name(path), log_name(path))
+                   if head else None)
+    planned = []
+    for (path, opts), file_id, (best, score, scores) in zip(inputs, ids, registry.detect_many(samples)):
         source = opts.get("source", "auto")
         try:
             c = registry.get(source) if source != "auto" else _chosen(best, score, path)
         except (InputError, ValueError):
             c = None
-        try:
-            size = os.stat(path).st_size if path != "-" else 0
-        except OSError:
-            size = 0
-        file_id = fingerprint(head, opts.get("node"), opts.get("job") or job_from_name(path), log_name(path)) if head else None
-        plan.append(Planned(path, opts, c.name if c else None,
-                            c is not None and c.name == "kernel" and scores.get("syslog", 0.0) < 0.5, size, file_id))
-    return plan
+        planned.append(Planned(path, opts, c.name if c else None,
+                               c is not None and c.name == "kernel" and scores.get("syslog", 0.0) < 0.5,
+                               _file_size(path), file_id))
+    return planned
 
 
 def tasks(planned: list[Planned], task_bytes: float = float("inf")) -> tuple[list[Task], list[Task]]:
@@ -647,13 +654,12 @@ def ingest_inputs(inputs: list[tuple[str, dict]], store: Store, progress: Callab
     from observe import parallel
 
     start = time.perf_counter()
-    planned = _plan(inputs)
-    workers = parallel.default_workers(planned) if workers is None else workers
-    if workers > 1 and all(p.path != "-" for p in planned):
-        summary = parallel.ingest(planned, store, workers, progress)
+    workers = parallel.default_workers(sum(_file_size(p) for p, _ in inputs)) if workers is None else workers
+    if workers > 1 and all(p != "-" for p, _ in inputs):
+        summary = parallel.ingest(inputs, store, workers, progress)
     else:
         summary = Summary()
-        first, last = tasks(planned)
+        first, last = tasks(plan(inputs))
         with store.writer() as writer, _Pipeline(writer, summary) as pipe:
             for step in (step for task in first + last for step in task):
                 run_step(step, store, pipe, summary, progress)

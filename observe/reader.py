@@ -7,6 +7,7 @@ import hashlib
 import os
 import re
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -20,8 +21,22 @@ FINGERPRINT_BYTES = 1024
 ROTATED = re.compile(r"(?:[.-]\d{8})?(?:\.\d{1,3})?(?:\.(?:gz|xz|bz2|zst))?$")
 
 
-_PREFIX = np.arange(4)
+SCAN_BYTES = 1 << 20  # newlines are looked for this much at a time, in a buffer kept per thread
 _INLINE = np.arange(12)
+_scratch = threading.local()
+
+
+def newlines(data: np.ndarray) -> np.ndarray:
+    """Positions of the ``\n`` bytes in ``data`` (uint8), scanned in cache-sized blocks."""
+    hit = getattr(_scratch, "hit", None)
+    if hit is None:
+        hit = _scratch.hit = np.empty(SCAN_BYTES, np.bool_)
+    found = []
+    for at in range(0, len(data), SCAN_BYTES):
+        block = data[at:at + SCAN_BYTES]
+        np.equal(block, 10, out=hit[:len(block)])
+        found.append(np.flatnonzero(hit[:len(block)]) + at)
+    return np.concatenate(found) if found else np.empty(0, np.int64)
 
 
 def lines_of(body: bytes | memoryview, base: int = 0) -> pl.DataFrame:
@@ -32,24 +47,25 @@ def lines_of(body: bytes | memoryview, base: int = 0) -> pl.DataFrame:
     16-byte views (length, prefix and position; short lines inline), no copy of the text.
     """
     data = np.frombuffer(body, np.uint8)
-    nl = np.flatnonzero(data == 10)
+    nl = newlines(data)
     n = len(nl)
     starts = np.empty(n, np.int64)
     starts[:1] = 0
     starts[1:] = nl[:-1] + 1
     lens = nl - starts
-    ended = np.flatnonzero(lens)
-    lens[ended[data[nl[ended] - 1] == 13]] -= 1  # \r\n
+    cr = np.flatnonzero(data[np.maximum(nl - 1, 0)] == 13)
+    lens[cr[lens[cr] > 0]] -= 1  # \r\n
     views = np.zeros((n, 4), np.uint32)  # Arrow's view layout: length, then prefix, buffer, offset
     views[:, 0] = lens
-    padded = np.concatenate([data, np.zeros(16, np.uint8)])
     long = np.flatnonzero(lens > 12)
-    views[long, 1] = padded[starts[long, None] + _PREFIX].view(np.uint32).ravel()
+    words = np.ndarray((max(len(data) - 3, 0),), "<u4", body, strides=(1,))  # the 4 bytes at each position
+    views[long, 1] = words[starts[long]]
     views[long, 3] = starts[long]
     short = np.flatnonzero(lens <= 12)
-    inline = padded[starts[short, None] + _INLINE]
-    inline[_INLINE[None, :] >= lens[short, None]] = 0
-    views.view(np.uint8).reshape(n, 16)[short, 4:] = inline
+    if len(short):
+        inline = data[np.minimum(starts[short, None] + _INLINE, len(data) - 1)]
+        inline[_INLINE[None, :] >= lens[short, None]] = 0
+        views.view(np.uint8).reshape(n, 16)[short, 4:] = inline
     arr = pa.Array.from_buffers(pa.string_view(), n, [None, pa.py_buffer(views), pa.py_buffer(body)])
     try:
         arr.validate(full=True)

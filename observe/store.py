@@ -151,9 +151,11 @@ class Store:
             self._listed = (mtime, read, ids)
         return file_id in ids
 
-    def writer(self, max_rows: int = SEGMENT_ROWS) -> SegmentWriter:
-        """A buffered writer: one segment per partition per ``max_rows`` rows (bounded memory)."""
-        return SegmentWriter(self, max_rows)
+    def writer(self, max_rows: int = SEGMENT_ROWS, max_units: int = MAX_UNITS,
+               threads: int = WRITE_THREADS) -> SegmentWriter:
+        """A buffered writer: one segment per partition per ``max_rows`` rows (bounded memory; see
+        :class:`SegmentWriter`)."""
+        return SegmentWriter(self, max_rows, max_units, threads)
 
     def _write_file(self, df: pl.DataFrame, directory: Path, name: str, level: int = ZSTD_LEVEL,
                     text_level: int = ZSTD_LEVEL) -> Path:
@@ -442,27 +444,32 @@ def no_records() -> pl.DataFrame:
 _NO_DAY = (1 << 31) - 1
 
 
-def split_partitions(df: pl.DataFrame) -> dict[tuple[str, str], pl.DataFrame]:
-    """``df`` split by (source, date), each part keeping its rows' order.
+def split_partitions(df: pl.DataFrame, order: pl.Series | None = None) -> dict[tuple[str, str], pl.DataFrame]:
+    """``df`` split by (source, date); each part's rows in ``order`` (a sort key, e.g. file offsets),
+    else as they are.
 
-    One stable sort by an integer partition key (skipped when already in order), then each part is a
-    zero-copy slice: a log chunk spanning many days has a hundred parts, and gathering each one
+    One gather puts the rows in partition order (skipped when they already are), then each part is
+    a zero-copy slice: a log chunk spanning many days has a hundred parts, and gathering each one
     separately costs a pass over the columns per part.
     """
     if not df.height:
         return {}
     day = (pl.col("ts").cast(pl.Int64) // 86_400_000_000).fill_null(_NO_DAY)
     code = pl.col("source").cast(pl.Categorical).to_physical().cast(pl.Int64).fill_null(-1)
-    keyed = df.with_columns((code * (1 << 32) + day).alias("_key"))
-    if not keyed.get_column("_key").is_sorted():
-        keyed = keyed.sort("_key", maintain_order=True)
-    runs = keyed.get_column("_key").rle().struct.unnest()
+    keys = df.select(code * (1 << 32) + day + (1 << 31)).to_series()  # < 2^35, non-negative
+    first = order.arg_sort() if order is not None and not order.is_sorted() else None
+    within = keys if first is None else keys.gather(first)
+    if not within.is_sorted():  # a stable sort by key: the position breaks ties
+        shift = 1 << max(1, len(keys).bit_length())
+        rank = (within * shift + pl.Series(range(len(keys)), dtype=pl.Int64)).arg_sort()
+        first = rank if first is None else first.gather(rank)
+    if first is not None:
+        df, keys = df[first], keys.gather(first)
     parts, start = {}, 0
-    keyed = keyed.drop("_key")
-    for n, key in runs.iter_rows():
-        part = keyed.slice(start, n)
+    for n, key in keys.rle().struct.unnest().iter_rows():
+        part = df.slice(start, n)
         start += n
-        parts[(part.item(0, "source"), _day_name((key + (1 << 31)) % (1 << 32) - (1 << 31)))] = part
+        parts[(part.item(0, "source"), _day_name(key % (1 << 32) - (1 << 31)))] = part
     return parts
 
 
@@ -479,9 +486,10 @@ def _entries(directory: Path, prefix: str) -> list[tuple[str, str]]:
         return []
 
 
-def buffered_parts(df: pl.DataFrame) -> dict[tuple[str, str], pl.DataFrame]:
-    """``df`` conformed, in the stored layout and split by partition, ready for a writer's buffer."""
-    return split_partitions(to_stored(conform(df)))
+def buffered_parts(df: pl.DataFrame, order: pl.Series | None = None) -> dict[tuple[str, str], pl.DataFrame]:
+    """``df`` conformed, in the stored layout and split by partition (rows in ``order``, see
+    :func:`split_partitions`), ready for a writer's buffer."""
+    return split_partitions(to_stored(conform(df)), order)
 
 
 def _own_strings(df: pl.DataFrame) -> pl.DataFrame:
@@ -494,21 +502,23 @@ class SegmentWriter:
 
     At most ``max_rows`` rows wait (past that, the largest partition is written). Each
     :meth:`add_parts` call is one unit (an input chunk) whose rows are polars string views into
-    that chunk's buffers; past MAX_UNITS units, the oldest unit's rows still waiting are copied into
-    buffers of their own so that its chunk is freed (copying only what lingers, not every row).
-    Segments are written on background threads while the caller parses the next input (at most WRITE_THREADS
-    writes in flight); an error in a write is raised by the next ``add`` or by ``close``.
+    that chunk's buffers; past ``max_units`` units, the oldest unit's rows still waiting are copied
+    into buffers of their own so that its chunk is freed (copying only what lingers, not every row).
+    Segments are written on ``threads`` background threads while the caller parses the next input
+    (as many writes in flight); an error in a write is raised by the next ``add`` or by ``close``.
     """
 
-    def __init__(self, store: Store, max_rows: int):
+    def __init__(self, store: Store, max_rows: int, max_units: int = MAX_UNITS, threads: int = WRITE_THREADS):
         self.store = store
         self.max_rows = max_rows
+        self.max_units = max_units
+        self.threads = threads
         self.parts: dict[tuple[str, str], list[tuple[int, pl.DataFrame]]] = {}  # (unit, rows), oldest first
         self.sizes: Counter[tuple[str, str]] = Counter()  # rows waiting per partition
         self.units: Counter[int] = Counter()  # parts waiting per unit
         self.unit = 0
         self.rows = 0
-        self.pool = ThreadPoolExecutor(max_workers=WRITE_THREADS, thread_name_prefix="observe-writer")
+        self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="observe-writer")
         self.pending: deque[Future] = deque()
 
     def add(self, df: pl.DataFrame) -> None:
@@ -526,7 +536,7 @@ class SegmentWriter:
                 self.rows += part.height
         while self.rows > self.max_rows:
             self._flush(max(self.sizes, key=self.sizes.__getitem__))
-        while len(self.units) > MAX_UNITS:
+        while len(self.units) > self.max_units:
             self._release(min(self.units))
 
     def _release(self, unit: int) -> None:
@@ -545,7 +555,7 @@ class SegmentWriter:
                     del self.units[unit]
         df = pl.concat([part for _, part in waiting])
         self.rows -= df.height
-        self._wait(WRITE_THREADS - 1)
+        self._wait(self.threads - 1)
         self.pending.append(self.pool.submit(self.store.write_partition, *key, df))
 
     def _wait(self, in_flight: int = 0) -> None:

@@ -204,15 +204,13 @@ def test_rotated_copy_is_the_same_input(store: Store, tmp_path: Path) -> None:
     assert again.stored == 0 and again.duplicates > 40
 
 
-def test_writer_frees_old_chunks_and_writes_every_row(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Rows waiting in the writer are views into their chunk's buffers; past MAX_UNITS chunks the
+def test_writer_frees_old_chunks_and_writes_every_row(store: Store) -> None:
+    """Rows waiting in the writer are views into their chunk's buffers; past ``max_units`` chunks the
     oldest chunk's rows are copied out (so its buffer can be freed), and every row is written once."""
-    import observe.store as store_mod
     from observe.schema import conform
 
-    monkeypatch.setattr(store_mod, "MAX_UNITS", 2)
     day = datetime(2026, 11, 1, tzinfo=timezone.utc)
-    writer = store.writer(max_rows=10_000_000)
+    writer = store.writer(max_rows=10_000_000, max_units=2)
     sent = []
     for unit in range(5):
         n = 20_000  # a big chunk, of which only every 100th line is an event (a small, lingering part)
