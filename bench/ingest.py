@@ -5,8 +5,9 @@ same generated logs, side by side; also store bytes against `zstd -3` of the sam
     python bench/ingest.py --gb 0.2 --dir DIR   # a smaller run
     python bench/ingest.py --runs 3             # alternate the two 3 times; medians (a noisy machine)
 
-Prints MB/s of each, the speed ratio, CPU seconds and peak RSS of each, and store sizes (observe's
-also after `observe compact --grace 0s`, which rewrites partitions with slower, tighter zstd levels).
+Prints MB/s of each, the speed ratio, CPU seconds and peak RSS of each (summed over the process
+tree: observe parses in one worker process per core), and store sizes (observe's also after
+`observe compact --grace 0s`, which rewrites partitions with slower, tighter zstd levels).
 """
 from __future__ import annotations
 
@@ -16,21 +17,57 @@ import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
 
+def tree_rss(root: int) -> int:
+    """Resident bytes of ``root`` and all its descendants (observe parses in worker processes)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    children.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+            except OSError:
+                pass
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            with open(f"/proc/{pid}/statm") as f:
+                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except OSError:
+            pass
+        todo.extend(children.get(pid, []))
+    return total
+
+
 def run(cmd: list[str]) -> tuple[float, float, int]:
-    """Run ``cmd``; return wall seconds, CPU seconds and peak RSS in bytes (from wait4's rusage)."""
+    """Run ``cmd``; return wall seconds, CPU seconds (its whole process tree, from wait4) and the peak
+    of the resident memory summed over its process tree (sampled every 20 ms)."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    peak = 0
+
+    def sample() -> None:
+        nonlocal peak
+        while proc.returncode is None:
+            peak = max(peak, tree_rss(proc.pid))
+            time.sleep(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
     _, status, usage = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status) != 0:
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    sampler.join()
+    if proc.returncode != 0:
         sys.exit(f"failed: {' '.join(cmd)}: {proc.stderr.read().decode()[-500:]}")
-    return seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024
+    return seconds, usage.ru_utime + usage.ru_stime, peak
 
 
 def du(path: Path) -> int:

@@ -39,6 +39,7 @@ PYLOG = (
 PYLOG_FIXED = r"(\[?)(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)(\]?) "  # the first line's layout
 PYLOG_START = r"^\s*(?:\[(?:rank|default)\d+\]:\s?)?\[?\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d"
 PY_LEVEL = r"(?-u:\b)(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)(?-u:\b)"
+PY_LEVEL_LEAD = r"^\[?(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)(?-u:\b)"
 PY_SEVERITY = {"DEBUG": "debug", "INFO": "info", "WARNING": "warning", "WARN": "warning", "ERROR": "err",
                "CRITICAL": "crit", "FATAL": "crit"}
 SLURM_LITERALS = ["slurmstepd", "srun:", "salloc:", "sbatch:", "slurmd:"]
@@ -124,15 +125,27 @@ def _pylog(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
     Lines laid out like the first (stamp at the same place, then one space) are cut at fixed
     positions; the others go through the regex.
     """
-    fixed, rest = _pylog_fixed(part, ctx)
-    g = split_header(rest, PYLOG).with_columns(tp.iso(pl.col("stamp"), ctx.tz).alias("ts"))
-    g = pl.concat([fixed, g.select("raw", "offset", "ts", "rank", "msg")], how="diagonal_relaxed") if fixed.height else g
-    level = pl.col("msg").str.slice(0, 60).str.extract(PY_LEVEL, 1)
+    fixed, g = _pylog_fixed(part, ctx)
+    if g.height:
+        g = split_header(g, PYLOG).with_columns(tp.iso(pl.col("stamp"), ctx.tz).alias("ts"))
+        g = pl.concat([fixed, g.select("raw", "offset", "ts", "rank", "msg")], how="diagonal_relaxed") if fixed.height else g
+    else:
+        g = fixed
     return g.select(
         "raw", "offset", "ts", pl.col("rank").cast(pl.Int32).alias("rank"),
-        level.replace_strict(PY_SEVERITY, default=None, return_dtype=pl.String).alias("severity"),
+        _py_level(g.get_column("msg")).replace_strict(PY_SEVERITY, default=None, return_dtype=pl.String).alias("severity"),
         pl.col("msg").alias("message"), pl.lit("python").alias("program"),
     )
+
+
+def _py_level(msg: pl.Series) -> pl.Series:
+    """The first level name in a message's first 60 characters; where the message starts with it
+    (``[INFO] ...``, nearly always) an anchored regex finds it at once."""
+    level = msg.str.extract(PY_LEVEL_LEAD, 1)
+    rows = (level.is_null() & msg.is_not_null()).arg_true()
+    if len(rows):
+        level = level.scatter(rows, msg.gather(rows).str.slice(0, 60).str.extract(PY_LEVEL, 1))
+    return level
 
 
 def _pylog_fixed(part: pl.DataFrame, ctx: Context) -> tuple[pl.DataFrame, pl.DataFrame]:

@@ -184,15 +184,16 @@ def _record_ids(chunk: pl.DataFrame, c: Collector, first: pl.Expr | None = None)
 
 
 def _join(lines: pl.DataFrame, rid: pl.Series) -> pl.DataFrame:
-    """One row per record (``rid`` ascending, consecutive): only multi-line records are grouped."""
+    """One row per record (``rid`` ascending, consecutive): each record's first line, its ``raw``
+    replaced by all its lines joined where it has several (those few are grouped, nothing merged)."""
     if not lines.height or lines.height == int(rid[-1]) - int(rid[0]) + 1:
         return lines
     multi = ((rid == rid.shift(1)) | (rid == rid.shift(-1))).fill_null(False)
-    lines = lines.with_columns(rid.alias("_r"))
-    single = lines.filter(~multi)
-    joined = (lines.filter(multi).group_by("_r", maintain_order=True)
-              .agg(pl.col("raw").str.join("\n"), pl.exclude("raw", "_r").first()).select(single.columns))
-    return single.merge_sorted(joined, key="_r").drop("_r")
+    joined = (pl.DataFrame({"_r": rid.filter(multi), "raw": lines.get_column("raw").filter(multi)})
+              .group_by("_r", maintain_order=True).agg(pl.col("raw").str.join("\n")))
+    out = lines.filter(rid.ne_missing(rid.shift(1)))
+    at = joined.get_column("_r") - int(rid[0])  # records are numbered consecutively from rid[0]
+    return out.with_columns(out.get_column("raw").scatter(at, joined.get_column("raw")))
 
 
 def sample_of(head: bytes) -> pl.Series:
@@ -370,10 +371,10 @@ class _Pipeline:
     from one unit dates the next.
     """
 
-    def __init__(self, writer: SegmentWriter, summary: Summary, threads: int = PARSE_THREADS):
+    def __init__(self, writer: SegmentWriter, summary: Summary, threads: int = PARSE_THREADS, queued: int = 0):
         self.writer = writer
         self.summary = summary
-        self.threads = threads
+        self.depth = threads + queued  # units in flight: one per thread, plus ``queued`` waiting for one
         self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="observe-parse")
         self.window: deque[tuple[Future, Collector, _Holder]] = deque()
 
@@ -383,7 +384,7 @@ class _Pipeline:
         if sequential:
             self.drain()
         self.window.append((self.pool.submit(_parse_made, make, inputs, c, holder.ctx), c, holder))
-        if sequential or len(self.window) >= self.threads:
+        if sequential or len(self.window) >= self.depth:
             self._store_oldest()
 
     def _store_oldest(self) -> None:

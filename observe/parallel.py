@@ -27,13 +27,14 @@ PARALLEL_MIN_BYTES = 64 << 20  # smaller runs stay in one process (a worker take
 TASK_BYTES = 64 << 20  # small files of one format are handed out in batches of about this size
 # Per worker: one parse thread and one writer thread, and fewer rows and chunks waiting in the
 # writer than in one process (measured peak RSS over the bench: 850 -> ~700 MB per worker, same time).
-WORKER_PARSE_THREADS = 1
+WORKER_PIPELINE = {"threads": 1, "queued": 0}
 WORKER_WRITER = {"max_rows": 200_000, "max_units": 2, "threads": 1}
 # In workers, polars runs on one thread (the workers are the parallelism), and both allocators keep
 # freed memory for the next chunk instead of handing it back to the kernel and faulting it in again
 # (measured: system time 3.0 s -> 1.9 s over the bench).
 WORKER_ENV = {
     "POLARS_MAX_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",  # numpy's BLAS threads (unused here) otherwise spin after start-up
     "MALLOC_MMAP_THRESHOLD_": str(256 << 20),
     "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
     "_RJEM_MALLOC_CONF": "dirty_decay_ms:5000,muzzy_decay_ms:0",
@@ -169,7 +170,7 @@ def serve(commands_fd: str, results_fd: str, root: str) -> None:
     results = Connection(int(results_fd), readable=False)
     store, summary = Store(root), Summary()
     try:
-        with store.writer(**WORKER_WRITER) as writer, _Pipeline(writer, summary, threads=WORKER_PARSE_THREADS) as pipe:
+        with store.writer(**WORKER_WRITER) as writer, _Pipeline(writer, summary, **WORKER_PIPELINE) as pipe:
             while True:
                 command, task = commands.recv()
                 if command == "task":

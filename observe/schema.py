@@ -55,10 +55,11 @@ def conform(df: pl.DataFrame) -> pl.DataFrame:
 
 def to_stored(df: pl.DataFrame) -> pl.DataFrame:
     """The on-disk layout of a conformed frame: ``raw`` split into header and message when it can be."""
-    raw, message = pl.col("raw"), pl.col("message")
-    tail = raw.str.ends_with(message).fill_null(False)
-    return df.with_columns(pl.when(~tail).then(raw).alias("raw"),
-                           pl.when(tail).then(raw.str.strip_suffix(message)).alias("header"))
+    raw, message, head = pl.col("raw"), pl.col("message"), pl.col("_head")
+    df = df.with_columns(raw.str.strip_suffix(message).alias("_head"))
+    # the message was a suffix where the head is that much shorter (one comparison, not two)
+    tail = (head.str.len_bytes() + message.str.len_bytes() == raw.str.len_bytes()).fill_null(False)
+    return df.with_columns(pl.when(~tail).then(raw).alias("raw"), pl.when(tail).then(head).alias("header")).drop("_head")
 
 
 def from_stored(lf: pl.LazyFrame) -> pl.LazyFrame:

@@ -173,7 +173,18 @@ def _yearless(f: pl.DataFrame, reference: datetime, tz: str, has_year: bool) -> 
 
 def syslog_stamp(stamp: pl.Series, reference: datetime, tz: str = _UTC) -> pl.Series:
     """``Mmm dd HH:MM:SS[.frac]`` (English month, as RFC 3164 prints it) to UTC by one chrono format,
-    the year taken from ``reference`` as :func:`yearless` does; null where the text has another shape."""
+    the year taken from ``reference`` as :func:`yearless` does; null where the text has another shape.
+
+    Lines come in bursts within one second: each run of equal stamps is parsed once (a third of
+    the lines of the bench's syslogs start a run).
+    """
+    starts = stamp.ne_missing(stamp.shift(1)).scatter([0], True) if len(stamp) else stamp.is_null()
+    if starts.sum() < 0.8 * len(stamp):
+        return _syslog_stamp(stamp.filter(starts), reference, tz).gather(starts.cum_sum() - 1)
+    return _syslog_stamp(stamp, reference, tz)
+
+
+def _syslog_stamp(stamp: pl.Series, reference: datetime, tz: str) -> pl.Series:
     ref = reference.astimezone(ZoneInfo(tz)) if reference.tzinfo else reference
     naive = _syslog_naive(stamp, ref.year)
     late = (naive >= datetime.combine(ref.date() + timedelta(days=2), time())).fill_null(False)
