@@ -29,6 +29,7 @@ SMALL_FILE_BYTES = 2 << 20
 TAIL_BYTES = 1 << 20  # where a read's last record start is looked for
 INPUT_BITS = 40
 SAMPLE_LINES = 40
+PLAN_HEAD_BYTES = 16 << 10  # what planning reads of each input: 40 lines of most logs, and its first line
 JOB_FILE = re.compile(r"slurm-(\d+(?:_\d+)?(?:\+\d+)?)(?:\.\d+)?\.(?:out|err|log)$")
 DETECT_MIN_SCORE = 0.3
 PCI = r"^(?:[0-9a-f]*?)([0-9a-f]{4}):([0-9a-f]{2}):([0-9a-f]{2})(?:\.[0-7])?$"
@@ -371,10 +372,10 @@ class _Pipeline:
     from one unit dates the next.
     """
 
-    def __init__(self, writer: SegmentWriter, summary: Summary, threads: int = PARSE_THREADS, queued: int = 0):
+    def __init__(self, writer: SegmentWriter, summary: Summary, threads: int = PARSE_THREADS):
         self.writer = writer
         self.summary = summary
-        self.depth = threads + queued  # units in flight: one per thread, plus ``queued`` waiting for one
+        self.threads = threads
         self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="observe-parse")
         self.window: deque[tuple[Future, Collector, _Holder]] = deque()
 
@@ -384,7 +385,7 @@ class _Pipeline:
         if sequential:
             self.drain()
         self.window.append((self.pool.submit(_parse_made, make, inputs, c, holder.ctx), c, holder))
-        if sequential or len(self.window) >= self.depth:
+        if sequential or len(self.window) >= self.threads:
             self._store_oldest()
 
     def _store_oldest(self) -> None:
@@ -543,7 +544,7 @@ def plan(inputs: list[tuple[str, dict]]) -> list[Planned]:
     ids: list[str | None] = []
     for path, opts in inputs:
         try:
-            head = b"" if path == "-" else peek_head(path)
+            head = b"" if path == "-" else peek_head(path, PLAN_HEAD_BYTES)
         except OSError:
             head = b""
         samples.append(sample_of(head))  # only the sample is kept: thousands of heads add up

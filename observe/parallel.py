@@ -9,6 +9,7 @@ Workers write their own segments into the store.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import pickle
 import signal
@@ -27,7 +28,7 @@ PARALLEL_MIN_BYTES = 64 << 20  # smaller runs stay in one process (a worker take
 TASK_BYTES = 64 << 20  # small files of one format are handed out in batches of about this size
 # Per worker: one parse thread and one writer thread, and fewer rows and chunks waiting in the
 # writer than in one process (measured peak RSS over the bench: 850 -> ~700 MB per worker, same time).
-WORKER_PIPELINE = {"threads": 1, "queued": 0}
+WORKER_PARSE_THREADS = 1
 WORKER_WRITER = {"max_rows": 200_000, "max_units": 2, "threads": 1}
 # In workers, polars runs on one thread (the workers are the parallelism), and both allocators keep
 # freed memory for the next chunk instead of handing it back to the kernel and faulting it in again
@@ -170,13 +171,14 @@ def serve(commands_fd: str, results_fd: str, root: str) -> None:
     results = Connection(int(results_fd), readable=False)
     store, summary = Store(root), Summary()
     try:
-        with store.writer(**WORKER_WRITER) as writer, _Pipeline(writer, summary, **WORKER_PIPELINE) as pipe:
+        with store.writer(**WORKER_WRITER) as writer, _Pipeline(writer, summary, threads=WORKER_PARSE_THREADS) as pipe:
             while True:
                 command, task = commands.recv()
                 if command == "task":
                     for step in task:
                         run_step(step, store, pipe, summary, lambda n: results.send(("read", n)))
                     results.send(("done", None))
+                    _trim()
                 elif command == "flush":
                     pipe.flush()
                     results.send((command, dict(summary.boot_times)))
@@ -190,6 +192,15 @@ def serve(commands_fd: str, results_fd: str, root: str) -> None:
         pass
     except BaseException as exc:  # noqa: BLE001 - the main process raises it
         results.send(("error", _portable(exc)))
+
+
+def _trim() -> None:
+    """Hand the C heap's free pages back to the kernel (between tasks: measured 190 MB less peak
+    memory over the bench's two workers, no slower)."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except AttributeError:  # not glibc
+        pass
 
 
 def _portable(exc: BaseException) -> BaseException:

@@ -127,12 +127,12 @@ def fingerprint(head: bytes, node: str | None, job: str | None = None, name: str
     return hashlib.blake2b(first + tag, digest_size=8).hexdigest()
 
 
-def peek_head(path: str) -> bytes:
-    """The first bytes of a file (decompressed), without consuming stdin."""
+def peek_head(path: str, size: int = 64 * 1024) -> bytes:
+    """The first ``size`` bytes of a file (decompressed), without consuming stdin."""
     if path == "-":
         return b""
     with open_input(path) as f:
-        return f.read(64 * 1024)
+        return f.read(size)
 
 
 def input_files(paths: list[str]) -> list[str]:
