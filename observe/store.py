@@ -528,7 +528,8 @@ def _own_strings(df: pl.DataFrame) -> pl.DataFrame:
 class SegmentWriter:
     """Collects frames and writes them as few, large segments; ``close`` writes the rest.
 
-    At most ``max_rows`` rows wait (past that, the largest partition is written). Each
+    At most ``max_rows`` rows wait (past that, the largest partition holding rows of the oldest
+    unit is written: units are let go without copies where possible). Each
     :meth:`add_parts` call is one unit (an input chunk) whose rows are polars string views into
     that chunk's buffers; past ``max_units`` units, the oldest unit's rows still waiting are copied
     into buffers of their own so that its chunk is freed (copying only what lingers, not every row).
@@ -566,15 +567,22 @@ class SegmentWriter:
                 self.units[self.unit] += 1
                 self.sizes[key] += part.height
                 self.rows += part.height
-        while self.rows > self.max_rows:
-            self._flush(max(self.sizes, key=self.sizes.__getitem__))
+        while self.rows > self.max_rows:  # the largest partition holding rows of the oldest unit
+            oldest = min(self.units)
+            self._flush(max((k for k, w in self.parts.items() if w[0][0] in (0, oldest)), key=self.sizes.__getitem__))
         while len(self.units) > self.max_units:
             self._release(min(self.units))
 
     def _release(self, unit: int) -> None:
-        """Copy the rows of ``unit`` still waiting into buffers of their own (the unit's are freed)."""
-        for key, waiting in self.parts.items():
-            self.parts[key] = [(0, _own_strings(part)) if u == unit else (u, part) for u, part in waiting]
+        """Copy the rows of ``unit`` still waiting into buffers of their own (the unit's are freed):
+        all its parts in one copy (a chunk spanning many days leaves a hundred small parts)."""
+        held = [(key, i, part) for key, waiting in self.parts.items() for i, (u, part) in enumerate(waiting) if u == unit]
+        if held:
+            copied = _own_strings(pl.concat([part for _, _, part in held]))
+            start = 0
+            for key, i, part in held:
+                self.parts[key][i] = (0, copied.slice(start, part.height))
+                start += part.height
         del self.units[unit]
 
     def _flush(self, key: tuple[str, str]) -> None:
