@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import sys
 import time
 from collections import Counter, deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -19,7 +20,7 @@ import polars as pl
 from observe import collector as registry
 from observe import rules
 from observe.collector import Collector, Context
-from observe.reader import CHUNK_BYTES, fingerprint, log_name, lines_of, open_input, peek_head
+from observe.reader import CHUNK_BYTES, FINGERPRINT_BYTES, fingerprint, log_name, lines_of, open_input, peek_head
 from observe.schema import FIELDS, POLARS_SCHEMA, conform
 from observe.store import SegmentWriter, Store, buffered_parts, no_records
 
@@ -126,23 +127,33 @@ def record_pieces(stream: BinaryIO, c: Collector, summary: Summary,
                   progress: Callable[[int], None] | None = None) -> Iterator[tuple[memoryview, int]]:
     """``(bytes, offset)`` pieces of a stream of about CHUNK_BYTES that hold whole records (each
     ending with a newline): each read's last record, which may go on in the next bytes, starts the
-    next piece (at the end, it joins the last one). Pieces are views of the reads, copied only where
-    a piece spans two reads."""
-    pending, base, ready = b"", 0, None
+    next piece (at the end, it joins the last one). Pieces are views of the reads: a plain file is
+    read again from where the last record starts (a few bytes read twice, no copy of the piece);
+    other streams copy those bytes in front of the next read."""
+    rewind = isinstance(stream, io.BufferedReader) and stream.seekable() and stream is not sys.stdin.buffer
+    pending, base, ready, seen = b"", 0, None, 0
     while data := stream.read(CHUNK_BYTES):
-        summary.bytes += len(data)
-        if progress:
-            progress(len(data))
+        start = base + len(pending)  # where ``data`` starts in the input
+        if start + len(data) > seen:  # count each byte once, though a rewind reads some twice
+            new = start + len(data) - seen
+            summary.bytes += new
+            seen += new
+            if progress:
+                progress(new)
         end = data.rfind(b"\n") + 1
         cut = last_record_start(data, end, c) if end else None
-        if cut is None or (cut == 0 and pending):  # no record starts here (a long one): join the reads
+        if not cut:  # no record starts after the first here (a long one): join the reads
             pending = pending + data
             if len(pending) <= 4 * CHUNK_BYTES:
                 continue
             data, pending, cut = pending, b"", pending.rfind(b"\n") + 1  # a record longer than that is cut
         view = memoryview(data)
         piece = view[:cut] if not pending else memoryview(b"".join([pending, view[:cut]]))
-        pending = bytes(view[cut:])
+        pending = b""
+        if rewind:  # the next read starts with the record this one cut off
+            stream.seek(base + len(piece))
+        else:
+            pending = bytes(view[cut:])
         if len(piece):
             if ready is not None:
                 yield ready
@@ -288,43 +299,59 @@ def ingest_batch(paths: list[str], c: Collector, store: Store, pipe: _Pipeline, 
     """
     mtime = max(Path(p).stat().st_mtime for p in paths)
     holder = _Holder(Context(node=node, tz=tz, reference_time=datetime.fromtimestamp(mtime, timezone.utc)))
-    for datas, inputs in _batches(paths, jobs or [None] * len(paths), c, store, pipe, summary, node, progress):
-        pipe.submit(lambda datas=datas: joined_records(datas, c), inputs, c, holder)
+    for buf, sizes, inputs in _batches(paths, jobs or [None] * len(paths), c, store, pipe, summary, node, progress):
+        pipe.submit(lambda buf=buf, sizes=sizes: joined_records([buf], c, sizes=sizes), inputs, c, holder)
 
 
 def _batches(paths: list[str], jobs: list[str | None], c: Collector, store: Store, pipe: _Pipeline,
              summary: Summary, node: str | None, progress: Callable[[int], None] | None):
-    """Units of up to CHUNK_BYTES from many files (their bytes, one newline scan each on a worker)."""
-    datas: list[bytes] = []
-    inputs: list[ParseInput] = []
-    size = 0
+    """Units of up to CHUNK_BYTES from many files: ``(buffer, sizes, inputs)``, the files read one
+    after another straight into the unit's buffer (each ending with a newline), as the size each had
+    when opened. One newline scan each, on a worker."""
+    buf, used, sizes, inputs = None, 0, [], []
     for path, job in zip(paths, jobs):
         try:
             with open_input(path) as f:
-                data = f.read()
+                data = None if isinstance(f, io.BufferedReader) else f.read()  # compressed: size known once read
+                size = os.fstat(f.fileno()).st_size if data is None else len(data)
+                if buf is None or used + size + 1 > len(buf):
+                    if sizes:
+                        yield memoryview(buf)[:used], sizes, inputs
+                    buf, used, sizes, inputs = np.empty(max(CHUNK_BYTES + SMALL_FILE_BYTES, size + 1), np.uint8), 0, [], []
+                view = memoryview(buf)[used:used + size]
+                if data is None:
+                    n = f.readinto(view)
+                else:
+                    view[:] = data
+                    n = size
         except OSError as exc:
             summary.failed.append(f"{path}: {exc.strerror or exc}")
             continue
         summary.sources[path] = c.name
-        summary.bytes += len(data)
+        summary.bytes += n
         if progress:
-            progress(len(data))
-        one = _open(path, summary, node, store, pipe, data[:65536], job)
-        if data.strip():
-            datas.append(data if data.endswith(b"\n") else data + b"\n")
+            progress(n)
+        one = _open(path, summary, node, store, pipe, bytes(buf[used:used + min(n, FINGERPRINT_BYTES)]), job)
+        if n:
+            if buf[used + n - 1] != 10:
+                buf[used + n] = 10
+                n += 1
+            used += n
+            sizes.append(n)
             inputs.append(one)
-            size += len(data)
-        if size >= CHUNK_BYTES:
-            yield datas, inputs
-            datas, inputs, size = [], [], 0
-    if datas:
-        yield datas, inputs
+        if used >= CHUNK_BYTES:
+            yield memoryview(buf)[:used], sizes, inputs
+            buf, used, sizes, inputs = None, 0, [], []
+    if sizes:
+        yield memoryview(buf)[:used], sizes, inputs
 
 
-def joined_records(datas: list[bytes] | list[memoryview], c: Collector, bases: list[int] | None = None) -> pl.DataFrame:
+def joined_records(datas: list[bytes] | list[memoryview], c: Collector, bases: list[int] | None = None,
+                   sizes: list[int] | None = None) -> pl.DataFrame:
     """Records of several inputs' bytes (each ending with a newline, starting at byte ``bases[i]``
-    of its input, default 0); each offset carries its input's index in the high bits."""
-    starts = np.cumsum([0] + [len(d) for d in datas[:-1]])
+    of its input, default 0), given one buffer each, or one holding them one after another
+    (``sizes``); each offset carries its input's index in the high bits."""
+    starts = np.cumsum([0] + (sizes or [len(d) for d in datas])[:-1])
     lines = lines_of(datas[0] if len(datas) == 1 else b"".join(datas))
     index = np.searchsorted(starts, lines.get_column("offset").to_numpy(), side="right") - 1
     shift = starts[index] - (np.asarray(bases, dtype=np.int64)[index] if bases is not None else 0)
