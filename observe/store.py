@@ -538,8 +538,8 @@ class SegmentWriter:
     into buffers of their own so that its chunk is freed (copying only what lingers, not every row).
     Segments are written on ``threads`` background threads while the caller parses the next input
     (as many writes in flight) under hidden names, and made durable and visible PUBLISH_SEGMENTS at
-    a time (:meth:`Store.publish`), all of them by :meth:`flush`; an error in a write is raised by
-    the next ``add`` or by ``close``.
+    a time (:meth:`Store.publish`, on a thread of its own), all of them by :meth:`flush`; an error
+    in a write or a publication is raised by a later ``add`` or by ``close``.
     """
 
     def __init__(self, store: Store, max_rows: int, max_units: int = MAX_UNITS, threads: int = WRITE_THREADS):
@@ -556,6 +556,9 @@ class SegmentWriter:
         self.pending: deque[Future] = deque()
         self.unpublished: list[Path] = []  # segments written, published PUBLISH_SEGMENTS at a time
         self.lock = threading.Lock()
+        # publishing waits on the disk: a thread of its own, so that writes (and parsing) go on
+        self.publisher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="observe-publish")
+        self.published: deque[Future] = deque()
 
     def add(self, df: pl.DataFrame) -> None:
         """Buffer ``df`` (any schema-conformable frame); each input's rows must come in file order."""
@@ -606,16 +609,17 @@ class SegmentWriter:
         tmp = self.store.write_partition(*key, df, durable=False)
         with self.lock:
             self.unpublished.append(tmp)
-            ready = self.unpublished if len(self.unpublished) >= PUBLISH_SEGMENTS else []
-            if ready:
+            if len(self.unpublished) >= PUBLISH_SEGMENTS:
+                self.published.append(self.publisher.submit(self.store.publish, self.unpublished))
                 self.unpublished = []
-        if ready:
-            self.store.publish(ready)
 
     def _wait(self, in_flight: int = 0) -> None:
-        """Wait until at most ``in_flight`` writes are still going (oldest first)."""
+        """Wait until at most ``in_flight`` writes are still going (oldest first); raise a failed
+        publication's error."""
         while len(self.pending) > in_flight:
             self.pending.popleft().result()
+        while self.published and self.published[0].done():
+            self.published.popleft().result()
 
     def flush(self) -> None:
         """Write everything buffered so far and wait until it is durable and visible."""
@@ -624,7 +628,9 @@ class SegmentWriter:
         self._wait()
         with self.lock:
             ready, self.unpublished = self.unpublished, []
-        self.store.publish(ready)
+        self.published.append(self.publisher.submit(self.store.publish, ready))
+        while self.published:
+            self.published.popleft().result()
 
     def close(self) -> None:
         """Write everything still buffered and stop the writer thread."""
@@ -632,6 +638,7 @@ class SegmentWriter:
             self.flush()
         finally:
             self.pool.shutdown(wait=True)
+            self.publisher.shutdown(wait=True)
 
     def __enter__(self) -> SegmentWriter:
         return self
@@ -641,3 +648,4 @@ class SegmentWriter:
             self.close()
         else:
             self.pool.shutdown(wait=True)
+            self.publisher.shutdown(wait=True)
