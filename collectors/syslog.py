@@ -9,7 +9,7 @@ from __future__ import annotations
 import polars as pl
 
 from observe import timeparse as tp
-from observe.collector import Collector, Context, register, split_header
+from observe.collector import Collector, Context, per_value, register, split_header
 from observe.rules import attrs_json, merge_attrs
 
 TAG = r"(?:(?P<tag>[^\s:\[\]]+(?:\([^)\s]*\))?)(?:\[(?P<pid>\d+)\])?: ?)?"
@@ -36,12 +36,10 @@ def severity_from_pri(pri: pl.Expr) -> pl.Expr:
         dict(enumerate(SEVERITY_BY_PRI)), default=None, return_dtype=pl.String)
 
 def source_of(program: pl.Expr) -> pl.Expr:
-    """Schema source for a syslog program name."""
-    return (
-        pl.when(program == "kernel").then(pl.lit("kernel"))
-        .when(program.str.contains(SLURM_DAEMONS)).then(pl.lit("slurm"))
-        .otherwise(pl.lit("syslog"))
-    )
+    """Schema source for a syslog program name (worked out once per distinct name)."""
+    return per_value(program, lambda names: pl.when(names == "kernel").then(pl.lit("kernel"))
+                     .when(names.str.contains(SLURM_DAEMONS)).then(pl.lit("slurm")).otherwise(pl.lit("syslog")),
+                     default="syslog")
 
 def _nil(e: pl.Expr) -> pl.Expr:
     return pl.when(e != "-").then(e)
@@ -58,22 +56,32 @@ class Syslog(Collector):
     )
 
     def parse(self, records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
-        """Split headers by format; the rest of each record is the message."""
-        raw = pl.col("raw")
-        kinds = records.with_columns(
-            pl.when(raw.str.starts_with("{")).then(pl.lit("json"))
-            .when(raw.str.contains(r"^<\d{1,3}>1 ")).then(pl.lit("5424"))
-            .when(raw.str.contains(r"^(?:<\d{1,3}>)?\d{4}-\d\d-\d\d[T ]")).then(pl.lit("3339"))
-            .otherwise(pl.lit("3164")).alias("_fmt")
-        )
-        parsers = {"json": _json, "5424": _rfc5424, "3339": _rfc3339, "3164": _rfc3164}
-        fmts = kinds.get_column("_fmt")
-        if fmts.n_unique() == 1:  # one format (nearly always): no split and concatenation
-            out = parsers[fmts[0]](records, ctx)
+        """Split headers: lines of the common RFC 3164 shape (the stamp parses, a space follows) at
+        fixed positions, the others by their format; the rest of each record is the message."""
+        raw = records.get_column("raw")
+        ts = tp.syslog_stamp(raw.str.slice(0, 15), ctx.reference_time, ctx.tz)
+        fast = (ts.is_not_null() & (raw.str.slice(15, 1) == " ")).fill_null(False)
+        if fast.all():  # nearly always: no format detection, split or concatenation
+            out = _rfc3164_fast(records.with_columns(ts.alias("_ts")))
         else:
-            out = pl.concat([parsers[fmt](part.drop("_fmt"), ctx) for (fmt,), part in kinds.group_by("_fmt")],
-                            how="diagonal_relaxed")
+            out = pl.concat([_rfc3164_fast(records.with_columns(ts.alias("_ts")).filter(fast)),
+                             _by_format(records.filter(~fast), ctx)], how="diagonal_relaxed")
         return kernel_uptime(out.with_columns(source_of(pl.col("program")).alias("source")))
+
+
+def _by_format(records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
+    """Lines of any other shape, each by its format's parser."""
+    raw = pl.col("raw")
+    kinds = records.with_columns(
+        pl.when(raw.str.starts_with("{")).then(pl.lit("json"))
+        .when(raw.str.contains(r"^<\d{1,3}>1 ")).then(pl.lit("5424"))
+        .when(raw.str.contains(r"^(?:<\d{1,3}>)?\d{4}-\d\d-\d\d[T ]")).then(pl.lit("3339"))
+        .otherwise(pl.lit("3164")).alias("_fmt")
+    )
+    parsers = {"json": _json, "5424": _rfc5424, "3339": _rfc3339, "3164": _rfc3164_regex}
+    return pl.concat([parsers[fmt](part.drop("_fmt"), ctx) for (fmt,), part in kinds.group_by("_fmt")],
+                     how="diagonal_relaxed")
+
 
 def kernel_uptime(df: pl.DataFrame) -> pl.DataFrame:
     """Move a kernel message's leading ``[ 12.345678]`` into attrs.uptime (only those rows touched)."""
@@ -97,16 +105,6 @@ def _common(g: pl.DataFrame, ts: pl.Expr, host: pl.Expr, severity: pl.Expr) -> p
         pl.col("tag").alias("program"), pl.col("pid").cast(pl.Int64, strict=False).alias("pid"),
         pl.col("msg").alias("message"), pl.lit(None, dtype=pl.String).alias("attrs"),
     )
-
-def _rfc3164(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
-    raw = part.get_column("raw")
-    ts = tp.syslog_stamp(raw.str.slice(0, 15), ctx.reference_time, ctx.tz)
-    mask = (ts.is_not_null() & (raw.str.slice(15, 1) == " ")).fill_null(False)
-    if mask.all():
-        return _rfc3164_fast(part.with_columns(ts.alias("_ts")))
-    fast = _rfc3164_fast(part.with_columns(ts.alias("_ts")).filter(mask))
-    return pl.concat([fast, _rfc3164_regex(part.filter(~mask), ctx)], how="diagonal_relaxed")
-
 
 def _rfc3164_fast(part: pl.DataFrame) -> pl.DataFrame:
     """``Mmm dd hh:mm:ss host tag[pid]: msg`` (time already in ``_ts``) by fixed positions and

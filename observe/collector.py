@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -44,6 +45,17 @@ class Collector:
     def parse(self, records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
         """Turn records (``raw``, ``offset``) into schema columns; ``message`` null means unparsed."""
         raise NotImplementedError
+
+
+def per_value(expr: pl.Expr, fn: Callable[[pl.Expr], pl.Expr], default: str | None = None) -> pl.Expr:
+    """``fn`` applied to each distinct string of ``expr`` once (host names, programs, GPU ids: a few
+    per chunk); nulls become ``default``."""
+    def apply(values: pl.Series) -> pl.Series:
+        distinct = values.unique().drop_nulls()
+        done = pl.select(fn(pl.lit(distinct))).to_series()
+        return values.replace_strict(distinct, done, default=default, return_dtype=pl.String)
+
+    return expr.map_batches(apply, return_dtype=pl.String, is_elementwise=True)
 
 
 def split_header(records: pl.DataFrame, header: str) -> pl.DataFrame:

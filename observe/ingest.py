@@ -19,7 +19,7 @@ import polars as pl
 
 from observe import collector as registry
 from observe import rules
-from observe.collector import Collector, Context
+from observe.collector import Collector, Context, per_value
 from observe.reader import CHUNK_BYTES, FINGERPRINT_BYTES, fingerprint, log_name, lines_of, open_input, peek_head
 from observe.schema import FIELDS, POLARS_SCHEMA, conform
 from observe.store import SegmentWriter, Store, buffered_parts, no_records
@@ -78,16 +78,6 @@ def job_from_name(path: str) -> str | None:
     """Job id from a Slurm output file name such as ``slurm-1234.out`` or ``slurm-1234_7.out``."""
     m = JOB_FILE.search(Path(path).name)
     return m.group(1) if m else None
-
-
-def per_value(expr: pl.Expr, fn: Callable[[pl.Expr], pl.Expr]) -> pl.Expr:
-    """``fn`` applied to each distinct string of ``expr`` once (host names, GPU ids: a few per chunk)."""
-    def apply(values: pl.Series) -> pl.Series:
-        distinct = values.unique().drop_nulls()
-        done = pl.select(fn(pl.lit(distinct))).to_series()
-        return values.replace_strict(distinct, done, default=None, return_dtype=pl.String)
-
-    return expr.map_batches(apply, return_dtype=pl.String, is_elementwise=True)
 
 
 def short_host(expr: pl.Expr) -> pl.Expr:
@@ -495,7 +485,7 @@ def parse_unit(recs: pl.DataFrame, inputs: list[ParseInput], c: Collector, ctx: 
 def blank_lines(raw: pl.Series) -> pl.Series:
     """Lines of only white space (stripped only where the first character is white space)."""
     blank = raw.str.len_bytes() == 0
-    maybe = (raw.str.slice(0, 1).str.strip_chars() == "") & ~blank
+    maybe = raw.str.contains(r"^\s")
     if maybe.any():
         rows = maybe.arg_true()
         blank = blank.scatter(rows, raw.gather(rows).str.strip_chars() == "")
