@@ -56,6 +56,8 @@ class Nccl(Collector):
     priority = 5
     sniff = r"NCCL (?:INFO|WARN)|ProcessGroupNCCL|^\[rank\d+\]:"
 
+    continuation_hint = RANKED_INDENT
+
     def continuation(self, line: pl.Expr) -> pl.Expr:
         """Indented lines (tracebacks, wrapped messages) that do not start a record themselves."""
         return line.str.contains(RANKED_INDENT) & ~line.str.contains(RECORD_START)
@@ -66,15 +68,19 @@ class Nccl(Collector):
         Cheap literal tests route each record to the one header regex that can match it.
         """
         raw = pl.col("raw")
-        route = records.with_columns(
-            pl.when(raw.str.contains("NCCL ", literal=True)).then(pl.lit("nccl"))
-            .when(raw.str.contains(any_of(TORCH_LITERALS)) | raw.str.contains(GLOG_START)).then(pl.lit("torch"))
-            .when(raw.str.contains(PYLOG_START)).then(pl.lit("pylog"))
-            .when(raw.str.contains(any_of(SLURM_LITERALS))).then(pl.lit("slurm"))
-            .otherwise(pl.lit("text")).alias("_route")
-        )
-        parsers = {"nccl": _nccl, "torch": _torch, "pylog": _pylog, "slurm": _slurm, "text": _text}
-        parts = [parsers[r](p.drop("_route"), ctx) for (r,), p in route.group_by("_route")]
+        routes = [(_nccl, raw.str.contains("NCCL ", literal=True)),
+                  (_torch, raw.str.contains(any_of(TORCH_LITERALS)) | raw.str.contains(GLOG_START)),
+                  (_pylog, raw.str.contains(PYLOG_START)), (_slurm, raw.str.contains(any_of(SLURM_LITERALS)))]
+        parts, rest = [], records
+        for parser, test in routes:  # each test only on the records the ones before did not take
+            hit = rest.select(test).to_series()
+            if hit.any():
+                parts.append(parser(rest.filter(hit), ctx))
+                rest = rest.filter(~hit)
+            if not rest.height:
+                break
+        if rest.height:
+            parts.append(_text(rest, ctx))
         return pl.concat(parts, how="diagonal_relaxed")
 
 

@@ -38,6 +38,10 @@ class Collector:
     # Small files of this format may be parsed together (False when a file's header matters).
     batchable: bool = True
 
+    # A cheap regex every continuation line matches (a necessary condition), when ``continuation``
+    # is costly: it is then evaluated on those lines only.
+    continuation_hint: str | None = None
+
     def continuation(self, line: pl.Expr) -> pl.Expr:
         """True for lines that continue the previous record (joined to it with a newline)."""
         return pl.lit(False)

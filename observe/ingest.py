@@ -178,6 +178,11 @@ def _record_ids(chunk: pl.DataFrame, c: Collector, first: pl.Expr | None = None)
     """
     idx = pl.int_range(pl.len(), dtype=pl.Int64)
     cont = c.continuation(pl.col("raw")).fill_null(False)
+    if c.continuation_hint is not None:  # the full test on the lines that pass the cheap one
+        raw = chunk.get_column("raw")
+        rows = raw.str.contains(c.continuation_hint).fill_null(False).arg_true()
+        tested = raw.gather(rows).to_frame().select(cont).to_series()
+        cont = pl.lit(pl.Series(np.zeros(chunk.height, bool)).scatter(rows, tested))
     if first is not None:
         cont = cont & ~first.fill_null(True)
     first = pl.when(~cont).then(idx).forward_fill().fill_null(0)
