@@ -44,7 +44,9 @@ TEXT_COLUMNS = ("message", "header", "raw", "attrs")
 # Dictionary-coded columns of a few values (or none) are a few bytes a page already: left
 # uncompressed, which spares a zstd context per page (measured: writes 14% faster, files 0.3% larger)
 PLAIN_COLUMNS = ("node", "source", "severity", "kind", "job_id", "rank", "gpu", "code", "file_id")
-_CODECS = {c: "none" if c in PLAIN_COLUMNS else "zstd" for c in STORED_SCHEMA.names}
+# zstd level per column (columns not named are left uncompressed): ingest writes fast, compaction small
+INGEST_LEVELS = {c: ZSTD_LEVEL for c in STORED_SCHEMA.names if c not in PLAIN_COLUMNS}
+COMPACT_LEVELS = {c: COMPACT_TEXT_LEVEL if c in TEXT_COLUMNS else COMPACT_LEVEL for c in STORED_SCHEMA.names}
 # Rows of one input stay together, in file order: offsets and times then delta-encode to almost
 # nothing and neighbouring lines compress together (smaller and faster than sorting by time);
 # row groups still carry ts statistics, and the partition is one day.
@@ -184,8 +186,8 @@ class Store:
         :class:`SegmentWriter`)."""
         return SegmentWriter(self, max_rows, max_units, threads)
 
-    def _write_file(self, df: pl.DataFrame, directory: Path, name: str, level: int = ZSTD_LEVEL,
-                    text_level: int = ZSTD_LEVEL, durable: bool = True) -> Path:
+    def _write_file(self, df: pl.DataFrame, directory: Path, name: str, levels: dict[str, int] = INGEST_LEVELS,
+                    durable: bool = True) -> Path:
         directory.mkdir(parents=True, exist_ok=True)
         final = directory / name
         tmp = directory / f".{name}.tmp"
@@ -194,9 +196,8 @@ class Store:
         table = df.to_arrow(compat_level=pl.CompatLevel.newest()).cast(_WRITE_SCHEMA)
         with open(tmp, "wb") as f:
             pq.write_table(
-                table, f, compression=_CODECS, row_group_size=ROW_GROUP_ROWS,
-                compression_level={c: text_level if c in TEXT_COLUMNS else level for c in STORED_SCHEMA.names
-                                   if _CODECS[c] == "zstd"},
+                table, f, compression={c: "zstd" if c in levels else "none" for c in STORED_SCHEMA.names},
+                row_group_size=ROW_GROUP_ROWS, compression_level=levels,
                 use_dictionary=DICTIONARY_COLUMNS, column_encoding=COLUMN_ENCODINGS, write_statistics=STATISTICS_COLUMNS,
                 write_batch_size=WRITE_BATCH_ROWS,
                 store_schema=False,
@@ -304,9 +305,12 @@ class Store:
     # -- maintenance ---------------------------------------------------------------------------
     def compact(self, partition: Partition, min_segments: int = 2, grace_s: float = COMPACT_GRACE_S,
                 file_rows: int = COMPACT_FILE_ROWS) -> tuple[int, int] | None:
-        """Merge a partition's segments into files sorted by time, dropping duplicate records, text
-        columns compressed harder than at ingest. Memory is bounded: each file is one time slice of
-        at most about ``file_rows`` rows and COMPACT_SLICE_BYTES of data, read with row-group pruning.
+        """Merge a partition's segments into files of consecutive time slices, dropping duplicate
+        records, every column compressed harder than at ingest. Within a file, rows are in input order
+        (each input's lines together, in file order: 15% smaller than in time order, as neighbouring
+        lines share their text); the files' time ranges do not overlap, so a time filter reads only
+        the files it needs. Memory is bounded: each file is one time slice of at most about
+        ``file_rows`` rows and COMPACT_SLICE_BYTES of data, read with row-group pruning.
 
         Segments replaced by a compaction more than ``grace_s`` ago are deleted first. Returns
         (segments replaced, rows written), or None when there was nothing to do.
@@ -330,9 +334,9 @@ class Store:
                 # a duplicate is the same input's same text at the same offset (inputs may share an identity)
                 df = (scan.filter(where).collect()
                       .unique(subset=[*KEY, "raw", "header", "message"], keep="first", maintain_order=True)
-                      .sort("ts", *SEGMENT_ORDER, nulls_last=True))
+                      .sort(*SEGMENT_ORDER))
                 if df.height:
-                    self._write_file(df, directory, output, level=COMPACT_LEVEL, text_level=COMPACT_TEXT_LEVEL)
+                    self._write_file(df, directory, output, levels=COMPACT_LEVELS)
                     written.append(output)
                     rows += df.height
             if written != planned:  # an empty slice: the note's rewrite is the switch
