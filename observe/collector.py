@@ -102,16 +102,16 @@ def get(name: str) -> Collector:
     return known[name]
 
 
-def detect(sample: pl.Series) -> tuple[Collector | None, float]:
-    """The collector whose format best matches ``sample`` and its score."""
+def detect(sample: list[str]) -> tuple[Collector | None, float]:
+    """The collector whose format best matches ``sample`` (an input's first lines) and its score."""
     return detect_many([sample])[0][:2]
 
 
-def detect_many(samples: list[pl.Series]) -> list[tuple[Collector | None, float, dict[str, float]]]:
+def detect_many(samples: list[list[str]]) -> list[tuple[Collector | None, float, dict[str, float]]]:
     """:func:`detect` for many inputs at once (one regex pass per collector); also every score."""
     frame = pl.DataFrame({
         "_in": pl.Series([i for i, s in enumerate(samples) for _ in range(len(s))], dtype=pl.Int64),
-        "line": pl.concat([s.cast(pl.String) for s in samples]) if samples else pl.Series([], dtype=pl.String),
+        "line": pl.Series([line for s in samples for line in s], dtype=pl.String),
     }).filter(pl.col("line").str.strip_chars() != "")
     ranked = sorted(collectors().values(), key=lambda c: -c.priority)
     scores = frame.group_by("_in").agg(

@@ -76,7 +76,7 @@ class Summary:
 
 def job_from_name(path: str) -> str | None:
     """Job id from a Slurm output file name such as ``slurm-1234.out`` or ``slurm-1234_7.out``."""
-    m = JOB_FILE.search(Path(path).name)
+    m = JOB_FILE.search(os.path.basename(path))
     return m.group(1) if m else None
 
 
@@ -203,7 +203,7 @@ def _join(lines: pl.DataFrame, rid: pl.Series) -> pl.DataFrame:
     return out.with_columns(out.get_column("raw").scatter(at, joined.get_column("raw")))
 
 
-def sample_of(head: bytes) -> pl.Series:
+def sample_of(head: bytes) -> list[str]:
     """The first lines of an input's first bytes, for format detection."""
     end = -1
     for _ in range(SAMPLE_LINES):  # decode only those lines
@@ -211,10 +211,10 @@ def sample_of(head: bytes) -> pl.Series:
         if end < 0:
             end = len(head)
             break
-    return pl.Series(head[:end].decode("utf-8", "replace").splitlines()[:SAMPLE_LINES], dtype=pl.String)
+    return head[:end].decode("utf-8", "replace").splitlines()[:SAMPLE_LINES]
 
 
-def choose(source: str, sample: pl.Series, path: str) -> Collector:
+def choose(source: str, sample: list[str], path: str) -> Collector:
     """The collector for an input: the named one, or the best match for its first lines."""
     if source != "auto":
         return registry.get(source)
@@ -562,7 +562,7 @@ def _file_size(path: str) -> int:
 
 def plan(inputs: list[tuple[str, dict]]) -> list[Planned]:
     """Each input's collector, size, identity and whether it has boot-relative stamps."""
-    samples: list[pl.Series] = []
+    samples: list[list[str]] = []
     ids: list[str | None] = []
     for path, opts in inputs:
         try:
