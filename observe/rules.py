@@ -257,7 +257,9 @@ def apply(df: pl.DataFrame, rules: tuple[Rule, ...] | None = None) -> pl.DataFra
     found_literals = []
     # one frame per source first: filters chained in one lazy query would run the literal
     # search on every row, whatever its source
-    for (source,), cand in todo.partition_by("source", as_dict=True).items():
+    sources = todo.get_column("source")
+    by_part = {(sources[0],): todo} if sources.n_unique() == 1 else todo.partition_by("source", as_dict=True)
+    for (source,), cand in by_part.items():
         group = by_source[source]
         literals = sorted({x for i in group for x in rules[i].literals})
         if all(rules[i].literals for i in group):
@@ -269,16 +271,8 @@ def apply(df: pl.DataFrame, rules: tuple[Rule, ...] | None = None) -> pl.DataFra
     matched = []
     for (source,), part in cands.group_by("source"):
         seen = set(part.get_column("_lit").explode().drop_nulls().unique().to_list())
-        which = pl.lit(None, dtype=pl.Int32)
-        for i in reversed(by_source[source]):  # the first rule that matches wins
-            rule = rules[i]
-            if rule.literals and not seen.intersection(rule.literals):
-                continue
-            hit = msg.str.contains(rule.pattern)
-            if rule.literals:
-                hit = msg.str.contains(any_of(rule.literals)) & hit
-            which = pl.when(hit).then(pl.lit(i, dtype=pl.Int32)).otherwise(which)
-        matched.append(part.lazy().with_columns(which.alias("_rule")).filter(pl.col("_rule").is_not_null()))
+        ids = tuple(i for i in by_source[source] if not rules[i].literals or seen.intersection(rules[i].literals))
+        matched.append(part.lazy().with_columns(_which(rules, ids).alias("_rule")).filter(pl.col("_rule").is_not_null()))
     found = pl.concat(matched).collect()
     if found.is_empty():
         return df
@@ -303,19 +297,38 @@ def _scatter(df: pl.DataFrame, idx: pl.Series, new: pl.DataFrame) -> pl.DataFram
     return df.with_columns(df.get_column(c).clone().scatter(idx, new.get_column(c)) for c in new.columns)
 
 
+@cache
+def _which(rules: tuple[Rule, ...], ids: tuple[int, ...]) -> pl.Expr:
+    """The index of the first rule of ``ids`` (in order) that matches ``message``; null if none.
+    Built once per set of rules (expressions cost more to build than to run on a few rows)."""
+    msg, which = pl.col("message"), pl.lit(None, dtype=pl.Int32)
+    for i in reversed(ids):  # the first rule that matches wins
+        hit = msg.str.contains(rules[i].pattern)
+        if rules[i].literals:
+            hit = msg.str.contains(any_of(rules[i].literals)) & hit
+        which = pl.when(hit).then(pl.lit(i, dtype=pl.Int32)).otherwise(which)
+    return which
+
+
 def _extract(cand: pl.LazyFrame, rule: Rule) -> pl.LazyFrame:
+    groups, cols = _extraction(rule)
+    return (cand.with_columns(groups) if groups is not None else cand).select(cols)
+
+
+@cache
+def _extraction(rule: Rule) -> tuple[pl.Expr | None, list[pl.Expr]]:
+    """A matched row's fields for ``rule``: its groups (a struct ``_g``, or None) and the columns to select."""
     cols = [pl.col("_i"), pl.lit(rule.kind).alias("kind"), pl.lit(rule.severity).alias("severity")]
     extra: list[tuple[str, pl.Expr]] = [(k, pl.lit(v)) for k, v in rule.attrs]
-    if rule.groups:
-        cand = cand.with_columns(pl.col("message").str.extract_groups(rule.pattern).alias("_g"))
-        for g in rule.groups:
-            value = pl.col("_g").struct.field(g)
-            if g in FIELD_GROUPS:
-                cols.append(value.alias(g))
-            else:
-                extra.append((g, value))
+    for g in rule.groups:
+        value = pl.col("_g").struct.field(g)
+        if g in FIELD_GROUPS:
+            cols.append(value.alias(g))
+        else:
+            extra.append((g, value))
     cols.append(attrs_json(extra).alias("attrs") if extra else pl.lit(None, dtype=pl.String).alias("attrs"))
-    return cand.select(cols)
+    groups = pl.col("message").str.extract_groups(rule.pattern).alias("_g") if rule.groups else None
+    return groups, cols
 
 
 def enrich(df: pl.DataFrame) -> pl.DataFrame:
