@@ -230,10 +230,15 @@ class ParseInput:
     known: pl.DataFrame = field(default_factory=no_records)  # offset, text (hash of raw) already stored
 
 
+def _identity(path: str, head: bytes, node: str | None, job: str | None) -> tuple[str, str | None]:
+    """An input's file id and job (the one given, else from its name)."""
+    job = job or job_from_name(path)
+    return fingerprint(head, node, job, log_name(path)), job
+
+
 def _open(path: str, summary: Summary, node: str | None, store: Store, pipe: _Pipeline,
           head: bytes, job: str | None) -> ParseInput:
-    job = job or job_from_name(path)
-    file_id = fingerprint(head, node, job, log_name(path))
+    file_id, job = _identity(path, head, node, job)
     if file_id in summary.file_ids:  # the same identity twice in one run: make the first one visible
         pipe.flush()
     summary.file_ids.add(file_id)
@@ -265,6 +270,10 @@ def ingest_file(path: str, store: Store, source: str = "auto", node: str | None 
             head = stream.peek(64 * 1024)[: 64 * 1024] if hasattr(stream, "peek") else b""
         except OSError as exc:
             raise InputError(f"{path}: {exc.strerror or exc}") from None
+        if source == "auto" and not head.strip():  # empty or blank: nothing to store, no format to tell
+            summary.files += 1
+            summary.bytes += len(head)
+            return summary
         sample = sample_of(head)
         c = choose(source, sample, path)
         boot_time = boot_time or (summary.boot_times.get(node) if node else None)
@@ -326,7 +335,15 @@ def _batches(paths: list[str], jobs: list[str | None], c: Collector, store: Stor
         summary.bytes += n
         if progress:
             progress(n)
-        one = _open(path, summary, node, store, pipe, bytes(buf[used:used + min(n, FINGERPRINT_BYTES)]), job)
+        head = bytes(buf[used:used + min(n, FINGERPRINT_BYTES)])
+        if sizes and _identity(path, head, node, job)[0] in summary.file_ids:
+            # an input seen before in this run (a copy): what this unit holds is stored first, so
+            # that the copy's records already there are recognised
+            mine = bytes(buf[used:used + n])
+            yield memoryview(buf)[:used], sizes, inputs
+            buf, used, sizes, inputs = np.empty(max(CHUNK_BYTES + SMALL_FILE_BYTES, n + 1), np.uint8), 0, [], []
+            buf[:n] = np.frombuffer(mine, np.uint8)
+        one = _open(path, summary, node, store, pipe, head, job)
         if n:
             if buf[used + n - 1] != 10:
                 buf[used + n] = 10
@@ -553,7 +570,8 @@ class Step:
 Task = list[Step]  # steps run in order by one pipeline
 
 
-def _file_size(path: str) -> int:
+def file_size(path: str) -> int:
+    """Bytes in ``path`` (0 for stdin or a file that cannot be read)."""
     try:
         return os.stat(path).st_size if path != "-" else 0
     except OSError:
@@ -581,7 +599,7 @@ def plan(inputs: list[tuple[str, dict]]) -> list[Planned]:
             c = None
         planned.append(Planned(path, opts, c.name if c else None,
                                c is not None and c.name == "kernel" and scores.get("syslog", 0.0) < 0.5,
-                               _file_size(path), file_id))
+                               file_size(path), file_id))
     return planned
 
 
@@ -678,7 +696,7 @@ def ingest_inputs(inputs: list[tuple[str, dict]], store: Store, progress: Callab
     from observe import parallel
 
     start = time.perf_counter()
-    workers = parallel.default_workers(sum(_file_size(p) for p, _ in inputs)) if workers is None else workers
+    workers = parallel.default_workers(sum(file_size(p) for p, _ in inputs)) if workers is None else workers
     if workers > 1 and all(p != "-" for p, _ in inputs):
         summary = parallel.ingest(inputs, store, workers, progress)
     else:

@@ -21,11 +21,13 @@ from dataclasses import replace
 from datetime import datetime
 from multiprocessing.connection import Connection, wait
 
-from observe.ingest import Step, Summary, Task, _Pipeline, plan, run_step, tasks
+from observe.ingest import SMALL_FILE_BYTES, Step, Summary, Task, _Pipeline, file_size, plan, run_step, tasks
+from observe.reader import CHUNK_BYTES
 from observe.store import Store
 
 PARALLEL_MIN_BYTES = 64 << 20  # smaller runs stay in one process (a worker takes ~0.3 s to start)
-TASK_BYTES = 64 << 20  # small files of one format are handed out in batches of about this size
+TASK_BYTES = 4 * CHUNK_BYTES  # small files of one format are handed out in batches of four parse units
+TRIM_BYTES = 128 << 20  # free C heap a worker hands back to the kernel between tasks
 # Per worker: one parse thread and one writer thread, and fewer chunks waiting in the writer than in
 # one process (measured with the bench's two workers: peak RSS 1.6 -> 1.36 GB, no slower).
 WORKER_PARSE_THREADS = 1
@@ -53,26 +55,40 @@ def cores() -> int:
 
 def default_workers(total_bytes: int) -> int:
     """One worker per core for runs of at least PARALLEL_MIN_BYTES; 1 (this process) otherwise."""
-    return 1 if total_bytes < PARALLEL_MIN_BYTES else max(1, min(cores(), total_bytes // TASK_BYTES))
+    return 1 if total_bytes < PARALLEL_MIN_BYTES else cores()
 
 
 def ingest(inputs: list[tuple[str, dict]], store: Store, workers: int,
            progress: Callable[[int], None] | None = None) -> Summary:
-    """Ingest ``inputs`` (no stdin) with ``workers`` processes; their summaries added up. The workers
-    start first, so that they import their libraries while this process plans the run."""
+    """Ingest ``inputs`` (no stdin) with ``workers`` processes; their summaries added up.
+
+    The workers start first and import their libraries while this process plans; the big inputs
+    are planned (and handed out) first, so that the workers are busy while the many small ones are.
+    """
     with _Workers(store, workers, progress) as pool:
-        first, last = tasks(plan(inputs), TASK_BYTES)
-        pool.run(sorted(first, key=_size, reverse=True))
-        shared = {p.file_id for t in first for s in t for p in s.inputs} & {p.file_id for t in last for s in t for p in s.inputs}
+        sizes = [file_size(path) for path, _ in inputs]
+        first, last = tasks(plan([x for x, n in zip(inputs, sizes) if n >= SMALL_FILE_BYTES]), TASK_BYTES)
+        pool.submit(sorted(first, key=_size, reverse=True))
+        small_first, small_last = tasks(plan([x for x, n in zip(inputs, sizes) if n < SMALL_FILE_BYTES]), TASK_BYTES)
+        seen = _ids(first + last)  # a small input sharing an identity with a big one goes after them all
+        later = [t for t in small_first if _ids([t]) & seen]
+        pool.submit(sorted([t for t in small_first if not _ids([t]) & seen], key=_size, reverse=True))
+        pool.run()
+        first, last = first + small_first, last + small_last + later
         boots: dict[str, datetime] = {}
-        for learned in pool.each("flush" if shared - {None} else "drain"):
+        for learned in pool.each("flush" if _ids(first) & _ids(last) else "drain"):
             for node, boot in learned.items():
                 boots.setdefault(node, boot)
-        pool.run([[_with_boot_time(step, boots) for step in task] for task in last])
+        pool.submit([[_with_boot_time(step, boots) for step in task] for task in last])
+        pool.run()
         total = Summary()
         for summary in pool.each("stop"):
             total.add(summary)
     return total
+
+
+def _ids(todo: list[Task]) -> set[str]:
+    return {p.file_id for task in todo for step in task for p in step.inputs if p.file_id}
 
 
 def _size(task: Task) -> int:
@@ -106,6 +122,8 @@ class _Workers:
             os.close(res_w)
             self.commands.append(Connection(cmd_w, readable=False))
             self.results.append(Connection(res_r, writable=False))
+        self.pending: deque[Task] = deque()
+        self.busy: set[int] = set()  # workers running a task
 
     def __enter__(self) -> _Workers:
         return self
@@ -118,17 +136,23 @@ class _Workers:
                 proc.kill()
             proc.wait()
 
-    def run(self, todo: list[Task]) -> None:
-        """Run every task, each on the first worker free."""
-        pending = deque(todo)
-        busy: set[int] = set()
-        while pending or busy:
-            for wid in range(len(self.procs)):
-                if pending and wid not in busy:
-                    self.commands[wid].send(("task", pending.popleft()))
-                    busy.add(wid)
-            wid, _ = self._next("done", busy)
-            busy.discard(wid)
+    def submit(self, todo: list[Task]) -> None:
+        """Queue tasks, and hand out what the workers can take now."""
+        self.pending.extend(todo)
+        self._hand_out()
+
+    def _hand_out(self) -> None:
+        for wid in range(len(self.procs)):
+            if self.pending and wid not in self.busy:
+                self.commands[wid].send(("task", self.pending.popleft()))
+                self.busy.add(wid)
+
+    def run(self) -> None:
+        """Run every task queued, each on the first worker free."""
+        while self.pending or self.busy:
+            wid, _ = self._next("done", self.busy)
+            self.busy.discard(wid)
+            self._hand_out()
 
     def each(self, command: str) -> list:
         """Send ``command`` to every worker; their answers, in worker order."""
@@ -194,11 +218,19 @@ def serve(commands_fd: str, results_fd: str, root: str) -> None:
         results.send(("error", _portable(exc)))
 
 
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
 def _trim() -> None:
-    """Hand the C heap's free pages back to the kernel (between tasks: measured 190 MB less peak
-    memory over the bench's two workers, no slower)."""
+    """Hand the C heap's free pages back to the kernel once they add up to TRIM_BYTES (between
+    tasks: measured 190 MB less peak memory over the bench's two workers, no slower)."""
     try:
-        ctypes.CDLL(None).malloc_trim(0)
+        libc = ctypes.CDLL(None)
+        libc.mallinfo2.restype = _MallInfo2
+        if libc.mallinfo2().fordblks >= TRIM_BYTES:
+            libc.malloc_trim(0)
     except AttributeError:  # not glibc
         pass
 
