@@ -239,11 +239,12 @@ def _identity(path: str, head: bytes, node: str | None, job: str | None) -> tupl
 def _open(path: str, summary: Summary, node: str | None, store: Store, pipe: _Pipeline,
           head: bytes, job: str | None) -> ParseInput:
     file_id, job = _identity(path, head, node, job)
-    if file_id in summary.file_ids:  # the same identity twice in one run: make the first one visible
+    again = file_id in summary.file_ids
+    if again:  # the same identity twice in one run: make the first one visible
         pipe.flush()
     summary.file_ids.add(file_id)
     summary.files += 1
-    known = store.known(file_id)
+    known = store.known(file_id, fresh=again)
     store.note_inputs([file_id])  # marked with the next segment: one marker file for many inputs
     return ParseInput(file_id, job, known)
 
@@ -553,6 +554,7 @@ class Planned:
     relative: bool
     size: int
     file_id: str | None
+    known: pl.DataFrame = field(default_factory=no_records, compare=False)  # records of it already stored
 
 
 @dataclass(frozen=True)
@@ -578,8 +580,9 @@ def file_size(path: str) -> int:
         return 0
 
 
-def plan(inputs: list[tuple[str, dict]]) -> list[Planned]:
-    """Each input's collector, size, identity and whether it has boot-relative stamps."""
+def plan(inputs: list[tuple[str, dict]], store: Store | None = None) -> list[Planned]:
+    """Each input's collector, size, identity, whether it has boot-relative stamps, and (with
+    ``store``) its records already stored, all inputs' read in one scan."""
     samples: list[list[str]] = []
     ids: list[str | None] = []
     for path, opts in inputs:
@@ -590,6 +593,7 @@ def plan(inputs: list[tuple[str, dict]]) -> list[Planned]:
         samples.append(sample_of(head))  # only the sample is kept: thousands of heads add up
         ids.append(fingerprint(head, opts.get("node"), opts.get("job") or job_from_name(path), log_name(path))
                    if head else None)
+    known = store.known_many(ids) if store is not None else {}
     planned = []
     for (path, opts), file_id, (best, score, scores) in zip(inputs, ids, registry.detect_many(samples)):
         source = opts.get("source", "auto")
@@ -599,7 +603,7 @@ def plan(inputs: list[tuple[str, dict]]) -> list[Planned]:
             c = None
         planned.append(Planned(path, opts, c.name if c else None,
                                c is not None and c.name == "kernel" and scores.get("syslog", 0.0) < 0.5,
-                               file_size(path), file_id))
+                               file_size(path), file_id, known.get(file_id, no_records())))
     return planned
 
 
@@ -653,6 +657,7 @@ def _together(tasks: list[Task]) -> list[Task]:
 def run_step(step: Step, store: Store, pipe: _Pipeline, summary: Summary,
              progress: Callable[[int], None] | None = None) -> None:
     """Feed one step into ``pipe``; an input that cannot be ingested goes to ``summary.failed``."""
+    store.preload({p.file_id: p.known for p in step.inputs if p.file_id})
     head = step.inputs[0]
     if step.batch:
         ingest_batch([p.path for p in step.inputs], registry.get(head.collector), store, pipe, summary,
@@ -701,7 +706,7 @@ def ingest_inputs(inputs: list[tuple[str, dict]], store: Store, progress: Callab
         summary = parallel.ingest(inputs, store, workers, progress)
     else:
         summary = Summary()
-        first, last = tasks(plan(inputs))
+        first, last = tasks(plan(inputs, store))
         with store.writer() as writer, _Pipeline(writer, summary) as pipe:
             for step in (step for task in first + last for step in task):
                 run_step(step, store, pipe, summary, progress)

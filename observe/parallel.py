@@ -64,7 +64,7 @@ def ingest(inputs: list[tuple[str, dict]], store: Store, workers: int,
     out largest first (measured: handing the big files out while the small ones are still being
     planned starts the workers 0.35 s sooner but ends 0.3 s later)."""
     with _Workers(store, workers, progress) as pool:
-        first, last = tasks(plan(inputs), TASK_BYTES)
+        first, last = tasks(plan(inputs, store), TASK_BYTES)
         pool.submit(sorted(first, key=_size, reverse=True))
         pool.run()
         boots: dict[str, datetime] = {}

@@ -100,6 +100,7 @@ class Store:
         self._noted: set[str] = set()  # inputs about to be written, marked with the next segment
         self._mark_lock = threading.Lock()
         self._listed: tuple[int, set[str], set[str]] = (-1, set(), set())  # inputs/ mtime, marker files read, ids
+        self._preloaded: dict[str, pl.DataFrame] = {}
 
     def __repr__(self) -> str:
         return f"Store({str(self.root)!r})"
@@ -291,16 +292,31 @@ class Store:
             lf = lf.filter(keep | (pl.col("ts") < until))
         return lf
 
-    def known(self, file_id: str) -> pl.DataFrame:
-        """Records already stored for one input: ``offset`` and ``text`` (a hash of ``raw``).
+    def known(self, file_id: str, fresh: bool = False) -> pl.DataFrame:
+        """Records already stored for one input: ``offset`` and ``text`` (a hash of ``raw``); from
+        :meth:`preload` unless ``fresh`` (then read from the store now).
 
         Inputs never seen have no marker in ``<root>/inputs/`` and cost no scan.
         """
-        files = self.files() if self.has_input(file_id) else []
+        if not fresh and file_id in self._preloaded:
+            return self._preloaded.pop(file_id)
+        return self.known_many([file_id]).get(file_id, no_records())
+
+    def known_many(self, file_ids: Iterable[str]) -> dict[str, pl.DataFrame]:
+        """:meth:`known` for many inputs in one scan of the store (a run's inputs: a scan per input
+        made re-ingesting thousands of files ten times slower than ingesting them); inputs with
+        nothing stored are left out."""
+        ids = sorted({i for i in file_ids if i and self.has_input(i)})
+        files = self.files() if ids else []
         if not files:
-            return no_records()
-        lf = from_stored(pl.scan_parquet([str(f) for f in files]).filter(pl.col("file_id") == file_id))
-        return lf.select("offset", pl.col("raw").hash().alias("text")).unique().collect()
+            return {}
+        lf = from_stored(pl.scan_parquet([str(f) for f in files]).filter(pl.col("file_id").is_in(ids)))
+        found = lf.select("file_id", "offset", pl.col("raw").hash().alias("text")).unique().collect()
+        return {fid: part.drop("file_id") for (fid,), part in found.partition_by("file_id", as_dict=True).items()}
+
+    def preload(self, known: dict[str, pl.DataFrame]) -> None:
+        """Records already stored for inputs about to be ingested (from :meth:`known_many`)."""
+        self._preloaded.update(known)
 
     # -- maintenance ---------------------------------------------------------------------------
     def compact(self, partition: Partition, min_segments: int = 2, grace_s: float = COMPACT_GRACE_S,

@@ -37,6 +37,22 @@ def test_ingest_twice_adds_nothing(store: Store) -> None:
     assert before.columns == list(FIELDS)
 
 
+def test_reingest_reads_the_store_once(store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a run's inputs already hold is read in one scan, not one per input."""
+    lines = (REAL / "nccl.log").read_text().splitlines(keepends=True)
+    jobs = []
+    for i in range(30):
+        jobs.append(tmp_path / f"slurm-{1000 + i}.out")
+        jobs[-1].write_text("".join(lines[i:i + 20]))
+    first = ingest([str(j) for j in jobs], store)
+    scans: list[object] = []
+    scan = pl.scan_parquet
+    monkeypatch.setattr(pl, "scan_parquet", lambda *a, **k: scans.append(a) or scan(*a, **k))
+    again = ingest([str(j) for j in jobs], store)
+    assert first.stored > 0 and again.stored == 0 and again.duplicates == first.records
+    assert len(scans) == 1
+
+
 def test_appended_bytes_are_ingested_once(store: Store, tmp_path: Path) -> None:
     log = tmp_path / "dmesg"
     lines = (REAL / "xid.log").read_text().splitlines(keepends=True)
