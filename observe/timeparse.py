@@ -195,7 +195,17 @@ def _syslog_stamp(stamp: pl.Series, reference: datetime, tz: str) -> pl.Series:
 
 
 def _syslog_naive(stamp: pl.Series, year: int) -> pl.Series:
-    return (f"{year} " + stamp).str.to_datetime("%Y %b %e %H:%M:%S%.f", time_unit="us", strict=False)
+    """Naive times of ``stamp`` in ``year``: days zero-padded and whole seconds go through polars' own
+    parser (measured: 2 ms against 8 ms for chrono's ``%e`` and ``%.f`` on 48k stamps); what it
+    leaves null (fractions, other spacing) through chrono's."""
+    text = f"{year} " + stamp
+    fmt = "%Y %b %d %H:%M:%S"
+    naive = text.str.replace("  ", " 0", literal=True, n=1).str.to_datetime(fmt, time_unit="us", strict=False, cache=False)
+    missed = naive.is_null() & text.is_not_null()
+    if missed.any():
+        rows = missed.arg_true()
+        naive = naive.scatter(rows, text.gather(rows).str.to_datetime("%Y %b %e %H:%M:%S%.f", time_unit="us", strict=False, cache=False))
+    return naive
 
 
 def _yearless_general(f: pl.DataFrame, reference: datetime, tz: str, has_year: bool) -> pl.Series:
