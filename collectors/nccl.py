@@ -147,11 +147,8 @@ def _pylog(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
 def _py_level(msg: pl.Series) -> pl.Series:
     """The first level name in a message's first 60 characters; where the message starts with it
     (``[INFO] ...``, nearly always) an anchored regex finds it at once."""
-    level = msg.str.extract(PY_LEVEL_LEAD, 1)
-    rows = (level.is_null() & msg.is_not_null()).arg_true()
-    if len(rows):
-        level = level.scatter(rows, msg.gather(rows).str.slice(0, 60).str.extract(PY_LEVEL, 1))
-    return level
+    return tp.or_general(msg.str.extract(PY_LEVEL_LEAD, 1), msg,
+                         lambda rows: msg.gather(rows).str.slice(0, 60).str.extract(PY_LEVEL, 1))
 
 
 def _pylog_fixed(part: pl.DataFrame, ctx: Context) -> tuple[pl.DataFrame, pl.DataFrame]:

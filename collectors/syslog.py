@@ -10,7 +10,7 @@ import polars as pl
 
 from observe import timeparse as tp
 from observe.collector import Collector, Context, per_value, register, split_header
-from observe.rules import attrs_json, merge_attrs
+from observe.rules import attrs_json, merge_attrs, scatter_rows
 
 TAG = r"(?:(?P<tag>[^\s:\[\]]+(?:\([^)\s]*\))?)(?:\[(?P<pid>\d+)\])?: ?)?"
 RFC3164 = (
@@ -94,7 +94,7 @@ def kernel_uptime(df: pl.DataFrame) -> pl.DataFrame:
         pl.when(pl.col("_up").is_not_null()).then(msg.str.replace(UPTIME, "")).otherwise(msg).alias("message"),
         merge_attrs(pl.col("attrs"), attrs_json([("uptime", pl.col("_up"))])).alias("attrs"),
     )
-    return df.with_columns(df.get_column(c).scatter(rows, fixed.get_column(c)) for c in fixed.columns)
+    return scatter_rows(df, rows, fixed)
 
 def _header(part: pl.DataFrame, pattern: str) -> pl.DataFrame:
     return part.with_columns(pl.col("raw").str.extract_groups(pattern).alias("_h")).unnest("_h")

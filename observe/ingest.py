@@ -322,7 +322,7 @@ def _batches(paths: list[str], jobs: list[str | None], c: Collector, store: Stor
                 if buf is None or used + size + 1 > len(buf):
                     if sizes:
                         yield memoryview(buf)[:used], sizes, inputs
-                    buf, used, sizes, inputs = np.empty(max(CHUNK_BYTES + SMALL_FILE_BYTES, size + 1), np.uint8), 0, [], []
+                    buf, used, sizes, inputs = _unit_buffer(size), 0, [], []
                 view = memoryview(buf)[used:used + size]
                 if data is None:
                     n = f.readinto(view)
@@ -342,7 +342,7 @@ def _batches(paths: list[str], jobs: list[str | None], c: Collector, store: Stor
             # that the copy's records already there are recognised
             mine = bytes(buf[used:used + n])
             yield memoryview(buf)[:used], sizes, inputs
-            buf, used, sizes, inputs = np.empty(max(CHUNK_BYTES + SMALL_FILE_BYTES, n + 1), np.uint8), 0, [], []
+            buf, used, sizes, inputs = _unit_buffer(n), 0, [], []
             buf[:n] = np.frombuffer(mine, np.uint8)
         one = _open(path, summary, node, store, pipe, head, job)
         if n:
@@ -357,6 +357,11 @@ def _batches(paths: list[str], jobs: list[str | None], c: Collector, store: Stor
             buf, used, sizes, inputs = None, 0, [], []
     if sizes:
         yield memoryview(buf)[:used], sizes, inputs
+
+
+def _unit_buffer(size: int) -> np.ndarray:
+    """A batch unit's buffer: room for CHUNK_BYTES and one more small file (or a ``size``-byte one), and a newline."""
+    return np.empty(max(CHUNK_BYTES + SMALL_FILE_BYTES, size + 1), np.uint8)
 
 
 def joined_records(datas: list[bytes] | list[memoryview], c: Collector, bases: list[int] | None = None,
@@ -591,8 +596,7 @@ def plan(inputs: list[tuple[str, dict]], store: Store | None = None) -> list[Pla
         except OSError:
             head = b""
         samples.append(sample_of(head))  # only the sample is kept: thousands of heads add up
-        ids.append(fingerprint(head, opts.get("node"), opts.get("job") or job_from_name(path), log_name(path))
-                   if head else None)
+        ids.append(_identity(path, head, opts.get("node"), opts.get("job"))[0] if head else None)
     known = store.known_many(ids) if store is not None else {}
     planned = []
     for (path, opts), file_id, (best, score, scores) in zip(inputs, ids, registry.detect_many(samples)):

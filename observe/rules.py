@@ -293,10 +293,10 @@ def apply(df: pl.DataFrame, rules: tuple[Rule, ...] | None = None) -> pl.DataFra
         merge_attrs(pl.col("attrs_now"), pl.col("attrs")).alias("attrs"),
         *(pl.coalesce(pl.col(n).cast(POLARS_SCHEMA[n], strict=False), f"{n}_now").alias(n) for n in FIELD_GROUPS),
     )
-    return _scatter(df, idx, new)
+    return scatter_rows(df, idx, new)
 
 
-def _scatter(df: pl.DataFrame, idx: pl.Series, new: pl.DataFrame) -> pl.DataFrame:
+def scatter_rows(df: pl.DataFrame, idx: pl.Series, new: pl.DataFrame) -> pl.DataFrame:
     """``df`` with rows ``idx`` of ``new``'s columns replaced by ``new`` (few rows: no whole-frame join)."""
     return df.with_columns(df.get_column(c).clone().scatter(idx, new.get_column(c)) for c in new.columns)
 
@@ -360,7 +360,7 @@ def enrich(df: pl.DataFrame) -> pl.DataFrame:
             pl.coalesce("_sev", "severity").alias("severity"),
             merge_attrs(pl.col("attrs"), pl.col("_cat")).alias("attrs"),
         )
-        df = _scatter(df, idx, new)
+        df = scatter_rows(df, idx, new)
     return df
 
 

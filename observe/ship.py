@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from observe.store import fsync_dir
+from observe.store import fsync_path
 
 
 class Destination:
@@ -56,7 +56,7 @@ class LocalDir(Destination):
             w.flush()
             os.fsync(w.fileno())
         os.replace(tmp, final)
-        fsync_dir(final.parent)
+        fsync_path(final.parent)
 
     def exists(self, rel: str) -> bool:
         return (self.root / rel).exists()
