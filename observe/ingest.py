@@ -20,7 +20,7 @@ import polars as pl
 from observe import collector as registry
 from observe import rules
 from observe.collector import Collector, Context, per_value
-from observe.reader import CHUNK_BYTES, FINGERPRINT_BYTES, fingerprint, log_name, lines_of, open_input, peek_head
+from observe.reader import CHUNK_BYTES, FINGERPRINT_BYTES, fingerprint, is_stream, log_name, lines_of, open_input, peek_head
 from observe.schema import FIELDS, POLARS_SCHEMA, conform
 from observe.store import SegmentWriter, Store, buffered_parts, no_records
 
@@ -284,7 +284,7 @@ def ingest_file(path: str, store: Store, source: str = "auto", node: str | None 
                       reference_time=datetime.fromtimestamp(mtime, timezone.utc), tz=tz,
                       header=sample[0] if len(sample) else None)
         summary.sources[path] = c.name
-        one_unit = isinstance(stream, io.BufferedReader) and path != "-" and Path(path).stat().st_size <= CHUNK_BYTES
+        one_unit = isinstance(stream, io.BufferedReader) and not is_stream(path) and Path(path).stat().st_size <= CHUNK_BYTES
         holder = _Holder(ctx, learns=not one_unit)
         if c.whole_file:
             for recs in _whole(stream, summary, progress):
@@ -592,7 +592,7 @@ def plan(inputs: list[tuple[str, dict]], store: Store | None = None) -> list[Pla
     ids: list[str | None] = []
     for path, opts in inputs:
         try:
-            head = b"" if path == "-" else peek_head(path, PLAN_HEAD_BYTES)
+            head = peek_head(path, PLAN_HEAD_BYTES)
         except OSError:
             head = b""
         samples.append(sample_of(head))  # only the sample is kept: thousands of heads add up
@@ -624,7 +624,7 @@ def tasks(planned: list[Planned], task_bytes: float = float("inf")) -> tuple[lis
     last: list[Task] = []
     for p in planned:
         c = registry.get(p.collector) if p.collector else None
-        if c is not None and c.batchable and not c.whole_file and p.path != "-" and p.size < SMALL_FILE_BYTES:
+        if c is not None and c.batchable and not c.whole_file and not is_stream(p.path) and p.size < SMALL_FILE_BYTES:
             groups.setdefault((p.collector, p.opts.get("node"), p.opts.get("tz", "UTC")), []).append(p)
         else:
             (last if p.relative else first).append([Step((p,))])
@@ -706,7 +706,7 @@ def ingest_inputs(inputs: list[tuple[str, dict]], store: Store, progress: Callab
 
     start = time.perf_counter()
     workers = parallel.default_workers(sum(file_size(p) for p, _ in inputs)) if workers is None else workers
-    if workers > 1 and all(p != "-" for p, _ in inputs):
+    if workers > 1 and not any(is_stream(p) for p, _ in inputs):  # a pipe is read where it was opened
         summary = parallel.ingest(inputs, store, workers, progress)
     else:
         summary = Summary()

@@ -6,6 +6,7 @@ import gzip
 import hashlib
 import os
 import re
+import stat
 import sys
 import threading
 from collections.abc import Iterator
@@ -96,6 +97,17 @@ def read_lines(stream: BinaryIO, start: int = 0, chunk_bytes: int = CHUNK_BYTES)
         yield lines_of(pending + b"\n", base)
 
 
+def is_stream(path: str) -> bool:
+    """Whether ``path`` can be read only once, front to back: ``-`` (stdin), or not a regular file
+    (a pipe such as ``<(zcat syslog.gz)``, a FIFO, a device). Its head is peeked, never read ahead."""
+    if path == "-":
+        return True
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False  # opening it says what is wrong
+
+
 def open_input(path: str) -> BinaryIO:
     """Open a file (gzip by magic number) or ``-`` for stdin, as a binary stream."""
     if path == "-":
@@ -128,8 +140,8 @@ def fingerprint(head: bytes, node: str | None, job: str | None = None, name: str
 
 
 def peek_head(path: str, size: int = 64 * 1024) -> bytes:
-    """The first ``size`` bytes of a file (decompressed), without consuming stdin."""
-    if path == "-":
+    """The first ``size`` bytes of a file (decompressed); nothing of a stream (which it would consume)."""
+    if is_stream(path):
         return b""
     with open_input(path) as f:
         return f.read(size)

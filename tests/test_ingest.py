@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import sys
+import threading
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -68,6 +70,35 @@ def test_job_output_gets_job_id_and_stdin_works(store: Store, tmp_path: Path, mo
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(io.BytesIO(data))))
     ingest(["-"], store, source="kernel", node="n9")
     assert _events(store).filter(pl.col("node") == "n9").get_column("kind").to_list() == ["kernel_panic"]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "pipe"])
+def test_pipes_and_fifos_are_read_once(store: Store, tmp_path: Path, kind: str) -> None:
+    """``observe ingest <(zcat syslog.gz)`` and named FIFOs: planning must not consume what the
+    ingest then reads (a peek at a pipe takes its bytes), and a pipe is not handed to a worker."""
+    data = b"Nov 22 10:00:00 gpu003 kernel: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n" * 3
+    if kind == "fifo":
+        path = tmp_path / "fifo.log"
+        os.mkfifo(path)
+        writer = threading.Thread(target=path.write_bytes, args=(data,))
+    else:
+        r, w = os.pipe()
+        path = Path(f"/dev/fd/{r}")
+        writer = threading.Thread(target=lambda: (os.write(w, data), os.close(w)))
+    done: dict = {}
+    run = threading.Thread(target=lambda: done.update(s=ingest([str(path)], store, workers=2)), daemon=True)
+    run.start()
+    writer.start()
+    writer.join()
+    run.join(60)
+    if run.is_alive():  # the FIFO was opened again after its bytes were taken, and waits for a writer
+        open(path, "wb").close()
+        pytest.fail("ingest of a FIFO hung")
+    if kind == "pipe":
+        os.close(r)
+    s = done["s"]
+    assert (s.records, s.stored) == (3, 3)
+    assert _events(store).get_column("kind").to_list() == ["gpu_xid"] * 3
 
 
 def test_gzip_rotated_log(store: Store, tmp_path: Path) -> None:
