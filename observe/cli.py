@@ -48,7 +48,7 @@ def _index_jobs(store: Store, summary: Summary) -> None:
 
 @app.command("ingest")
 def ingest_cmd(
-    paths: Annotated[list[str], typer.Argument(help="Files, directories, globs, or - for stdin.")],
+    paths: Annotated[list[str], typer.Argument(help="Files, directories (the store among them is skipped), globs, gzip, - for stdin, or a pipe such as <(journalctl -o short-iso).")],
     source: Annotated[str, typer.Option(help="Input format: auto, kernel, syslog, slurm, slurm_jobs, nccl, nvidia_smi, dcgm.")] = "auto",
     node: Annotated[Optional[str], typer.Option(help="Node the input came from (when lines do not name it, e.g. dmesg).")] = None,
     job: Annotated[Optional[str], typer.Option(help="Job id of job output (else taken from names like slurm-1234.out).")] = None,
@@ -62,7 +62,7 @@ def ingest_cmd(
     Example: observe ingest /var/log/slurm/slurmctld.log --node ctl1; dmesg | observe ingest - --source kernel --node gpu001
     """
     try:
-        files = input_files(paths)
+        files = input_files(paths, skip=_store(store).root)
         boot = parse_time(boot_time) if boot_time else None
         opts = dict(source=source, node=node, job=job, boot_time=boot, tz=tz)
         total = sum(Path(f).stat().st_size for f in files if f != "-")

@@ -147,8 +147,17 @@ def peek_head(path: str, size: int = 64 * 1024) -> bytes:
         return f.read(size)
 
 
-def input_files(paths: list[str]) -> list[str]:
-    """Expand directories (recursively) and globs into a sorted list of regular files; ``-`` kept."""
+def input_files(paths: list[str], skip: str | os.PathLike[str] | None = None) -> list[str]:
+    """Expand directories (recursively) and globs into a sorted list of regular files; ``-`` kept.
+
+    Files under ``skip`` (the store being written, when it sits among the logs) and hidden files
+    are left out of what directories and globs expand to.
+    """
+    inside = tuple({os.path.join(os.path.abspath(skip), ""), os.path.join(os.path.realpath(skip), "")}) if skip else ()
+
+    def wanted(f: str | Path) -> bool:
+        return os.path.isfile(f) and not (inside and os.path.abspath(f).startswith(inside))
+
     out: list[str] = []
     for p in paths:
         if p == "-":
@@ -156,11 +165,11 @@ def input_files(paths: list[str]) -> list[str]:
             continue
         path = Path(p)
         if path.is_dir():
-            out.extend(str(f) for f in sorted(path.rglob("*")) if f.is_file() and not f.name.startswith("."))
+            out.extend(str(f) for f in sorted(path.rglob("*")) if not f.name.startswith(".") and wanted(f))
         elif path.exists():
             out.append(str(path))
         else:
-            matches = sorted(m for m in glob.glob(p, recursive=True) if Path(m).is_file())
+            matches = sorted(m for m in glob.glob(p, recursive=True) if wanted(m))
             if not matches:
                 raise FileNotFoundError(f"no such file: {p}")
             out.extend(matches)

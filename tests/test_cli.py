@@ -51,6 +51,20 @@ def test_bad_file_does_not_lose_good_ones(tmp_path: Path) -> None:
     assert len(q.output.splitlines()) == 48
 
 
+def test_store_among_the_logs_is_not_ingested(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``observe ingest .`` with the default store ``./observe-store`` under ``.``: the second run
+    must not read the store's own Parquet and marker files as logs."""
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "xid.log").write_bytes((CORPUS / "real" / "xid.log").read_bytes())
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("OBSERVE_STORE", raising=False)
+    for args in (["."], ["."], ["**/*"]):
+        result = runner.invoke(app, ["ingest", *args])
+        assert result.exit_code == 0, result.output
+        assert "1 file(s)" in result.output
+    assert (tmp_path / "observe-store" / "events").is_dir()
+
+
 def test_query_filters_and_json(tmp_path: Path) -> None:
     store = str(tmp_path / "s")
     assert runner.invoke(app, ["ingest", str(CORPUS / "real" / "nccl.log"), "--store", store]).exit_code == 0
