@@ -20,6 +20,7 @@ from observe.ingest import InputError, Summary, ingest
 from observe.parallel import WorkerError
 from observe.reader import input_files
 from observe.schema import DESCRIPTIONS, FIELDS
+from observe.timeparse import zone as tz_zone
 from observe.store import Store, StoreBusy
 from queries.search import expand_nodes, parse_span, parse_time, search
 
@@ -62,9 +63,12 @@ def ingest_cmd(
     Example: observe ingest /var/log/slurm/slurmctld.log --node ctl1; dmesg | observe ingest - --source kernel --node gpu001
     """
     try:
-        files = input_files(paths, skip=_store(store).root)
+        missing: list[str] = []
+        files = input_files(paths, skip=_store(store).root, missing=missing)
+        if not files:
+            _fail(f"no such file: {missing[0]}")
         boot = parse_time(boot_time) if boot_time else None
-        opts = dict(source=source, node=node, job=job, boot_time=boot, tz=tz)
+        opts = dict(source=source, node=node, job=job, boot_time=boot, tz=tz_zone(tz))
         total = sum(Path(f).stat().st_size for f in files if f != "-")
         if sys.stderr.isatty() and total > 10_000_000:
             with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
@@ -77,6 +81,7 @@ def ingest_cmd(
         _fail(str(exc))
     except OSError as exc:
         _fail(f"{exc.filename or ''}: {exc.strerror or exc}")
+    summary.failed[:0] = [f"{p}: no such file" for p in missing]
     _summary(summary)
     _index_jobs(_store(store), summary)
     for line in summary.failed:
@@ -113,7 +118,7 @@ def demo_cmd(
     out.print(f"\n[bold]What the store shows[/bold] (hardware and node events, {found.height}):")
     for r in found.head(30).iter_rows(named=True):
         ts = r["ts"].strftime("%Y-%m-%d %H:%M:%S") if r["ts"] else "-"
-        out.print(f"  {ts}  {r['node'] or '-':8} {r['kind']:26} {r['message'].splitlines()[0][:90]}", highlight=False)
+        out.print(f"  {ts}  {r['node'] or '-':8} {r['kind']:26} {r['message'].splitlines()[0][:90]}", highlight=False, markup=False)
     out.print(f"\nTry: observe query --store {store.root} --kind nccl_timeout --limit 5")
 
 
@@ -156,7 +161,7 @@ def query_cmd(
             code = "" if r["code"] is None else str(r["code"])
             line = (f"{ts:19} {r['node'] or '-':10} {r['kind']:24} {r['severity']:7} {r['job_id'] or '':>8} "
                     f"{r['gpu'] or '':10} {code:>5}  {(r['message'] or '').splitlines()[0]}")
-            out.print(line[:width] if width else line, overflow="ignore", crop=False)
+            out.print(line[:width] if width else line, overflow="ignore", crop=False, markup=False)
         err.print(f"{df.height} row(s)", style="dim")
 
 
@@ -197,7 +202,7 @@ def explain_cmd(
         sys.stdout.write(json.dumps(result.to_dict()) + "\n")
     else:
         for line in report(result):
-            out.print(line, overflow="ignore", crop=False)
+            out.print(line, overflow="ignore", crop=False, markup=False)
 
 
 def _print_frame(df: pl.DataFrame, fmt: str, columns: list[tuple[str, int]]) -> None:
@@ -215,7 +220,7 @@ def _print_frame(df: pl.DataFrame, fmt: str, columns: list[tuple[str, int]]) -> 
     out.print(" ".join(f"{n:{w}}" for n, w in columns[:-1]) + " " + columns[-1][0], style="bold")
     for row in df.iter_rows(named=True):
         out.print(" ".join(f"{cell(row[n])[:w]:{w}}" for n, w in columns[:-1]) + " " + cell(row[columns[-1][0]]),
-                  overflow="ignore", crop=False)
+                  overflow="ignore", crop=False, markup=False)
 
 
 @app.command("incidents")

@@ -20,7 +20,8 @@ import polars as pl
 from observe import collector as registry
 from observe import rules
 from observe.collector import Collector, Context, per_value
-from observe.reader import CHUNK_BYTES, FINGERPRINT_BYTES, fingerprint, is_stream, log_name, lines_of, open_input, peek_head
+from observe.reader import (CHUNK_BYTES, FINGERPRINT_BYTES, READ_ERRORS, fingerprint, is_stream, log_name, lines_of,
+                            open_input, peek_head, read_error)
 from observe.schema import FIELDS, POLARS_SCHEMA, conform
 from observe.store import SegmentWriter, Store, buffered_parts, no_records
 
@@ -264,13 +265,13 @@ def ingest_file(path: str, store: Store, source: str = "auto", node: str | None 
             return ingest_file(path, store, source, node, job, boot_time, tz, summary, progress, own)
     try:
         stream = open_input(path)
-    except OSError as exc:
-        raise InputError(f"{path}: {exc.strerror or exc}") from None
+    except READ_ERRORS as exc:
+        raise InputError(read_error(path, exc)) from None
     with stream:
         try:
             head = stream.peek(64 * 1024)[: 64 * 1024] if hasattr(stream, "peek") else b""
-        except OSError as exc:
-            raise InputError(f"{path}: {exc.strerror or exc}") from None
+        except READ_ERRORS as exc:
+            raise InputError(read_error(path, exc)) from None
         if source == "auto" and not head.strip():  # empty or blank: nothing to store, no format to tell
             summary.files += 1
             summary.bytes += len(head)
@@ -286,12 +287,15 @@ def ingest_file(path: str, store: Store, source: str = "auto", node: str | None 
         summary.sources[path] = c.name
         one_unit = isinstance(stream, io.BufferedReader) and not is_stream(path) and Path(path).stat().st_size <= CHUNK_BYTES
         holder = _Holder(ctx, learns=not one_unit)
-        if c.whole_file:
-            for recs in _whole(stream, summary, progress):
-                pipe.submit(lambda recs=recs: recs, [one], c, holder)
-        else:
-            for body, base in record_pieces(stream, c, summary, progress):
-                pipe.submit(lambda body=body, base=base: joined_records([body], c, [base]), [one], c, holder)
+        try:
+            if c.whole_file:
+                for recs in _whole(stream, summary, progress):
+                    pipe.submit(lambda recs=recs: recs, [one], c, holder)
+            else:
+                for body, base in record_pieces(stream, c, summary, progress):
+                    pipe.submit(lambda body=body, base=base: joined_records([body], c, [base]), [one], c, holder)
+        except READ_ERRORS as exc:  # what was read before is stored (a truncated gzip keeps its readable part)
+            raise InputError(read_error(path, exc)) from None
     return summary
 
 
@@ -329,8 +333,8 @@ def _batches(paths: list[str], jobs: list[str | None], c: Collector, store: Stor
                 else:
                     view[:] = data
                     n = size
-        except OSError as exc:
-            summary.failed.append(f"{path}: {exc.strerror or exc}")
+        except READ_ERRORS as exc:
+            summary.failed.append(read_error(path, exc))
             continue
         summary.sources[path] = c.name
         summary.bytes += n
@@ -593,7 +597,7 @@ def plan(inputs: list[tuple[str, dict]], store: Store | None = None) -> list[Pla
     for path, opts in inputs:
         try:
             head = peek_head(path, PLAN_HEAD_BYTES)
-        except OSError:
+        except READ_ERRORS:  # the ingest says what is wrong with it
             head = b""
         samples.append(sample_of(head))  # only the sample is kept: thousands of heads add up
         ids.append(_identity(path, head, opts.get("node"), opts.get("job"))[0] if head else None)

@@ -4,11 +4,13 @@ from __future__ import annotations
 import glob
 import gzip
 import hashlib
+import io
 import os
 import re
 import stat
 import sys
 import threading
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -97,6 +99,15 @@ def read_lines(stream: BinaryIO, start: int = 0, chunk_bytes: int = CHUNK_BYTES)
         yield lines_of(pending + b"\n", base)
 
 
+# what reading an input may raise: I/O errors, and a damaged or truncated gzip
+READ_ERRORS = (OSError, EOFError, zlib.error)
+
+
+def read_error(path: str, exc: BaseException) -> str:
+    """One line naming ``path`` and what went wrong reading it."""
+    return f"{path}: {getattr(exc, 'strerror', None) or exc or type(exc).__name__}"
+
+
 def is_stream(path: str) -> bool:
     """Whether ``path`` can be read only once, front to back: ``-`` (stdin), or not a regular file
     (a pipe such as ``<(zcat syslog.gz)``, a FIFO, a device). Its head is peeked, never read ahead."""
@@ -110,9 +121,10 @@ def is_stream(path: str) -> bool:
 
 def open_input(path: str) -> BinaryIO:
     """Open a file (gzip by magic number) or ``-`` for stdin, as a binary stream."""
-    if path == "-":
-        return sys.stdin.buffer
-    f = open(path, "rb")
+    if path == "-":  # peeked at, like a file: a gzip stream on stdin is read decompressed
+        f = sys.stdin.buffer if hasattr(sys.stdin.buffer, "peek") else io.BufferedReader(sys.stdin.buffer)
+    else:
+        f = open(path, "rb")
     if f.peek(2)[:2] == b"\x1f\x8b":
         return gzip.open(f)  # type: ignore[return-value]
     return f
@@ -147,11 +159,13 @@ def peek_head(path: str, size: int = 64 * 1024) -> bytes:
         return f.read(size)
 
 
-def input_files(paths: list[str], skip: str | os.PathLike[str] | None = None) -> list[str]:
+def input_files(paths: list[str], skip: str | os.PathLike[str] | None = None,
+                missing: list[str] | None = None) -> list[str]:
     """Expand directories (recursively) and globs into a sorted list of regular files; ``-`` kept.
 
     Files under ``skip`` (the store being written, when it sits among the logs) and hidden files
-    are left out of what directories and globs expand to.
+    are left out of what directories and globs expand to. A path that matches nothing raises
+    FileNotFoundError, or is added to ``missing`` when that list is given.
     """
     inside = tuple({os.path.join(os.path.abspath(skip), ""), os.path.join(os.path.realpath(skip), "")}) if skip else ()
 
@@ -161,6 +175,8 @@ def input_files(paths: list[str], skip: str | os.PathLike[str] | None = None) ->
     out: list[str] = []
     for p in paths:
         if p == "-":
+            if p in out:
+                raise ValueError("- (stdin) given more than once")
             out.append(p)
             continue
         path = Path(p)
@@ -170,7 +186,9 @@ def input_files(paths: list[str], skip: str | os.PathLike[str] | None = None) ->
             out.append(str(path))
         else:
             matches = sorted(m for m in glob.glob(p, recursive=True) if wanted(m))
-            if not matches:
+            if not matches and missing is None:
                 raise FileNotFoundError(f"no such file: {p}")
+            if not matches:
+                missing.append(p)
             out.extend(matches)
     return out

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import date, datetime, time, timedelta
-from zoneinfo import ZoneInfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import polars as pl
 
@@ -26,6 +26,15 @@ MONTHS: dict[str, int] = {name: n for n, names in _MONTHS.items() for name in na
 ISO_SHAPE = r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d(?::?\d\d)?)?$"
 _UTC = "UTC"
 UTC_US = pl.Datetime("us", _UTC)
+
+
+def zone(tz: str) -> str:
+    """``tz`` if it names a time zone (IANA, as polars and zoneinfo know them); ValueError otherwise."""
+    try:
+        ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown time zone {tz!r} (an IANA name such as UTC or Europe/Paris)") from None
+    return tz
 
 
 def localize(naive: pl.Expr, tz: str) -> pl.Expr:

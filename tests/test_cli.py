@@ -1,6 +1,7 @@
 """The CLI: help that teaches, one clear error line and exit 2 on bad input, search filters work."""
 from __future__ import annotations
 
+import gzip
 import json
 import re
 from pathlib import Path
@@ -29,6 +30,8 @@ def test_every_command_has_help_and_is_in_readme(command: str) -> None:
     (["ingest", str(CORPUS / "real" / "SOURCES.md")], "cannot tell the log format"),
     (["ingest", str(CORPUS / "real" / "xid.log"), "--source", "bogus"], "unknown source 'bogus'"),
     (["ingest", str(CORPUS / "real" / "xid.log"), "--boot-time", "yesterday-ish"], "bad time"),
+    (["ingest", str(CORPUS / "real" / "xid.log"), "--tz", "Mars/Olympus"], "unknown time zone 'Mars/Olympus'"),
+    (["ingest", "-", "-"], "given more than once"),
     (["query", "--since", "last tuesday"], "bad time"),
     (["query", "--grep", "("], "bad regex"),
     (["query", "--node", "gpu[001-"], "bad node list"),
@@ -65,6 +68,32 @@ def test_store_among_the_logs_is_not_ingested(tmp_path: Path, monkeypatch: pytes
     assert (tmp_path / "observe-store" / "events").is_dir()
 
 
+def test_damaged_gzip_and_missing_path_do_not_stop_the_others(tmp_path: Path) -> None:
+    """A truncated gzip, a corrupt one and a path that does not exist are each named on one line;
+    the good input of the same run is stored; the exit code says something failed."""
+    whole = gzip.compress((CORPUS / "real" / "xid.log").read_bytes())
+    (tmp_path / "truncated.log.gz").write_bytes(whole[:2000])
+    (tmp_path / "corrupt.log.gz").write_bytes(whole[:-6] + bytes([whole[-6] ^ 0xFF]) + whole[-5:])
+    store = str(tmp_path / "s")
+    result = runner.invoke(app, ["ingest", str(CORPUS / "real" / "oom.log"), str(tmp_path / "truncated.log.gz"),
+                                 str(tmp_path / "corrupt.log.gz"), str(tmp_path / "nonexistent.log"), "--store", store])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 3, result.output
+    assert all(any(name in e for e in errors) for name in ("truncated.log.gz", "corrupt.log.gz", "nonexistent.log"))
+    q = runner.invoke(app, ["query", "--kind", "oom_kill", "--format", "json", "--store", store])
+    assert len(q.output.splitlines()) == 7
+
+
+def test_gzip_on_stdin_is_decompressed(tmp_path: Path) -> None:
+    store = str(tmp_path / "s")
+    data = gzip.compress((CORPUS / "real" / "xid.log").read_bytes())
+    result = runner.invoke(app, ["ingest", "-", "--store", store], input=data)
+    assert result.exit_code == 0, result.output
+    q = runner.invoke(app, ["query", "--kind", "gpu_xid", "--limit", "0", "--format", "json", "--store", store])
+    assert len(q.output.splitlines()) == 48
+
+
 def test_query_filters_and_json(tmp_path: Path) -> None:
     store = str(tmp_path / "s")
     assert runner.invoke(app, ["ingest", str(CORPUS / "real" / "nccl.log"), "--store", store]).exit_code == 0
@@ -82,3 +111,16 @@ def test_query_filters_and_json(tmp_path: Path) -> None:
 def test_rules_check_passes() -> None:
     result = runner.invoke(app, ["rules", "--check"])
     assert result.exit_code == 0 and "0 problem(s)" in result.output
+
+
+def test_log_text_is_printed_as_is_not_as_markup(tmp_path: Path) -> None:
+    """Messages may hold anything that looks like rich markup: printed literally, never parsed."""
+    log = tmp_path / "slurm-555.out"
+    log.write_text("[2026-11-08 19:02:39,710] [INFO] [train.py:48] checkpoint saved to [/scratch/ckpt]\n"
+                   "[2026-11-08 19:02:40,001] [INFO] [train.py:49] [bold]done[/bold]\n")
+    store = str(tmp_path / "s")
+    assert runner.invoke(app, ["ingest", str(log), "--store", store]).exit_code == 0
+    for command in (["query"], ["patterns", "--all", "--since", "3650d"]):
+        result = runner.invoke(app, [*command, "--store", store])
+        assert result.exit_code == 0, result.output
+        assert "[/scratch/ckpt]" in result.output and "[bold]done[/bold]" in result.output
