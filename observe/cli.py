@@ -15,7 +15,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColu
 from rich.table import Table
 
 from observe import rules
-from observe.cli_base import StoreOpt, _fail, _store, _time, app, err, out
+from observe.cli_base import OPENED, StoreOpt, _fail, _store, _time, app, err, out
 from observe.ingest import InputError, Summary, ingest
 from observe.parallel import WorkerError
 from observe.reader import input_files
@@ -196,7 +196,10 @@ def explain_cmd(
     if plot is not None:
         from queries.plot import timeline_html
 
-        plot.write_text(timeline_html(result))
+        try:
+            plot.write_text(timeline_html(result))
+        except OSError as exc:
+            _fail(f"--plot {plot}: {exc.strerror or exc}")
         err.print(f"timeline drawn to {plot}", style="dim")
     if fmt == "json":
         sys.stdout.write(json.dumps(result.to_dict()) + "\n")
@@ -450,6 +453,12 @@ def main() -> None:
     except Exception as exc:  # a bug, not bad input: say so in one line and exit non-zero
         if os.environ.get("OBSERVE_DEBUG"):
             raise
+        damaged = [f for s in OPENED for f in s.damaged()] if "arquet" in str(exc) else []
+        if damaged:
+            more = f" and {len(damaged) - 1} more" if len(damaged) > 1 else ""
+            err.print(f"[red]error:[/red] the store holds a damaged segment, {escape(str(damaged[0]))}{more}: move "
+                      f"{'them' if more else 'it'} out of the store and run again", highlight=False, soft_wrap=True)
+            sys.exit(2)
         err.print(f"[red]internal error:[/red] {type(exc).__name__}: {escape(str(exc))} (set OBSERVE_DEBUG=1 for the traceback)")
         sys.exit(1)
 

@@ -23,12 +23,20 @@ err = Console(stderr=True, emoji=False, highlight=False, soft_wrap=True)
 StoreOpt = Annotated[Optional[str], typer.Option("--store", help="Store directory (default $OBSERVE_STORE or ./observe-store).")]
 
 
+OPENED: list[Store] = []  # the stores this command opened (what an unreadable file is looked for in)
+
+
 def _store(path: str | None) -> Store:
+    """The store named by ``--store``, $OBSERVE_STORE or ./observe-store; a one-line error if it cannot be one."""
     try:
-        return Store(path or os.environ.get("OBSERVE_STORE") or "observe-store")
+        store = Store(path or os.environ.get("OBSERVE_STORE") or "observe-store")
     except ValueError as exc:
         _fail(str(exc))
         raise
+    if store.root.exists() and not store.root.is_dir():
+        _fail(f"store {store.root}: not a directory")
+    OPENED.append(store)
+    return store
 
 
 def _fail(message: str) -> None:

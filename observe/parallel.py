@@ -204,10 +204,13 @@ def serve(commands_fd: str, results_fd: str, root: str) -> None:
                 else:
                     break
         results.send(("stop", summary))
-    except EOFError:  # the main process is gone
+    except (EOFError, BrokenPipeError):  # the main process is gone (interrupted): nobody to tell
         pass
     except BaseException as exc:  # noqa: BLE001 - the main process raises it
-        results.send(("error", _portable(exc)))
+        try:
+            results.send(("error", _portable(exc)))
+        except BrokenPipeError:
+            pass
 
 
 def _trim() -> None:

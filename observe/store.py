@@ -362,6 +362,22 @@ class Store:
                 shutil.rmtree(doomed, ignore_errors=True)
         return old
 
+    def damaged(self) -> list[Path]:
+        """Live segments that are not whole Parquet files (cut short or overwritten outside observe:
+        segments are only ever written whole), found by their magic bytes."""
+        bad = []
+        for f in self.files(undated=True):
+            try:
+                with open(f, "rb") as fh:
+                    head = fh.read(4)
+                    fh.seek(-4, os.SEEK_END)
+                    whole = head == b"PAR1" and fh.read(4) == b"PAR1"
+            except OSError:  # shorter than 4 bytes, or unreadable
+                whole = False
+            if not whole:
+                bad.append(f)
+        return bad
+
     def stats(self) -> pl.DataFrame:
         """Per partition: segments, rows, bytes, first and last event time."""
         rows = []

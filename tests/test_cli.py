@@ -4,6 +4,8 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -37,6 +39,7 @@ def test_every_command_has_help_and_is_in_readme(command: str) -> None:
     (["query", "--node", "gpu[001-"], "bad node list"),
     (["query", "--format", "xml"], "unknown format"),
     (["stats", "--store", "s3://bucket/x"], "only local paths"),
+    (["query", "--store", str(CORPUS / "real" / "xid.log")], "not a directory"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str, tmp_path: Path) -> None:
     store = [] if "--store" in args else ["--store", str(tmp_path / "s")]
@@ -124,3 +127,17 @@ def test_log_text_is_printed_as_is_not_as_markup(tmp_path: Path) -> None:
         result = runner.invoke(app, [*command, "--store", store])
         assert result.exit_code == 0, result.output
         assert "[/scratch/ckpt]" in result.output and "[bold]done[/bold]" in result.output
+
+
+def test_damaged_segment_is_named(tmp_path: Path) -> None:
+    """A segment cut short outside observe (a bad copy, a full disk on a shared file system): the
+    command says which file it is, in one line, instead of an internal error."""
+    store = tmp_path / "s"
+    assert runner.invoke(app, ["ingest", str(CORPUS / "real" / "oom.log"), "--store", str(store)]).exit_code == 0
+    segment = sorted(store.rglob("*.parquet"))[0]
+    segment.write_bytes(segment.read_bytes()[:100])
+    for command in (["query"], ["stats"]):
+        result = subprocess.run([sys.executable, "-m", "observe.cli", *command, "--store", str(store)],
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 2, result.stderr
+        assert "damaged segment" in result.stderr and segment.name in result.stderr and "Traceback" not in result.stderr
