@@ -47,6 +47,10 @@ def _index_jobs(store: Store, summary: Summary) -> None:
         jobs.write_index(store)
 
 
+def _waiting(store: str | None):
+    return lambda: err.print(f"waiting for another ingest into {_store(store).root} to finish ...", style="dim", highlight=False)
+
+
 @app.command("ingest")
 def ingest_cmd(
     paths: Annotated[list[str], typer.Argument(help="Files, directories (the store among them is skipped), globs, gzip, - for stdin, or a pipe such as <(journalctl -o short-iso).")],
@@ -74,10 +78,11 @@ def ingest_cmd(
             with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
                           TransferSpeedColumn(), console=err, transient=True) as bar:
                 task = bar.add_task("ingesting", total=total)
-                summary = ingest(files, _store(store), progress=lambda n: bar.advance(task, n), workers=workers or None, **opts)
+                summary = ingest(files, _store(store), progress=lambda n: bar.advance(task, n), workers=workers or None,
+                                 waiting=_waiting(store), **opts)
         else:
-            summary = ingest(files, _store(store), workers=workers or None, **opts)
-    except (InputError, ValueError, FileNotFoundError, rules.RuleError, WorkerError) as exc:
+            summary = ingest(files, _store(store), workers=workers or None, waiting=_waiting(store), **opts)
+    except (InputError, ValueError, FileNotFoundError, rules.RuleError, WorkerError, StoreBusy) as exc:
         _fail(str(exc))
     except OSError as exc:
         _fail(f"{exc.filename or ''}: {exc.strerror or exc}")

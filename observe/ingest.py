@@ -34,6 +34,7 @@ SAMPLE_LINES = 40
 PLAN_HEAD_BYTES = 16 << 10  # what planning reads of each input: 40 lines of most logs, and its first line
 JOB_FILE = re.compile(r"slurm-(\d+(?:_\d+)?(?:\+\d+)?)(?:\.\d+)?\.(?:out|err|log)$")
 DETECT_MIN_SCORE = 0.3
+INGEST_LOCK_WAIT_S = 24 * 3600.0  # how long a run waits for another run into the same store
 PCI = r"^(?:[0-9a-f]*?)([0-9a-f]{4}):([0-9a-f]{2}):([0-9a-f]{2})(?:\.[0-7])?$"
 
 
@@ -692,31 +693,36 @@ def _chosen(best: Collector | None, score: float, path: str) -> Collector:
 
 
 def ingest(paths: list[str], store: Store, progress: Callable[[int], None] | None = None,
-           workers: int | None = None, **opts) -> Summary:
+           workers: int | None = None, waiting: Callable[[], None] | None = None, **opts) -> Summary:
     """Ingest every file in ``paths``, all with the same ``opts`` (see :func:`ingest_file`)."""
-    return ingest_inputs([(p, opts) for p in paths], store, progress, workers)
+    return ingest_inputs([(p, opts) for p in paths], store, progress, workers, waiting)
 
 
 def ingest_inputs(inputs: list[tuple[str, dict]], store: Store, progress: Callable[[int], None] | None = None,
-                  workers: int | None = None) -> Summary:
+                  workers: int | None = None, waiting: Callable[[], None] | None = None) -> Summary:
     """Ingest files, each with its own options (source, node, job, boot_time, tz), in one run.
 
     Small files of a batchable format and the same node are parsed together; kernel logs with
     boot-relative stamps go last, once other files have told the nodes' boot times. An input that
     cannot be ingested is recorded in ``summary.failed`` and the others go on. ``workers``: how
     many processes parse (default: one per core for big runs, this process alone for small ones).
+
+    Runs into one store take turns (its ``ingest`` lock; ``waiting`` is called if another holds
+    it): a run learns what the store holds before it stores, so two at once would both store the
+    same records.
     """
     from observe import parallel
 
-    start = time.perf_counter()
-    workers = parallel.default_workers(sum(file_size(p) for p, _ in inputs)) if workers is None else workers
-    if workers > 1 and not any(is_stream(p) for p, _ in inputs):  # a pipe is read where it was opened
-        summary = parallel.ingest(inputs, store, workers, progress)
-    else:
-        summary = Summary()
-        first, last = tasks(plan(inputs, store))
-        with store.writer() as writer, _Pipeline(writer, summary) as pipe:
-            for step in (step for task in first + last for step in task):
-                run_step(step, store, pipe, summary, progress)
-    summary.seconds = time.perf_counter() - start
+    with store.lock("ingest", wait_s=INGEST_LOCK_WAIT_S, waiting=waiting):
+        start = time.perf_counter()
+        workers = parallel.default_workers(sum(file_size(p) for p, _ in inputs)) if workers is None else workers
+        if workers > 1 and not any(is_stream(p) for p, _ in inputs):  # a pipe is read where it was opened
+            summary = parallel.ingest(inputs, store, workers, progress)
+        else:
+            summary = Summary()
+            first, last = tasks(plan(inputs, store))
+            with store.writer() as writer, _Pipeline(writer, summary) as pipe:
+                for step in (step for task in first + last for step in task):
+                    run_step(step, store, pipe, summary, progress)
+        summary.seconds = time.perf_counter() - start
     return summary

@@ -19,7 +19,7 @@ import time
 import uuid
 from collections import Counter, deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
@@ -245,9 +245,10 @@ class Store:
         return [f for p in self.partitions(sources, since, until, undated) for f in self.segments(p.path)]
 
     @contextmanager
-    def lock(self, name: str, wait_s: float = 0.0) -> Iterator[None]:
+    def lock(self, name: str, wait_s: float = 0.0, waiting: Callable[[], None] | None = None) -> Iterator[None]:
         """Hold the advisory lock ``<root>/.<name>.lock`` (flock; across hosts where the shared file
-        system supports it, as NFSv4 and Lustre with -o flock do); StoreBusy if still held after ``wait_s``."""
+        system supports it, as NFSv4 and Lustre with -o flock do); StoreBusy if still held after
+        ``wait_s``. ``waiting`` is called once if the lock is held when asked for."""
         self.root.mkdir(parents=True, exist_ok=True)
         end = time.monotonic() + wait_s
         with open(self.root / f".{name}.lock", "a") as f:
@@ -258,6 +259,9 @@ class Store:
                 except BlockingIOError:
                     if time.monotonic() >= end:
                         raise StoreBusy(f"{self.root}: another process holds the {name} lock") from None
+                    if waiting is not None:
+                        waiting()
+                        waiting = None
                     time.sleep(0.05)
             try:
                 yield

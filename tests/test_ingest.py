@@ -150,3 +150,24 @@ def test_records_across_read_boundaries_are_whole(store: Store, tmp_path: Path, 
         assert got.get_column("offset").to_list() == whole.get_column("offset").to_list()
         assert whole.get_column("raw").str.contains("\n").any()  # there are multi-line records to cut
         monkeypatch.undo()
+
+
+def test_runs_into_one_store_at_once_store_each_record_once(tmp_path: Path) -> None:
+    """Two ingests of the same logs at the same time (a cron run overlapping the last): they take
+    turns, so the second finds the first's records instead of storing them again."""
+    files = [str(CORPUS / "real" / name) for name in ("xid.log", "oom.log", "nccl.log")]
+    root = tmp_path / "store"
+    start = threading.Barrier(2)
+    results: list = []
+
+    def run() -> None:
+        start.wait()
+        results.append(ingest(files, Store(root), workers=1))
+
+    runs = [threading.Thread(target=run) for _ in range(2)]
+    for t in runs:
+        t.start()
+    for t in runs:
+        t.join(120)
+    assert len(results) == 2 and sorted(s.stored for s in results)[0] == 0
+    assert _events(Store(root)).height == results[0].records == max(s.stored for s in results)
