@@ -341,9 +341,9 @@ class Store:
             rows, written = 0, []
             for output, where in zip(planned, slices):
                 # a duplicate is the same input's same text at the same offset (inputs may share an identity)
-                df = (scan.filter(where).collect()
-                      .unique(subset=[*KEY, "raw", "header", "message"], keep="first", maintain_order=True)
-                      .sort(*SEGMENT_ORDER))
+                df = superseded_dropped(scan.filter(where).collect()
+                                        .unique(subset=[*KEY, "raw", "header", "message"], keep="first", maintain_order=True)
+                                        ).sort(*SEGMENT_ORDER)
                 if df.height:
                     self._write_file(df, directory, output, levels=COMPACT_LEVELS)
                     written.append(output)
@@ -493,6 +493,20 @@ def _ranges(key: pl.Expr, cuts: list, with_nulls: bool) -> list[pl.Expr]:
             where = where & (key < hi)
         out.append(where | key.is_null() if lo is None and with_nulls else where)
     return out
+
+
+def superseded_dropped(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` (stored layout) without the rows that a longer text of the same input at the same
+    offset extends: a last line stored while it was still being written (block-buffered job
+    output), then stored whole by the next ingest of the grown file."""
+    same = df.select(pl.struct(*KEY).is_duplicated()).to_series()
+    if not same.any():
+        return df
+    text = pl.coalesce("raw", pl.concat_str(["header", "message"])).alias("_t")
+    rows = df.with_row_index("_r").filter(same).select("_r", *KEY, text)
+    longer = rows.join(rows, on=list(KEY), suffix="_o").filter(
+        (pl.col("_t_o").str.len_bytes() > pl.col("_t").str.len_bytes()) & pl.col("_t_o").str.starts_with(pl.col("_t")))
+    return df.filter(~pl.int_range(pl.len()).is_in(longer.get_column("_r").implode()))
 
 
 @cache

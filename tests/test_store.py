@@ -81,6 +81,23 @@ def test_compaction_keeps_rows_identical(store: Store) -> None:
     assert not list(part.path.glob("c-*.json")) and len(list(part.path.glob("*.parquet"))) == 1
 
 
+def test_compaction_drops_a_last_line_stored_while_it_was_written(store: Store, tmp_path: Path) -> None:
+    """A running job's block-buffered output ends mid-line: the cut line is stored, then the whole
+    line at the same offset by the next ingest; compaction keeps only the whole one."""
+    log = tmp_path / "syslog"
+    log.write_text("Nov 24 10:00:00 gpu001 kernel: first\nNov 24 10:00:01 gpu001 kernel: NVRM: Xid (PCI:0000:2a:00): 79, pid=")
+    ingest([str(log)], store)
+    with log.open("a") as f:
+        f.write("2, GPU has fallen off the bus.\nNov 24 10:00:02 gpu001 kernel: next\n")
+    ingest([str(log)], store)
+    assert _rows(store).height == 4  # until compaction, both texts of that offset
+    for part in store.partitions():
+        store.compact(part, min_segments=1)
+    rows = _rows(store)
+    assert rows.get_column("message").to_list() == [
+        "first", "NVRM: Xid (PCI:0000:2a:00): 79, pid=2, GPU has fallen off the bus.", "next"]
+
+
 def test_compaction_in_bounded_time_slices(store: Store) -> None:
     for log in LOGS:
         ingest([log], store)
