@@ -136,7 +136,7 @@ def query_cmd(
     kind: Annotated[Optional[list[str]], typer.Option(help="Event kind (repeatable), e.g. gpu_xid.")] = None,
     job: Annotated[Optional[str], typer.Option(help="Job id.")] = None,
     grep: Annotated[Optional[str], typer.Option(help="Regex on the message (Rust syntax).")] = None,
-    limit: Annotated[int, typer.Option(help="Most rows to print (0 = all).")] = 100,
+    limit: Annotated[int, typer.Option(help="Most rows to print (0 = all); stderr says when more matched.", min=0, max=10**12)] = 100,
     fmt: Annotated[str, typer.Option("--format", help="table, json (one object per line) or csv.")] = "table",
     store: StoreOpt = None,
 ) -> None:
@@ -149,9 +149,11 @@ def query_cmd(
     try:
         lf = search(_store(store), since=_time(since), until=_time(until), nodes=expand_nodes(node) if node else None,
                     sources=source, kinds=kind, job=job, grep=grep)
-        df = (lf.head(limit) if limit else lf).collect()
+        df = (lf.head(limit + 1) if limit else lf).collect()
     except ValueError as exc:
         _fail(str(exc))
+    more = bool(limit) and df.height > limit
+    df = df.head(limit) if more else df
     if fmt == "json":
         for row in df.with_columns(pl.col("ts").dt.strftime("%Y-%m-%dT%H:%M:%S%.6fZ")).iter_rows(named=True):
             row["attrs"] = json.loads(row["attrs"]) if row["attrs"] else None
@@ -167,6 +169,9 @@ def query_cmd(
             line = (f"{ts:19} {r['node'] or '-':10} {r['kind']:24} {r['severity']:7} {r['job_id'] or '':>8} "
                     f"{r['gpu'] or '':10} {code:>5}  {(r['message'] or '').splitlines()[0]}")
             out.print(line[:width] if width else line, overflow="ignore", crop=False, markup=False)
+    if more:
+        err.print(f"the first {limit} rows; more match (raise --limit, 0 = all)", style="dim", highlight=False)
+    elif fmt == "table":
         err.print(f"{df.height} row(s)", style="dim")
 
 

@@ -7,6 +7,7 @@ from datetime import datetime, timedelta, timezone
 import hostlist
 import polars as pl
 
+from observe.schema import SOURCES
 from observe.store import Store
 
 RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$")
@@ -58,6 +59,10 @@ def search(store: Store, since: datetime | None = None, until: datetime | None =
 
     With ``undated``, events without a time (NCCL INFO lines) match any time range.
     """
+    unknown = sorted(set(sources or ()) - set(SOURCES))
+    if unknown:
+        raise ValueError(f"unknown source {unknown[0]!r}: stored sources are {', '.join(SOURCES)} "
+                         "(nvidia-smi and DCGM output are stored as gpu, Slurm job records as slurm)")
     lf = store.scan(sources=sources, since=since, until=until, undated=undated)
     if nodes:
         lf = lf.filter(pl.col("node").is_in(nodes))

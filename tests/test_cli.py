@@ -38,6 +38,7 @@ def test_every_command_has_help_and_is_in_readme(command: str) -> None:
     (["query", "--grep", "("], "bad regex"),
     (["query", "--node", "gpu[001-"], "bad node list"),
     (["query", "--format", "xml"], "unknown format"),
+    (["query", "--source", "nvidia_smi"], "unknown source 'nvidia_smi'"),
     (["stats", "--store", "s3://bucket/x"], "only local paths"),
     (["query", "--store", str(CORPUS / "real" / "xid.log")], "not a directory"),
 ])
@@ -141,3 +142,12 @@ def test_damaged_segment_is_named(tmp_path: Path) -> None:
                                 capture_output=True, text=True, timeout=120)
         assert result.returncode == 2, result.stderr
         assert "damaged segment" in result.stderr and segment.name in result.stderr and "Traceback" not in result.stderr
+
+
+def test_limit_says_when_more_rows_match(tmp_path: Path) -> None:
+    store = str(tmp_path / "s")
+    assert runner.invoke(app, ["ingest", str(CORPUS / "real" / "xid.log"), "--store", store]).exit_code == 0
+    cut = runner.invoke(app, ["query", "--kind", "gpu_xid", "--limit", "5", "--format", "json", "--store", store])
+    assert len(cut.stdout.splitlines()) == 5 and "more match" in cut.stderr
+    whole = runner.invoke(app, ["query", "--kind", "gpu_xid", "--limit", "48", "--format", "json", "--store", store])
+    assert len(whole.stdout.splitlines()) == 48 and "more match" not in whole.stderr
