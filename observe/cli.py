@@ -15,7 +15,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColu
 from rich.table import Table
 
 from observe import rules
-from observe.cli_base import OPENED, StoreOpt, _fail, _store, _time, app, err, out
+from observe.cli_base import OPENED, StoreOpt, _existing, _fail, _store, _time, app, err, out
 from observe.ingest import InputError, Summary, ingest
 from observe.parallel import WorkerError
 from observe.reader import input_files
@@ -147,8 +147,12 @@ def query_cmd(
     if fmt not in ("table", "json", "csv"):
         _fail(f"unknown format {fmt!r}: use table, json or csv")
     try:
-        lf = search(_store(store), since=_time(since), until=_time(until), nodes=expand_nodes(node) if node else None,
-                    sources=source, kinds=kind, job=job, grep=grep)
+        start, end, nodes = _time(since), _time(until), expand_nodes(node) if node else None
+        if start and end and end <= start:
+            _fail(f"--until {until} is not after --since {since}")
+        st = _store(store)
+        lf = search(st, since=start, until=end, nodes=nodes, sources=source, kinds=kind, job=job, grep=grep)
+        _existing(st)
         df = (lf.head(limit + 1) if limit else lf).collect()
     except ValueError as exc:
         _fail(str(exc))
@@ -200,7 +204,7 @@ def explain_cmd(
     if plot is not None and plot.suffix.lower() not in (".html", ".htm"):
         _fail(f"--plot {plot}: only .html is supported")
     try:
-        result = explain(_store(store), job, at=_time(at), before=parse_span(before), after=parse_span(after))
+        result = explain(_existing(_store(store)), job, at=_time(at), before=parse_span(before), after=parse_span(after))
     except ValueError as exc:
         _fail(str(exc))
     if plot is not None:
@@ -255,7 +259,7 @@ def incidents_cmd(
 
     if fmt not in ("table", "json"):
         _fail(f"unknown format {fmt!r}: use table or json")
-    found = incidents(search(_store(store), since=_time(since), until=_time(until)))
+    found = incidents(search(_existing(_store(store)), since=_time(since), until=_time(until)))
     _print_frame(found.with_columns(pl.when("shared_cause").then(pl.lit("shared?")).otherwise(pl.lit("")).alias("note"))
                  if fmt == "table" else found, fmt,
                  [("incident", 8), ("start", 19), ("category", 8), ("nodes", 5), ("nodelist", 22), ("events", 6),
@@ -281,7 +285,7 @@ def nodes_cmd(
 
     if fmt not in ("table", "json"):
         _fail(f"unknown format {fmt!r}: use table or json")
-    lf = search(_store(store), since=_time(since), until=_time(until))
+    lf = search(_existing(_store(store)), since=_time(since), until=_time(until))
     if gpus:
         _print_frame(rank_gpus(lf), fmt, [("node", 10), ("gpu", 12), ("episodes", 8), ("xids", 10), ("advice", 6),
                                            ("last", 19), ("kinds", 0)])
@@ -325,7 +329,7 @@ def patterns_cmd(
         nodes = expand_nodes(node) if node else None
     except ValueError as exc:
         _fail(str(exc))
-    st = _store(store)
+    st = _existing(_store(store))
     window = search(st, since=start, until=end, nodes=nodes, sources=source)
     if all_:
         found = mine(window)
@@ -340,7 +344,7 @@ def patterns_cmd(
 @app.command("stats")
 def stats_cmd(store: StoreOpt = None) -> None:
     """What the store holds, per source and day (segments, rows, bytes)."""
-    s = _store(store)
+    s = _existing(_store(store))
     df = s.stats()
     if df.is_empty():
         out.print(f"{s.root}: empty store")

@@ -39,6 +39,13 @@ def _store(path: str | None) -> Store:
     return store
 
 
+def _existing(store: Store) -> Store:
+    """``store``, or a one-line error if it is not there (a mistyped path would read as empty)."""
+    if not store.root.exists():
+        _fail(f"store {store.root}: no such directory (nothing ingested there yet? --store or $OBSERVE_STORE names it)")
+    return store
+
+
 def _fail(message: str) -> None:
     err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)

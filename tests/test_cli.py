@@ -38,6 +38,8 @@ def test_every_command_has_help_and_is_in_readme(command: str) -> None:
     (["query", "--grep", "("], "bad regex"),
     (["query", "--node", "gpu[001-"], "bad node list"),
     (["query", "--format", "xml"], "unknown format"),
+    (["query", "--since", "2026-11-02", "--until", "2026-11-01"], "is not after"),
+    (["stats"], "no such directory"),
     (["query", "--source", "nvidia_smi"], "unknown source 'nvidia_smi'"),
     (["stats", "--store", "s3://bucket/x"], "only local paths"),
     (["query", "--store", str(CORPUS / "real" / "xid.log")], "not a directory"),

@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 
 import polars as pl
@@ -240,7 +240,10 @@ def test_drains_by_others_reach_the_ledger_once(fresh, tmp_path: Path) -> None:
     who set it; its end too. With slurmctld's own log ingested beside the ledger, each change is listed once."""
     site, c = fresh, fresh["cluster"]
     store = tmp_path / "store"
-    start = (datetime.now(timezone.utc) - timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%SZ")  # the log has earlier tests'
+    # the log has earlier tests' changes: a second boundary between theirs and this test's (Slurm
+    # stamps a drain reason to the second)
+    time.sleep(1.0)
+    start = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     c.scontrol("update", "NodeName=node1", "State=DRAIN", "Reason=NHC: check_fs_mount: /scratch not mounted")
     _healthcheck(site, "node1", store)
     _healthcheck(site, "node1", store)  # the same drain: not recorded again
