@@ -57,7 +57,7 @@ def ingest_cmd(
     source: Annotated[str, typer.Option(help="Input format: auto, kernel, syslog, slurm, slurm_jobs, nccl, nvidia_smi, dcgm.")] = "auto",
     node: Annotated[Optional[str], typer.Option(help="Node the input came from (when lines do not name it, e.g. dmesg).")] = None,
     job: Annotated[Optional[str], typer.Option(help="Job id of job output (else taken from names like slurm-1234.out).")] = None,
-    boot_time: Annotated[Optional[str], typer.Option(help="Boot time (ISO) to turn dmesg [seconds] stamps into wall-clock UTC.")] = None,
+    boot_time: Annotated[Optional[str], typer.Option(help="Boot time (ISO; without an offset, in --tz) to turn dmesg [seconds] stamps into wall-clock UTC.")] = None,
     tz: Annotated[str, typer.Option(help="Time zone of stamps that carry none (syslog, slurmctld).")] = "UTC",
     workers: Annotated[int, typer.Option(help="Parse processes: 0 = one per core when there is over 64 MB to read.")] = 0,
     store: StoreOpt = None,
@@ -71,8 +71,9 @@ def ingest_cmd(
         files = input_files(paths, skip=_store(store).root, missing=missing)
         if not files:
             _fail(f"no such file: {missing[0]}")
-        boot = parse_time(boot_time) if boot_time else None
-        opts = dict(source=source, node=node, job=job, boot_time=boot, tz=tz_zone(tz))
+        tz = tz_zone(tz)
+        boot = parse_time(boot_time, tz=tz) if boot_time else None
+        opts = dict(source=source, node=node, job=job, boot_time=boot, tz=tz)
         total = sum(Path(f).stat().st_size for f in files if f != "-")
         if sys.stderr.isatty() and total > 10_000_000:
             with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),

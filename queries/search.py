@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
 
 import hostlist
 import polars as pl
@@ -22,8 +23,8 @@ def parse_span(text: str) -> timedelta:
     return timedelta(**{UNITS[m.group(2)]: float(m.group(1))})
 
 
-def parse_time(text: str, now: datetime | None = None) -> datetime:
-    """An ISO time (UTC unless it says otherwise) or a relative one like ``2h``/``7d`` (before now)."""
+def parse_time(text: str, now: datetime | None = None, tz: str = "UTC") -> datetime:
+    """An ISO time (in ``tz`` unless it says otherwise) or a relative one like ``2h``/``7d`` (before now)."""
     now = now or datetime.now(timezone.utc)
     if RELATIVE.match(text.strip()):
         return now - parse_span(text)
@@ -31,7 +32,7 @@ def parse_time(text: str, now: datetime | None = None) -> datetime:
         ts = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:
         raise ValueError(f"bad time {text!r}: use ISO 8601 (2026-11-22T10:00) or a span like 30m, 2h, 7d") from None
-    return ts if ts.tzinfo else ts.replace(tzinfo=timezone.utc)
+    return ts if ts.tzinfo else ts.replace(tzinfo=ZoneInfo(tz))
 
 
 def expand_nodes(expr: str) -> list[str]:
