@@ -232,15 +232,17 @@ class ParseInput:
     known: pl.DataFrame = field(default_factory=no_records)  # offset, text (hash of raw) already stored
 
 
-def _identity(path: str, head: bytes, node: str | None, job: str | None) -> tuple[str, str | None]:
-    """An input's file id and job (the one given, else from its name)."""
+def _identity(path: str, head: bytes, node: str | None, job: str | None,
+              boot: datetime | None = None) -> tuple[str, str | None]:
+    """An input's file id and job (the one given, else from its name); ``boot``: a kernel log's
+    given boot time (not one learned from other inputs, which a later run may not learn)."""
     job = job or job_from_name(path)
-    return fingerprint(head, node, job, log_name(path)), job
+    return fingerprint(head, node, job, log_name(path), boot), job
 
 
 def _open(path: str, summary: Summary, node: str | None, store: Store, pipe: _Pipeline,
-          head: bytes, job: str | None) -> ParseInput:
-    file_id, job = _identity(path, head, node, job)
+          head: bytes, job: str | None, boot: datetime | None = None) -> ParseInput:
+    file_id, job = _identity(path, head, node, job, boot)
     again = file_id in summary.file_ids
     if again:  # the same identity twice in one run: make the first one visible
         pipe.flush()
@@ -254,16 +256,17 @@ def _open(path: str, summary: Summary, node: str | None, store: Store, pipe: _Pi
 def ingest_file(path: str, store: Store, source: str = "auto", node: str | None = None,
                 job: str | None = None, boot_time: datetime | None = None, tz: str = "UTC",
                 summary: Summary | None = None, progress: Callable[[int], None] | None = None,
-                pipe: _Pipeline | None = None) -> Summary:
+                pipe: _Pipeline | None = None, learned_boot_time: datetime | None = None) -> Summary:
     """Ingest one file (or ``-``) into ``store``; re-ingesting the same bytes stores nothing new.
 
     With ``pipe`` (a run's shared pipeline) its records may still be in flight when this returns;
-    without, they are written before it returns.
+    without, they are written before it returns. ``boot_time`` is given (it is part of a kernel
+    log's identity), ``learned_boot_time`` was told by the run's other inputs.
     """
     summary = summary or Summary()
     if pipe is None:
         with store.writer() as writer, _Pipeline(writer, summary) as own:
-            return ingest_file(path, store, source, node, job, boot_time, tz, summary, progress, own)
+            return ingest_file(path, store, source, node, job, boot_time, tz, summary, progress, own, learned_boot_time)
     try:
         stream = open_input(path)
     except READ_ERRORS as exc:
@@ -279,10 +282,10 @@ def ingest_file(path: str, store: Store, source: str = "auto", node: str | None 
             return summary
         sample = sample_of(head)
         c = choose(source, sample, path)
-        boot_time = boot_time or (summary.boot_times.get(node) if node else None)
+        booted = boot_time or learned_boot_time or (summary.boot_times.get(node) if node else None)
         mtime = Path(path).stat().st_mtime if path != "-" else time.time()
-        one = _open(path, summary, node, store, pipe, head, job)
-        ctx = Context(node=node, job_id=one.job, boot_time=boot_time,
+        one = _open(path, summary, node, store, pipe, head, job, boot_time if c.source == "kernel" else None)
+        ctx = Context(node=node, job_id=one.job, boot_time=booted,
                       reference_time=datetime.fromtimestamp(mtime, timezone.utc), tz=tz,
                       header=sample[0] if len(sample) else None)
         summary.sources[path] = c.name
@@ -594,26 +597,29 @@ def plan(inputs: list[tuple[str, dict]], store: Store | None = None) -> list[Pla
     """Each input's collector, size, identity, whether it has boot-relative stamps, and (with
     ``store``) its records already stored, all inputs' read in one scan."""
     samples: list[list[str]] = []
-    ids: list[str | None] = []
+    heads: list[bytes] = []
     for path, opts in inputs:
         try:
             head = peek_head(path, PLAN_HEAD_BYTES)
         except READ_ERRORS:  # the ingest says what is wrong with it
             head = b""
-        samples.append(sample_of(head))  # only the sample is kept: thousands of heads add up
-        ids.append(_identity(path, head, opts.get("node"), opts.get("job"))[0] if head else None)
-    known = store.known_many(ids) if store is not None else {}
-    planned = []
-    for (path, opts), file_id, (best, score, scores) in zip(inputs, ids, registry.detect_many(samples)):
+        samples.append(sample_of(head))
+        heads.append(head[:FINGERPRINT_BYTES])  # only what the identity reads: thousands of heads add up
+    chosen: list[tuple[Collector | None, dict[str, float]]] = []
+    for (path, opts), (best, score, scores) in zip(inputs, registry.detect_many(samples)):
         source = opts.get("source", "auto")
         try:
-            c = registry.get(source) if source != "auto" else _chosen(best, score, path)
+            chosen.append((registry.get(source) if source != "auto" else _chosen(best, score, path), scores))
         except (InputError, ValueError):
-            c = None
-        planned.append(Planned(path, opts, c.name if c else None,
-                               c is not None and c.name == "kernel" and scores.get("syslog", 0.0) < 0.5,
-                               file_size(path), file_id, known.get(file_id, no_records())))
-    return planned
+            chosen.append((None, scores))
+    ids = [_identity(path, head, opts.get("node"), opts.get("job"),
+                     opts.get("boot_time") if c is not None and c.source == "kernel" else None)[0] if head else None
+           for (path, opts), head, (c, _) in zip(inputs, heads, chosen)]
+    known = store.known_many(ids) if store is not None else {}
+    return [Planned(path, opts, c.name if c else None,
+                    c is not None and c.name == "kernel" and scores.get("syslog", 0.0) < 0.5,
+                    file_size(path), file_id, known.get(file_id, no_records()))
+            for (path, opts), file_id, (c, scores) in zip(inputs, ids, chosen)]
 
 
 def tasks(planned: list[Planned], task_bytes: float = float("inf")) -> tuple[list[Task], list[Task]]:
@@ -674,7 +680,8 @@ def run_step(step: Step, store: Store, pipe: _Pipeline, summary: Summary,
                      tz=head.opts.get("tz", "UTC"), progress=progress)
         return
     c = registry.get(head.collector) if head.collector else None
-    if c is not None and c.source == "kernel" and head.opts.get("node") and not head.opts.get("boot_time"):
+    if c is not None and c.source == "kernel" and head.opts.get("node") and not (
+            head.opts.get("boot_time") or head.opts.get("learned_boot_time")):
         pipe.drain()  # boot times learned from the files before are known now
     try:
         ingest_file(head.path, store, summary=summary, progress=progress, pipe=pipe,

@@ -88,10 +88,10 @@ def _size(task: Task) -> int:
 
 
 def _with_boot_time(step: Step, boots: dict[str, datetime]) -> Step:
-    """``step`` with each input's boot time filled from what the first tasks learned of its node."""
+    """``step`` with each input's boot time, unless given, learned from what the first tasks told of its node."""
     return replace(step, inputs=tuple(
-        replace(p, opts={**p.opts, "boot_time": p.opts.get("boot_time") or boots.get(p.opts.get("node") or "")})
-        for p in step.inputs))
+        replace(p, opts={**p.opts, "learned_boot_time": boots.get(p.opts.get("node") or "")})
+        if not p.opts.get("boot_time") else p for p in step.inputs))
 
 
 class _Workers:

@@ -12,6 +12,7 @@ import sys
 import threading
 import zlib
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import BinaryIO
 
@@ -138,16 +139,20 @@ def log_name(path: str) -> str:
     return os.path.join(directory, ROTATED.sub("", name) or name)
 
 
-def fingerprint(head: bytes, node: str | None, job: str | None = None, name: str = "") -> str:
-    """Identity of an input: a hash of its first line (up to 1 KiB), node, job and log name.
+def fingerprint(head: bytes, node: str | None, job: str | None = None, name: str = "",
+                boot: datetime | None = None) -> str:
+    """Identity of an input: a hash of its first line (up to 1 KiB), node, job and log name, and
+    for a kernel log given its boot time, that time's minute.
 
     Stable while the file grows and when rotation renames it (``syslog`` -> ``syslog.1``); a copy
-    in another directory is another input.
+    in another directory is another input. Every boot's dmesg starts with the same line: the boot
+    time tells them apart (to the minute, so that ``uptime -s`` wavering by a second does not).
     """
     first = head[:FINGERPRINT_BYTES]
     nl = first.find(b"\n")
     first = first[: nl + 1] if nl >= 0 else first
-    tag = f"\0{node or ''}\0{job or ''}\0{name}".encode()
+    booted = f"\0{boot.astimezone(timezone.utc):%Y-%m-%dT%H:%M}" if boot is not None else ""
+    tag = f"\0{node or ''}\0{job or ''}\0{name}{booted}".encode()
     return hashlib.blake2b(first + tag, digest_size=8).hexdigest()
 
 

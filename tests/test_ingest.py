@@ -180,3 +180,16 @@ def test_boot_time_without_offset_is_in_tz() -> None:
     boot = parse_time("2026-11-24 08:00:00", tz="Europe/Berlin")
     assert boot == datetime(2026, 11, 24, 7, 0, tzinfo=timezone.utc)
     assert parse_time("2026-11-24T08:00:00+00:00", tz="Europe/Berlin") == datetime(2026, 11, 24, 8, 0, tzinfo=timezone.utc)
+
+
+def test_each_boot_of_a_node_is_its_own_kernel_log(store: Store, tmp_path: Path) -> None:
+    """Every boot's dmesg starts with the same ``Linux version`` line: given boot times tell two
+    boots apart (a second's wavering of ``uptime -s`` does not)."""
+    dmesg = tmp_path / "dmesg"
+    dmesg.write_text("[    0.000000] Linux version 6.8.0-45-generic (buildd@lcy02) #45-Ubuntu SMP\n"
+                     "[    0.000000] Command line: BOOT_IMAGE=/vmlinuz root=/dev/sda1\n")
+    boots = [datetime(2026, 11, 20, 8, 0, 0, tzinfo=timezone.utc), datetime(2026, 11, 24, 12, 0, 0, tzinfo=timezone.utc),
+             datetime(2026, 11, 24, 12, 0, 1, tzinfo=timezone.utc)]
+    stored = [ingest([str(dmesg)], store, source="kernel", node="gpu001", boot_time=b).stored for b in boots]
+    assert stored == [2, 2, 0]
+    assert _events(store).filter(pl.col("kind") == "kernel_boot").get_column("ts").to_list() == boots[:2]
