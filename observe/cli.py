@@ -22,7 +22,7 @@ from observe.reader import input_files
 from observe.schema import DESCRIPTIONS, FIELDS
 from observe.timeparse import zone as tz_zone
 from observe.store import Store, StoreBusy
-from queries.search import expand_nodes, parse_span, parse_time, search
+from queries.search import expand_nodes, first_line, parse_span, parse_time, search
 
 def _summary(s: Summary) -> None:
     mb = s.bytes / 1e6
@@ -59,7 +59,7 @@ def ingest_cmd(
     job: Annotated[Optional[str], typer.Option(help="Job id of job output (else taken from names like slurm-1234.out).")] = None,
     boot_time: Annotated[Optional[str], typer.Option(help="Boot time (ISO; without an offset, in --tz) to turn dmesg [seconds] stamps into wall-clock UTC.")] = None,
     tz: Annotated[str, typer.Option(help="Time zone of stamps that carry none (syslog, slurmctld).")] = "UTC",
-    workers: Annotated[int, typer.Option(help="Parse processes: 0 = one per core when there is over 64 MB to read.")] = 0,
+    workers: Annotated[int, typer.Option(help="Parse processes: 0 = one per core when there is over 64 MB to read.", min=0, max=256)] = 0,
     store: StoreOpt = None,
 ) -> None:
     """Parse log files into the store; re-ingesting the same bytes adds nothing.
@@ -124,7 +124,7 @@ def demo_cmd(
     out.print(f"\n[bold]What the store shows[/bold] (hardware and node events, {found.height}):")
     for r in found.head(30).iter_rows(named=True):
         ts = r["ts"].strftime("%Y-%m-%d %H:%M:%S") if r["ts"] else "-"
-        out.print(f"  {ts}  {r['node'] or '-':8} {r['kind']:26} {r['message'].splitlines()[0][:90]}", highlight=False, markup=False)
+        out.print(f"  {ts}  {r['node'] or '-':8} {r['kind']:26} {first_line(r['message'])[:90]}", highlight=False, markup=False)
     out.print(f"\nTry: observe query --store {store.root} --kind nccl_timeout --limit 5")
 
 
@@ -172,7 +172,7 @@ def query_cmd(
             ts = r["ts"].strftime("%Y-%m-%d %H:%M:%S") if r["ts"] else "-"
             code = "" if r["code"] is None else str(r["code"])
             line = (f"{ts:19} {r['node'] or '-':10} {r['kind']:24} {r['severity']:7} {r['job_id'] or '':>8} "
-                    f"{r['gpu'] or '':10} {code:>5}  {(r['message'] or '').splitlines()[0]}")
+                    f"{r['gpu'] or '':10} {code:>5}  {first_line(r['message'])}")
             out.print(line[:width] if width else line, overflow="ignore", crop=False, markup=False)
     if more:
         err.print(f"the first {limit} rows; more match (raise --limit, 0 = all)", style="dim", highlight=False)

@@ -164,6 +164,21 @@ def peek_head(path: str, size: int = 64 * 1024) -> bytes:
         return f.read(size)
 
 
+def _walk(top: str) -> list[str]:
+    """Every file under ``top``, sorted, through symbolic links to directories (``/var/log/slurm``
+    is often one), each directory once."""
+    seen: set[str] = set()
+    found: list[str] = []
+    for directory, subdirs, files in os.walk(top, followlinks=True):
+        real = os.path.realpath(directory)
+        if real in seen:  # a link loop, or a second way into the same directory
+            subdirs.clear()
+            continue
+        seen.add(real)
+        found.extend(os.path.join(directory, f) for f in files)
+    return sorted(found, key=Path)  # by path parts, not characters
+
+
 def input_files(paths: list[str], skip: str | os.PathLike[str] | None = None,
                 missing: list[str] | None = None) -> list[str]:
     """Expand directories (recursively) and globs into a sorted list of regular files; ``-`` kept.
@@ -186,7 +201,7 @@ def input_files(paths: list[str], skip: str | os.PathLike[str] | None = None,
             continue
         path = Path(p)
         if path.is_dir():
-            out.extend(str(f) for f in sorted(path.rglob("*")) if not f.name.startswith(".") and wanted(f))
+            out.extend(f for f in _walk(p) if not os.path.basename(f).startswith(".") and wanted(f))
         elif path.exists():
             out.append(str(path))
         else:

@@ -19,7 +19,7 @@ import polars as pl
 from observe.store import Store
 from queries import jobs
 from queries.causes import Causes, load_causes
-from queries.search import search
+from queries.search import first_line, search
 
 
 class ExplainError(ValueError):
@@ -315,14 +315,14 @@ def report(e: Explanation) -> list[str]:
         gpu = f"  GPU {r['gpu']}" if r["gpu"] else ""
         rank = f"  rank {r['rank']}" if r["rank"] is not None else ""
         lines += [f"ROOT CAUSE  {where}{gpu}{rank}  {what}  category {r['category']}  confidence {r['confidence']:.2f}",
-                  f"  {when(r['ts'])}  {(r['message'] or '').splitlines()[0]}",
+                  f"  {when(r['ts'])}  {first_line(r['message'])}",
                   f"  action: {r['action']}"]
     if e.candidates:
         lines += ["", "CANDIDATES", f"  {'score':>5}  {'node':10} {'kind':26} {'code':>5}  {'first seen':19}  {'count':>5}  message"]
         for c in _fold_symptoms(e.candidates):
             code = "" if c["code"] is None else str(c["code"])
             lines.append(f"  {c['score']:5.0f}  {c['node'] or '-':10} {c['kind']:26} {code:>5}  {when(c['ts']):19}  "
-                         f"{c['count']:5d}  {(c['message'] or '').splitlines()[0][:100]}")
+                         f"{c['count']:5d}  {first_line(c['message'])[:100]}")
     if e.timeline:
         lines += ["", "TIMELINE (UTC)"]
         for t in e.timeline:

@@ -35,6 +35,11 @@ def parse_time(text: str, now: datetime | None = None, tz: str = "UTC") -> datet
     return ts if ts.tzinfo else ts.replace(tzinfo=ZoneInfo(tz))
 
 
+def first_line(text: str | None) -> str:
+    """A message's first line, for one-line listings (a carriage return shown as ``\\r``, never obeyed)."""
+    return (text or "").split("\n", 1)[0].replace("\r", "\\r")
+
+
 def expand_nodes(expr: str) -> list[str]:
     """Expand a Slurm hostlist (``gpu[001-004,010],login1``) into node names."""
     try:

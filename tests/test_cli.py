@@ -153,3 +153,14 @@ def test_limit_says_when_more_rows_match(tmp_path: Path) -> None:
     assert len(cut.stdout.splitlines()) == 5 and "more match" in cut.stderr
     whole = runner.invoke(app, ["query", "--kind", "gpu_xid", "--limit", "48", "--format", "json", "--store", store])
     assert len(whole.stdout.splitlines()) == 48 and "more match" not in whole.stderr
+
+
+def test_empty_messages_and_carriage_returns_list(tmp_path: Path) -> None:
+    """A line with an empty message, and one with a carriage return inside: the table lists both."""
+    log = tmp_path / "syslog"
+    log.write_bytes(b"Nov 24 10:00:00 gpu001 prog: \nNov 24 10:00:01 gpu001 prog: a\rb\n")
+    store = str(tmp_path / "s")
+    assert runner.invoke(app, ["ingest", str(log), "--store", store]).exit_code == 0
+    result = runner.invoke(app, ["query", "--store", store])
+    assert result.exit_code == 0, result.output
+    assert "a\\rb" in result.stdout and "2 row(s)" in result.stderr

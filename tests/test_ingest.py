@@ -193,3 +193,17 @@ def test_each_boot_of_a_node_is_its_own_kernel_log(store: Store, tmp_path: Path)
     stored = [ingest([str(dmesg)], store, source="kernel", node="gpu001", boot_time=b).stored for b in boots]
     assert stored == [2, 2, 0]
     assert _events(store).filter(pl.col("kind") == "kernel_boot").get_column("ts").to_list() == boots[:2]
+
+
+def test_directories_are_walked_through_symbolic_links(tmp_path: Path) -> None:
+    """``/var/log/slurm`` is often a link to a shared file system: followed, a link loop once."""
+    from observe.reader import input_files
+
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "slurmctld.log").write_text("[2026-11-24T10:00:00.000] x\n")
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "syslog").write_text("Nov 24 10:00:00 gpu001 prog: x\n")
+    (tmp_path / "logs" / "slurm").symlink_to(tmp_path / "real")
+    (tmp_path / "logs" / "loop").symlink_to(tmp_path / "logs")
+    assert input_files([str(tmp_path / "logs")]) == [str(tmp_path / "logs" / "slurm" / "slurmctld.log"),
+                                                     str(tmp_path / "logs" / "syslog")]
