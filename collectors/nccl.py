@@ -18,26 +18,29 @@ from observe.collector import Collector, Context, register, split_header
 from observe.rules import any_of
 
 # ASCII classes: the regex engine runs them twice as fast as Unicode \w and \d
-NCCL = r"\s*(?:\[(?P<tag>[0-9]+)\]\s*)?(?P<host>[A-Za-z0-9_.-]+):(?P<pid>[0-9]+):(?P<tid>[0-9]+) \[(?P<dev>[0-9]+)\] "
+# What a launcher puts before each task's lines: srun --label's right-aligned ``12: `` (task id),
+# torchrun's ``[default3]:`` / ``[rank3]:``
+SRUN_LABEL = r"(?:\d{1,6}: )"
+NCCL = r"\s*(?:" + SRUN_LABEL + r"\s*|\[(?:rank|default)\d+\]:\s?)?(?:\[(?P<tag>[0-9]+)\]\s*)?(?P<host>[A-Za-z0-9_.-]+):(?P<pid>[0-9]+):(?P<tid>[0-9]+) \[(?P<dev>[0-9]+)\] "
 NCCL_LEVEL = r"NCCL (INFO|WARN|TRACE|ABORT|ERROR)"
 TORCH = (
-    r"\s*(?:\[(?:rank|default)(?P<rank>\d+)\]:\s?)?(?P<pre>.*?)\[(?P<lvl>[EWIF])(?:(?P<md>\d{3,4}) "
+    r"\s*" + SRUN_LABEL + r"?(?:\[(?:rank|default)(?P<rank>\d+)\]:\s?)?(?P<pre>.*?)\[(?P<lvl>[EWIF])(?:(?P<md>\d{3,4}) "
     r"(?P<clock>\d\d:\d\d:\d\d\.\d+)(?: \d+)?)? ?(?P<src>[\w.]+\.(?:cpp|cc|h|hpp|py):\d+)\] "
 )
-RANK_PREFIX = r"^\s*\[(?:rank|default)(\d+)\]:\s?"
-RANKED_INDENT = r"^(?:\[(?:rank|default)\d+\]:\s)?\s"
+RANK_PREFIX = r"^\s*(?:\[(?:rank|default))?(\d{1,6})(?:\]:\s?|: )"  # [rank3]: or srun's 3:
+RANKED_INDENT = r"^(?:\s*(?:\[(?:rank|default)\d+\]:|\d{1,6}:)\s)?\s"
 RECORD_START = (
-    r"^\s*(?:\[(?:rank|default)\d+\]:\s?\S|(?:\[(?:rank|default)\d+\]:\s?)?"
+    r"^\s*(?:(?:\[(?:rank|default)\d+\]:|\d{1,6}:)\s?\S|(?:\[(?:rank|default)\d+\]:\s?)?"
     r"(?:\[[EWIF][\d ]|\[\d+\]\s*[\w.-]+:\d+:\d+ |[\w.-]+:\d+:\d+ \[\d+\]))"
 )
 TORCH_LITERALS = ["ProcessGroup", "]:[", "[E ", "[W ", "[I ", "[F "]
 GLOG_START = r"^\s*\[[EWIF]\d{3,4} "
 PYLOG = (
-    r"\s*(?:\[(?:rank|default)(?P<rank>\d+)\]:\s?)?\[?(?P<stamp>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)\]?"
+    r"\s*" + SRUN_LABEL + r"?(?:\[(?:rank|default)(?P<rank>\d+)\]:\s?)?\[?(?P<stamp>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)\]?"
     r"\s*"
 )
 PYLOG_FIXED = r"(\[?)(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)(\]?) "  # the first line's layout
-PYLOG_START = r"^\s*(?:\[(?:rank|default)\d+\]:\s?)?\[?\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d"
+PYLOG_START = r"^\s*" + SRUN_LABEL + r"?(?:\[(?:rank|default)\d+\]:\s?)?\[?\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d"
 PY_LEVEL = r"(?-u:\b)(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)(?-u:\b)"
 PY_LEVEL_LEAD = r"^\[?(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)(?-u:\b)"
 PY_SEVERITY = {"DEBUG": "debug", "INFO": "info", "WARNING": "warning", "WARN": "warning", "ERROR": "err",
