@@ -36,7 +36,8 @@ class Kernel(Collector):
     source = "kernel"
     priority = 20
     batchable = False  # each node's dmesg has its own boot time
-    sniff = STAMP + r"|^NVRM: |^(?:\p{L}{3} [ \d]\d \d\d:\d\d:\d\d \S+ kernel: )"
+    sniff = (STAMP + r"|^NVRM: |^(?:\p{L}{3} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)? \S+ kernel: )"
+             r"|^[a-z]+\d?\s*:\s*(?:emerg|alert|crit|err|warn|notice|info|debug)\s*: ")  # dmesg -x
 
     def continuation(self, line: pl.Expr) -> pl.Expr:
         """Indented details (call traces, ``NVRM:     ...``, kmsg ``KEY=value`` dictionary lines)."""

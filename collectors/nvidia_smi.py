@@ -87,7 +87,7 @@ class NvidiaSmi(Collector):
     source = "gpu"
     whole_file = True
     sniff = (
-        r"NVSMI LOG|^GPU [0-9A-Fa-f]{8}:|^\s*<(?:\?xml|/?nvidia_smi_log|gpu[ >])|^\s*</?[a-z_0-9]+>"
+        r"NVSMI LOG|^GPU [0-9A-Fa-f]{8}:|^\s*<(?:\?xml|/?nvidia_smi_log|gpu[ >])|^\s*</?[a-z_][a-z_0-9]*>"
         r"|^ *[A-Z][\w .()/+-]*? {2,}: | {4,}[A-Z][\w .()/+-]*[\w)] *$"
     )
 

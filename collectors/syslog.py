@@ -50,8 +50,9 @@ class Syslog(Collector):
     source = "syslog"
     priority = 10
     sniff = (
-        r"^(?:\S+ \d{9,11} \d{4}\.\d\d\.\d\d \S+ )?(?:<\d{1,3}>)?\p{L}{3,5}\.? {1,2}\d{1,2} \d\d:\d\d:\d\d |"
+        r"^(?:\S+ \d{9,11} \d{4}\.\d\d\.\d\d \S+ )?(?:<\d{1,3}>)?\p{L}{3,5}\.? {1,2}\d{1,2} \d\d:\d\d:\d\d(?:\.\d{1,9})? |"
         r"^(?:<\d{1,3}>1? ?)?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d\S* \S+ [^\s:]+: |"
+        r"^<\d{1,3}>1 (?:\d{4}-\d\d-\d\dT\S+|-) \S+ \S+ \S+ \S+ |"  # RFC 5424: no tag's colon
         r"^\{.*\"__REALTIME_TIMESTAMP\""
     )
 

@@ -207,3 +207,22 @@ def test_directories_are_walked_through_symbolic_links(tmp_path: Path) -> None:
     (tmp_path / "logs" / "loop").symlink_to(tmp_path / "logs")
     assert input_files([str(tmp_path / "logs")]) == [str(tmp_path / "logs" / "slurm" / "slurmctld.log"),
                                                      str(tmp_path / "logs" / "syslog")]
+
+
+@pytest.mark.parametrize("lines, expected", [
+    (["<13>1 2026-11-24T10:15:30.123Z gpu03 kernel - - - NVRM: Xid (PCI:0000:3b:00): 13, pid=1234, Graphics SM Warp Exception",
+      "<165>1 2026-11-24T10:15:31.003-05:00 gpu03 slurmctld 1234 ID47 [exampleSDID@32473 iut=\"3\"] update_node: node gpu03 state set to DRAINED"],
+     "syslog"),  # RFC 5424: its PRI once read as an XML tag (nvidia_smi)
+    (["Nov 24 10:15:30.123456 gpu05 kernel: NVRM: Xid (PCI:0000:3b:00): 63, pid='<unknown>'",
+      "Nov 24 10:15:32.500000 gpu05 slurmd[777]: error: Unable to register"], "syslog"),  # journalctl -o short-precise
+    (["kern  :err   : [ 1234.567890] NVRM: Xid (PCI:0000:3b:00): 62, pid=1", "kern  :info  : [ 1235.000000] x"], "kernel"),  # dmesg -x
+    ([" 0: gpu01:1234:1300 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.1<0>",
+      "12: [rank12]:[E1014 09:12:01.123456789 ProcessGroupNCCL.cpp:683] [Rank 12] Watchdog caught collective operation timeout"],
+     "nccl"),  # srun --label
+    (["<?xml version=\"1.0\" ?>", "<nvidia_smi_log>", "<gpu id=\"00000000:3B:00.0\">"], "nvidia_smi"),
+])
+def test_format_detection(lines: list[str], expected: str) -> None:
+    from observe import collector as registry
+
+    best, score = registry.detect(lines)
+    assert best is not None and best.name == expected and score >= 0.5, (best and best.name, score)
