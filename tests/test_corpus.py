@@ -110,7 +110,8 @@ def test_pcie_aer_and_ib() -> None:
 def test_slurm_events() -> None:
     out = parse_file(REAL / "slurm.log", "slurm")
     kinds = dict(out.get_column("kind").value_counts().iter_rows())
-    assert kinds["slurm_job_start"] == 2 and kinds["slurm_job_end"] == 1 and kinds["slurm_oom"] == 4
+    # four slurmstepd cgroup OOM lines and srun's "nid001277: tasks 1-3: Out Of Memory"
+    assert kinds["slurm_job_start"] == 2 and kinds["slurm_job_end"] == 1 and kinds["slurm_oom"] == 5
     start = out.filter(pl.col("kind") == "slurm_job_start").row(0, named=True)
     assert start["job_id"] == "127441" and _attrs(start)["nodes"] == "c014"
     end = out.filter(pl.col("kind") == "slurm_job_end").row(0, named=True)
@@ -119,5 +120,6 @@ def test_slurm_events() -> None:
     assert _attrs(reason)["reason_user"] == "slurm" and _attrs(reason)["reason_time"] == "2024-12-19T11:03:34"
     oom_jobs = set(out.filter(pl.col("kind") == "slurm_oom").get_column("job_id").drop_nulls())
     assert {"191", "11300781", "3756240", "440575"} <= oom_jobs
+    assert "nid001277" in out.filter(pl.col("kind") == "slurm_oom").get_column("node").to_list()
     polish = parse_file(REAL / "xid.log", "kernel").filter(pl.col("node") == "testowy")
     assert polish.get_column("ts").dt.month().to_list() == [4] * 4
