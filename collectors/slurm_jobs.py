@@ -51,10 +51,11 @@ class SlurmJobs(Collector):
     source = "slurm"
     priority = 40
     batchable = False  # sacct output is read with its own header line
-    sniff = r"^JobId=\d\S* UserId=|^JobID\|"
+    sniff = r"^JobId=\d\S* UserId=|^JobID\||^\d+(?:_\d+)?(?:\+\d+)?(?:\.\w+)?\|"  # sacct rows too
 
     def parse(self, records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
-        """One end and one start event per job record; other lines are left unparsed."""
+        """One end and one start event per job record (a job not started or not ended, as sacct lists
+        it with ``Unknown``, gives neither); other lines are left unparsed."""
         header = ctx.header or ""
         sacct = header.startswith("JobID|") or "|JobID|" in header
         g = _sacct(records, header) if sacct else _jobcomp(records)
@@ -74,20 +75,22 @@ class SlurmJobs(Collector):
             ("signal", pl.when(signal != "0").then(signal)), ("step", pl.col("step")),
         ])
         ok = pl.col("job_id").is_not_null()
+        ended, started = tp.iso(pl.col("end"), ctx.tz), tp.iso(pl.col("start"), ctx.tz)
         severity = pl.when(state.is_in(FAILED_STATES)).then(pl.lit("err")).otherwise(pl.lit("info"))
         common = [
             "raw", pl.col("job_id"), attrs.alias("attrs"), pl.lit("slurm").alias("source"),
             pl.lit("slurmctld").alias("program"),
         ]
         end = g.select(
-            *common, "offset", tp.iso(pl.col("end"), ctx.tz).alias("ts"),
-            pl.when(ok & step).then(pl.lit("slurm_step_end")).when(ok).then(pl.lit("slurm_job_end")).alias("kind"),
+            *common, "offset", ended.alias("ts"),
+            pl.when(ok & step & ended.is_not_null()).then(pl.lit("slurm_step_end"))
+            .when(ok & ended.is_not_null()).then(pl.lit("slurm_job_end")).alias("kind"),
             severity.alias("severity"), exit_code.alias("code"),
             pl.when(ok).then(pl.format("job {} {} exit {}", pl.col("job_id"), state, pl.col("exit")))
             .when(pl.col("raw") == header).then(pl.col("raw")).alias("message"),
         )
-        start = g.filter(ok & ~step).select(
-            *common, (pl.col("offset") + 1).alias("offset"), tp.iso(pl.col("start"), ctx.tz).alias("ts"),
+        start = g.filter(ok & ~step & started.is_not_null()).select(
+            *common, (pl.col("offset") + 1).alias("offset"), started.alias("ts"),
             pl.lit("slurm_job_start").alias("kind"), pl.lit("info").alias("severity"),
             pl.format("job {} started on {}", pl.col("job_id"), pl.col("nodes")).alias("message"),
         )

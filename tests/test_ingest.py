@@ -220,6 +220,8 @@ def test_directories_are_walked_through_symbolic_links(tmp_path: Path) -> None:
       "12: [rank12]:[E1014 09:12:01.123456789 ProcessGroupNCCL.cpp:683] [Rank 12] Watchdog caught collective operation timeout"],
      "nccl"),  # srun --label
     (["<?xml version=\"1.0\" ?>", "<nvidia_smi_log>", "<gpu id=\"00000000:3B:00.0\">"], "nvidia_smi"),
+    (["JobID|JobName|State|ExitCode", "1234|train|FAILED|1:0", "1234.batch|batch|FAILED|1:0", "1235|eval|COMPLETED|0:0"],
+     "slurm_jobs"),  # sacct --parsable2: once only its header line matched
 ])
 def test_format_detection(lines: list[str], expected: str) -> None:
     from observe import collector as registry
