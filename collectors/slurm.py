@@ -44,11 +44,17 @@ class Slurm(Collector):
             parts.append(_SYSLOG.parse(records.filter(framed), ctx))
         if not framed.all():
             parts.append(_native(records.filter(~framed), ctx))
-        out = pl.concat(parts, how="diagonal_relaxed")
-        return out.with_columns(
-            pl.coalesce(slurm_severity(pl.col("message")), pl.col("severity")).alias("severity"),
-            pl.coalesce(pl.col("job_id"), pl.col("message").str.extract(JOB, 1)).alias("job_id"),
-        )
+        return slurm_fields(pl.concat(parts, how="diagonal_relaxed"))
+
+
+def slurm_fields(df: pl.DataFrame) -> pl.DataFrame:
+    """Slurm lines' severity from their ``error:``-style prefix and the job their message names
+    (where the header gave none): for this collector's lines and Slurm daemons' lines in syslog."""
+    job = pl.col("job_id") if "job_id" in df.columns else pl.lit(None, dtype=pl.String)
+    return df.with_columns(
+        pl.coalesce(slurm_severity(pl.col("message")), pl.col("severity")).alias("severity"),
+        pl.coalesce(job, pl.col("message").str.extract(JOB, 1)).alias("job_id"),
+    )
 
 
 def _native(records: pl.DataFrame, ctx: Context) -> pl.DataFrame:

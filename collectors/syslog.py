@@ -67,7 +67,21 @@ class Syslog(Collector):
         else:
             out = pl.concat([_rfc3164_fast(records.with_columns(ts.alias("_ts")).filter(fast)),
                              _by_format(records.filter(~fast), ctx)], how="diagonal_relaxed")
-        return kernel_uptime(out.with_columns(source_of(pl.col("program")).alias("source")))
+        return _slurm_lines(kernel_uptime(out.with_columns(source_of(pl.col("program")).alias("source"))))
+
+
+def _slurm_lines(df: pl.DataFrame) -> pl.DataFrame:
+    """Slurm daemons' lines (``slurmd[777]: error: ...``) with Slurm's severity and job id."""
+    rows = df.select((pl.col("source") == "slurm").fill_null(False)).to_series().arg_true()
+    if not len(rows):
+        return df
+    from collectors.slurm import slurm_fields  # collectors.slurm reads syslog-framed lines through this module
+
+    part = df.select("message", "severity", *(["job_id"] if "job_id" in df.columns else [])).gather(rows)
+    fixed = slurm_fields(part).select("severity", "job_id")
+    if "job_id" not in df.columns:
+        df = df.with_columns(pl.lit(None, dtype=pl.String).alias("job_id"))
+    return scatter_rows(df, rows, fixed)
 
 
 def _by_format(records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
