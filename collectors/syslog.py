@@ -6,6 +6,8 @@ Kernel lines become source ``kernel`` (their ``[uptime]`` kept in attrs), Slurm 
 """
 from __future__ import annotations
 
+import json
+
 import polars as pl
 
 from observe import timeparse as tp
@@ -175,9 +177,17 @@ def _json(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
     usec = field("__REALTIME_TIMESTAMP").cast(pl.Int64, strict=False)
     ts = pl.from_epoch(usec, time_unit="us").dt.replace_time_zone("UTC")
     tag = pl.coalesce(field("SYSLOG_IDENTIFIER"), pl.when(field("_TRANSPORT") == "kernel").then(pl.lit("kernel")), field("_COMM"))
-    return part.select(
+    out = part.select(
         "raw", "offset", ts.alias("ts"), field("_HOSTNAME").alias("node"),
         severity_from_pri(field("PRIORITY")).alias("severity"), tag.alias("program"),
         pl.coalesce(field("_PID"), field("SYSLOG_PID")).cast(pl.Int64, strict=False).alias("pid"),
         field("MESSAGE").alias("message"), pl.lit(None, dtype=pl.String).alias("attrs"),
     )
+    # journald writes a MESSAGE that is not valid UTF-8 (or holds control characters) as an array
+    # of byte values: decoded, invalid bytes replaced (such lines are rare: a Python loop over them)
+    rows = out.select(raw.str.contains(r'"MESSAGE"\s*:\s*\[').fill_null(False)).to_series().arg_true()
+    if len(rows):
+        msgs = out.get_column("message").gather(rows)
+        decoded = [bytes(json.loads(m)).decode("utf-8", "replace") if m else m for m in msgs]
+        out = out.with_columns(out.get_column("message").scatter(rows, pl.Series(decoded, dtype=pl.String)))
+    return out
