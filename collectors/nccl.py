@@ -21,16 +21,18 @@ from observe.rules import any_of
 # What a launcher puts before each task's lines: srun --label's right-aligned ``12: `` (task id),
 # torchrun's ``[default3]:`` / ``[rank3]:``
 SRUN_LABEL = r"(?:\d{1,6}: )"
-NCCL = r"\s*(?:" + SRUN_LABEL + r"\s*|\[(?:rank|default)\d+\]:\s?)?(?:\[(?P<tag>[0-9]+)\]\s*)?(?P<host>[A-Za-z0-9_.-]+):(?P<pid>[0-9]+):(?P<tid>[0-9]+) \[(?P<dev>[0-9]+)\] "
+TORCHRUN_LABEL = r"\[(?:rank|default)\d+\]:"
+TASK_LABEL = r"(?:" + TORCHRUN_LABEL + r"|\d{1,6}:)"  # either, without the space after it
+NCCL = r"\s*(?:" + SRUN_LABEL + r"\s*|" + TORCHRUN_LABEL + r"\s?)?(?:\[(?P<tag>[0-9]+)\]\s*)?(?P<host>[A-Za-z0-9_.-]+):(?P<pid>[0-9]+):(?P<tid>[0-9]+) \[(?P<dev>[0-9]+)\] "
 NCCL_LEVEL = r"NCCL (INFO|WARN|TRACE|ABORT|ERROR)"
 TORCH = (
     r"\s*" + SRUN_LABEL + r"?(?:\[(?:rank|default)(?P<rank>\d+)\]:\s?)?(?P<pre>.*?)\[(?P<lvl>[EWIF])(?:(?P<md>\d{3,4}) "
     r"(?P<clock>\d\d:\d\d:\d\d\.\d+)(?: \d+)?)? ?(?P<src>[\w.]+\.(?:cpp|cc|h|hpp|py):\d+)\] "
 )
 RANK_PREFIX = r"^\s*(?:\[(?:rank|default))?(\d{1,6})(?:\]:\s?|: )"  # [rank3]: or srun's 3:
-RANKED_INDENT = r"^(?:\s*(?:\[(?:rank|default)\d+\]:|\d{1,6}:)\s)?\s"
+RANKED_INDENT = r"^(?:\s*" + TASK_LABEL + r"\s)?\s"
 RECORD_START = (
-    r"^\s*(?:(?:\[(?:rank|default)\d+\]:|\d{1,6}:)\s?\S|(?:\[(?:rank|default)\d+\]:\s?)?"
+    r"^\s*(?:" + TASK_LABEL + r"\s?\S|(?:" + TORCHRUN_LABEL + r"\s?)?"
     r"(?:\[[EWIF][\d ]|\[\d+\]\s*[\w.-]+:\d+:\d+ |[\w.-]+:\d+:\d+ \[\d+\]))"
 )
 TORCH_LITERALS = ["ProcessGroup", "]:[", "[E ", "[W ", "[I ", "[F "]

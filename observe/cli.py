@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Optional
@@ -47,8 +48,8 @@ def _index_jobs(store: Store, summary: Summary) -> None:
         jobs.write_index(store)
 
 
-def _waiting(store: str | None):
-    return lambda: err.print(f"waiting for another ingest into {_store(store).root} to finish ...", style="dim", highlight=False)
+def _waiting(store: Store) -> Callable[[], None]:
+    return lambda: err.print(f"waiting for another ingest into {store.root} to finish ...", style="dim", highlight=False)
 
 
 @app.command("ingest")
@@ -66,9 +67,10 @@ def ingest_cmd(
 
     Example: observe ingest /var/log/slurm/slurmctld.log --node ctl1; dmesg | observe ingest - --source kernel --node gpu001
     """
+    st = _store(store)
     try:
         missing: list[str] = []
-        files = input_files(paths, skip=_store(store).root, missing=missing)
+        files = input_files(paths, skip=st.root, missing=missing)
         if not files:
             _fail(f"no such file: {missing[0]}")
         tz = tz_zone(tz)
@@ -79,17 +81,17 @@ def ingest_cmd(
             with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
                           TransferSpeedColumn(), console=err, transient=True) as bar:
                 task = bar.add_task("ingesting", total=total)
-                summary = ingest(files, _store(store), progress=lambda n: bar.advance(task, n), workers=workers or None,
-                                 waiting=_waiting(store), **opts)
+                summary = ingest(files, st, progress=lambda n: bar.advance(task, n), workers=workers or None,
+                                 waiting=_waiting(st), **opts)
         else:
-            summary = ingest(files, _store(store), workers=workers or None, waiting=_waiting(store), **opts)
+            summary = ingest(files, st, workers=workers or None, waiting=_waiting(st), **opts)
     except (InputError, ValueError, FileNotFoundError, rules.RuleError, WorkerError, StoreBusy) as exc:
         _fail(str(exc))
     except OSError as exc:
         _fail(f"{exc.filename or ''}: {exc.strerror or exc}")
     summary.failed[:0] = [f"{p}: no such file" for p in missing]
     _summary(summary)
-    _index_jobs(_store(store), summary)
+    _index_jobs(st, summary)
     for line in summary.failed:
         err.print(f"[red]error:[/red] {line}", highlight=False, soft_wrap=True)
     if summary.failed:
@@ -468,7 +470,7 @@ def main() -> None:
     except Exception as exc:  # a bug, not bad input: say so in one line and exit non-zero
         if os.environ.get("OBSERVE_DEBUG"):
             raise
-        damaged = [f for s in OPENED for f in s.damaged()] if "arquet" in str(exc) else []
+        damaged = [f for s in OPENED for f in s.damaged()]  # the likeliest cause: a segment cut short outside observe
         if damaged:
             more = f" and {len(damaged) - 1} more" if len(damaged) > 1 else ""
             err.print(f"[red]error:[/red] the store holds a damaged segment, {escape(str(damaged[0]))}{more}: move "

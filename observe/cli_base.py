@@ -35,7 +35,8 @@ def _store(path: str | None) -> Store:
         raise
     if store.root.exists() and not store.root.is_dir():
         _fail(f"store {store.root}: not a directory")
-    OPENED.append(store)
+    if all(s.root != store.root for s in OPENED):
+        OPENED.append(store)
     return store
 
 

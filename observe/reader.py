@@ -106,7 +106,7 @@ READ_ERRORS = (OSError, EOFError, zlib.error)
 
 def read_error(path: str, exc: BaseException) -> str:
     """One line naming ``path`` and what went wrong reading it."""
-    return f"{path}: {getattr(exc, 'strerror', None) or exc or type(exc).__name__}"
+    return f"{path}: {getattr(exc, 'strerror', None) or str(exc) or type(exc).__name__}"
 
 
 def is_stream(path: str) -> bool:
@@ -189,7 +189,7 @@ def input_files(paths: list[str], skip: str | os.PathLike[str] | None = None,
     """
     inside = tuple({os.path.join(os.path.abspath(skip), ""), os.path.join(os.path.realpath(skip), "")}) if skip else ()
 
-    def wanted(f: str | Path) -> bool:
+    def wanted(f: str) -> bool:
         return os.path.isfile(f) and not (inside and os.path.abspath(f).startswith(inside))
 
     out: list[str] = []
