@@ -62,19 +62,21 @@ def ingest(inputs: list[tuple[str, dict]], store: Store, workers: int,
     """Ingest ``inputs`` (no stdin) with ``workers`` processes; their summaries added up. The workers
     start first, so that they import their libraries while this process plans the run; tasks go
     out largest first (measured: handing the big files out while the small ones are still being
-    planned starts the workers 0.35 s sooner but ends 0.3 s later)."""
+    planned starts the workers 0.35 s sooner but ends 0.3 s later). Without boot-relative kernel
+    logs to wait for, nothing waits for all workers: each writes what it holds as soon as no task
+    is left for it (measured on the bench: 0.26 s sooner done)."""
     with _Workers(store, workers, progress) as pool:
         first, last = tasks(plan(inputs, store), TASK_BYTES)
         pool.submit(sorted(first, key=_size, reverse=True))
-        pool.run()
-        boots: dict[str, datetime] = {}
-        for learned in pool.each("flush" if _ids(first) & _ids(last) else "drain"):
-            for node, boot in learned.items():
-                boots.setdefault(node, boot)
-        pool.submit([[_with_boot_time(step, boots) for step in task] for task in last])
-        pool.run()
+        if last:
+            pool.run()
+            boots: dict[str, datetime] = {}
+            for learned in pool.each("flush" if _ids(first) & _ids(last) else "drain"):
+                for node, boot in learned.items():
+                    boots.setdefault(node, boot)
+            pool.submit([[_with_boot_time(step, boots) for step in task] for task in last])
         total = Summary()
-        for summary in pool.each("stop"):
+        for summary in pool.finish():
             total.add(summary)
     return total
 
@@ -142,7 +144,7 @@ class _Workers:
     def run(self) -> None:
         """Run every task queued, each on the first worker free."""
         while self.pending or self.busy:
-            wid, _ = self._next("done", self.busy)
+            wid, _ = self._next({wid: "done" for wid in self.busy})
             self.busy.discard(wid)
             self._hand_out()
 
@@ -150,16 +152,37 @@ class _Workers:
         """Send ``command`` to every worker; their answers, in worker order."""
         for conn in self.commands:
             conn.send((command, None))
-        answers: dict[int, object] = {}
-        while len(answers) < len(self.procs):
-            wid, answer = self._next(command, set(range(len(self.procs))) - set(answers))
-            answers[wid] = answer
-        return [answers[i] for i in range(len(self.procs))]
+        return self._answers({wid: command for wid in range(len(self.procs))})
 
-    def _next(self, expected: str, waiting: set[int]) -> tuple[int, object]:
-        """The next answer from one of the ``waiting`` workers (progress reports are passed on); a
-        worker's error, or its death, raises here."""
-        conns = {self.results[wid]: wid for wid in waiting}
+    def finish(self) -> list[Summary]:
+        """Run every task queued, then stop the workers, each as soon as nothing is left for it
+        (it writes what it holds while the others finish their tasks); their summaries, in worker order."""
+        stopping: dict[int, str] = {}
+        while self.pending or self.busy:
+            for wid in set(range(len(self.procs))) - self.busy - set(stopping):
+                if not self.pending:
+                    self.commands[wid].send(("stop", None))
+                    stopping[wid] = "stop"
+            wid, _ = self._next({wid: "done" for wid in self.busy})
+            self.busy.discard(wid)
+            self._hand_out()
+        for wid in set(range(len(self.procs))) - set(stopping):
+            self.commands[wid].send(("stop", None))
+            stopping[wid] = "stop"
+        return self._answers(stopping)
+
+    def _answers(self, expected: dict[int, str]) -> list:
+        """The answers of the workers in ``expected`` (worker -> the kind of answer awaited), in worker order."""
+        answers: dict[int, object] = {}
+        while len(answers) < len(expected):
+            wid, answer = self._next({w: kind for w, kind in expected.items() if w not in answers})
+            answers[wid] = answer
+        return [answers[w] for w in sorted(expected)]
+
+    def _next(self, expected: dict[int, str]) -> tuple[int, object]:
+        """The next answer from one of the workers in ``expected`` (worker -> the kind of answer
+        awaited; progress reports are passed on); a worker's error, or its death, raises here."""
+        conns = {self.results[wid]: wid for wid in expected}
         while True:
             for conn in wait(list(conns)):
                 wid = conns[conn]
@@ -173,8 +196,8 @@ class _Workers:
                         self.progress(payload)
                 elif kind == "error":
                     raise payload
-                elif kind != expected:
-                    raise WorkerError(f"ingest worker {wid} answered {kind!r} to {expected!r}")
+                elif kind != expected[wid]:
+                    raise WorkerError(f"ingest worker {wid} answered {kind!r} to {expected[wid]!r}")
                 else:
                     return wid, payload
 
@@ -204,6 +227,8 @@ def serve(commands_fd: str, results_fd: str, root: str) -> None:
                 else:
                     break
         results.send(("stop", summary))
+        results.close()
+        os._exit(0)  # all written and durable: the interpreter's teardown would only free the heap
     except (EOFError, BrokenPipeError):  # the main process is gone (interrupted): nobody to tell
         pass
     except BaseException as exc:  # noqa: BLE001 - the main process raises it

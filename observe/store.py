@@ -189,7 +189,9 @@ class Store:
         tmp = directory / f".{name}.tmp"
         # polars' string views go to the encoder as they are (no conversion to Arrow's offsets
         # layout); the file records plain Parquet types, which every reader maps to strings
-        table = df.to_arrow(compat_level=pl.CompatLevel.newest()).cast(_WRITE_SCHEMA)
+        table = df.to_arrow(compat_level=pl.CompatLevel.newest())
+        if not table.schema.equals(_WRITE_SCHEMA):  # a cast imports pyarrow.compute (0.15 s) the first time
+            table = table.cast(_WRITE_SCHEMA)
         with open(tmp, "wb") as f:
             pq.write_table(
                 table, f, compression={c: "zstd" if c in levels else "none" for c in STORED_SCHEMA.names},

@@ -5,6 +5,8 @@ import gzip
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -95,6 +97,25 @@ def test_a_worker_killed_is_an_error_not_a_hang(logs: Path, tmp_path: Path) -> N
     with pytest.raises(WorkerError, match=r"ingest worker \d died \(exit code -9\)"):
         ingest(input_files([str(logs)]), Store(tmp_path / "store"), progress=kill_a_worker, workers=2)
     assert killed and time.monotonic() - start < 60
+
+
+def test_more_workers_than_tasks(logs: Path, tmp_path: Path) -> None:
+    """Workers left without a task are stopped at once; the busy one's summary still counts."""
+    syslog = str(next(logs.rglob("syslog")))
+    one = ingest_inputs([(syslog, {})], Store(tmp_path / "one"), workers=1)
+    three = ingest_inputs([(syslog, {})], Store(tmp_path / "three"), workers=3)
+    assert three.records == one.records > 0 and three.stored == one.stored and three.files == 1
+    assert _rows(Store(tmp_path / "three")).equals(_rows(Store(tmp_path / "one")))
+
+
+def test_parsing_and_writing_never_import_pyarrow_compute(logs: Path, tmp_path: Path) -> None:
+    """pyarrow.compute takes 0.15 s to import (in each worker) and nothing on the ingest path needs it."""
+    code = ("import sys; from observe.ingest import ingest; from observe.store import Store; "
+            f"s = ingest([{str(next(logs.rglob('syslog')))!r}], Store({str(tmp_path / 'store')!r}), workers=1); "
+            "assert s.stored > 0; print('pyarrow.compute' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
 
 
 def test_small_runs_stay_in_one_process(monkeypatch: pytest.MonkeyPatch) -> None:
