@@ -253,7 +253,9 @@ def apply(df: pl.DataFrame, rules: tuple[Rule, ...] | None = None) -> pl.DataFra
     for i, rule in enumerate(rules):
         by_source.setdefault(rule.source, []).append(i)
     # only rows still unclassified whose source has rules (most syslog lines have none)
-    rows = df.select((pl.col("kind").is_null() & pl.col("source").is_in(list(by_source))).fill_null(False)).to_series().arg_true()
+    # (comparisons, not is_in: they read the views' inline prefixes instead of hashing every value)
+    ruled = pl.any_horizontal([pl.col("source") == source for source in by_source]).fill_null(False)
+    rows = df.select(pl.col("kind").is_null() & ruled).to_series().arg_true()
     if not len(rows):
         return df
     todo = df.select("source", pl.col("message").fill_null("")).gather(rows).with_columns(rows.cast(pl.Int64).alias("_i"))
@@ -282,16 +284,16 @@ def apply(df: pl.DataFrame, rules: tuple[Rule, ...] | None = None) -> pl.DataFra
         return df
     found = pl.concat([_extract(part.lazy(), rules[i]) for (i,), part in found.group_by("_rule")],
                       how="diagonal_relaxed").collect()
-    for name in FIELD_GROUPS:
-        if name not in found.columns:
-            found = found.with_columns(pl.lit(None, dtype=pl.String).alias(name))
+    # only the columns some match sets are replaced (each replaced column is copied whole)
+    fields = [n for n in FIELD_GROUPS if n in found.columns and found.get_column(n).null_count() < found.height]
+    attrs = found.get_column("attrs").null_count() < found.height
     idx = found.get_column("_i")
-    now = df.select(pl.all().gather(idx).name.suffix("_now"))
+    now = df.select(pl.col(["kind", "severity", *fields, *(["attrs"] if attrs else [])]).gather(idx).name.suffix("_now"))
     new = pl.concat([found, now], how="horizontal").select(
         pl.coalesce("kind", "kind_now").alias("kind"),
         pl.coalesce("severity", "severity_now").alias("severity"),
-        merge_attrs(pl.col("attrs_now"), pl.col("attrs")).alias("attrs"),
-        *(pl.coalesce(pl.col(n).cast(POLARS_SCHEMA[n], strict=False), f"{n}_now").alias(n) for n in FIELD_GROUPS),
+        *([merge_attrs(pl.col("attrs_now"), pl.col("attrs")).alias("attrs")] if attrs else []),
+        *(pl.coalesce(pl.col(n).cast(POLARS_SCHEMA[n], strict=False), f"{n}_now").alias(n) for n in fields),
     )
     return scatter_rows(df, idx, new)
 
