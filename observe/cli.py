@@ -71,7 +71,7 @@ def ingest_cmd(
     try:
         missing: list[str] = []
         files = input_files(paths, skip=st.root, missing=missing)
-        if not files:
+        if missing and not files:
             _fail(f"no such file: {missing[0]}")
         tz = tz_zone(tz)
         boot = parse_time(boot_time, tz=tz) if boot_time else None

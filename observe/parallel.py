@@ -141,9 +141,12 @@ class _Workers:
                 self.commands[wid].send(("task", self.pending.popleft()))
                 self.busy.add(wid)
 
-    def run(self) -> None:
-        """Run every task queued, each on the first worker free."""
+    def run(self, stopping: dict[int, str] | None = None) -> None:
+        """Run every task queued, each on the first worker free; with ``stopping``, a worker left
+        without a task is told to stop at once (and noted there)."""
         while self.pending or self.busy:
+            if stopping is not None and not self.pending:
+                self._stop(stopping)
             wid, _ = self._next({wid: "done" for wid in self.busy})
             self.busy.discard(wid)
             self._hand_out()
@@ -158,18 +161,16 @@ class _Workers:
         """Run every task queued, then stop the workers, each as soon as nothing is left for it
         (it writes what it holds while the others finish their tasks); their summaries, in worker order."""
         stopping: dict[int, str] = {}
-        while self.pending or self.busy:
-            for wid in set(range(len(self.procs))) - self.busy - set(stopping):
-                if not self.pending:
-                    self.commands[wid].send(("stop", None))
-                    stopping[wid] = "stop"
-            wid, _ = self._next({wid: "done" for wid in self.busy})
-            self.busy.discard(wid)
-            self._hand_out()
-        for wid in set(range(len(self.procs))) - set(stopping):
-            self.commands[wid].send(("stop", None))
-            stopping[wid] = "stop"
+        self.run(stopping)
+        self._stop(stopping)
         return self._answers(stopping)
+
+    def _stop(self, stopping: dict[int, str]) -> None:
+        """Tell each idle worker not yet ``stopping`` to stop."""
+        for wid in range(len(self.procs)):
+            if wid not in self.busy and wid not in stopping:
+                self.commands[wid].send(("stop", None))
+                stopping[wid] = "stop"
 
     def _answers(self, expected: dict[int, str]) -> list:
         """The answers of the workers in ``expected`` (worker -> the kind of answer awaited), in worker order."""

@@ -52,6 +52,13 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str, tmp_pat
     assert len([line for line in result.output.splitlines() if line.startswith("error:")]) == 1
 
 
+def test_an_empty_directory_ingests_nothing(tmp_path: Path) -> None:
+    (tmp_path / "logs").mkdir()
+    result = runner.invoke(app, ["ingest", str(tmp_path / "logs"), "--store", str(tmp_path / "store")])
+    assert result.exit_code == 0, result.output
+    assert "0 file(s)" in result.output
+
+
 def test_bad_file_does_not_lose_good_ones(tmp_path: Path) -> None:
     store = str(tmp_path / "s")
     result = runner.invoke(app, ["ingest", str(CORPUS / "real" / "SOURCES.md"), str(CORPUS / "real" / "xid.log"), "--store", store])
