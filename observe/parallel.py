@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime
 from multiprocessing.connection import Connection, wait
@@ -41,6 +41,21 @@ WORKER_ENV = {
     "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
     "_RJEM_MALLOC_CONF": "dirty_decay_ms:5000,muzzy_decay_ms:0",
 }
+# glibc's malloc (2.35 and later) asks for transparent huge pages where the kernel gives them on
+# request (THP "madvise", Debian's and Ubuntu's default): the read buffers and Python's heap then
+# fault in 2 MB at a time (measured on the bench: 475k -> 320k page faults, ~0.3 s less wall time).
+# Older glibc and other C libraries ignore it; a user's own setting of it wins.
+HUGE_PAGES_TUNABLE = "glibc.malloc.hugetlb=1"
+
+
+def worker_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment of a worker process: ``environ`` with WORKER_ENV, and glibc's huge pages
+    asked for unless ``GLIBC_TUNABLES`` already says how."""
+    env = {**environ, **WORKER_ENV}
+    tunables = [t for t in env.get("GLIBC_TUNABLES", "").split(":") if t]
+    if not any(t.startswith("glibc.malloc.hugetlb=") for t in tunables):
+        env["GLIBC_TUNABLES"] = ":".join([*tunables, HUGE_PAGES_TUNABLE])
+    return env
 
 
 class WorkerError(RuntimeError):
@@ -105,7 +120,7 @@ class _Workers:
         self.procs: list[subprocess.Popen] = []
         self.commands: list[Connection] = []
         self.results: list[Connection] = []
-        env = {**os.environ, **WORKER_ENV}
+        env = worker_env(os.environ)
         for _ in range(n):
             cmd_r, cmd_w = os.pipe()
             res_r, res_w = os.pipe()

@@ -118,6 +118,14 @@ def test_parsing_and_writing_never_import_pyarrow_compute(logs: Path, tmp_path: 
     assert done.stdout.strip() == "False"
 
 
+def test_workers_ask_glibc_for_huge_pages_unless_told_otherwise() -> None:
+    assert parallel.worker_env({})["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=1"
+    mine = parallel.worker_env({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2", "HOME": "/root"})
+    assert mine["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1" and mine["HOME"] == "/root"
+    assert parallel.worker_env({"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"})["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=0"
+    assert parallel.worker_env({})["POLARS_MAX_THREADS"] == "1"
+
+
 def test_small_runs_stay_in_one_process(monkeypatch: pytest.MonkeyPatch) -> None:
     assert parallel.default_workers(parallel.PARALLEL_MIN_BYTES - 1) == 1
     monkeypatch.setattr(parallel, "cores", lambda: 2)
