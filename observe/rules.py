@@ -317,7 +317,7 @@ def _which(rules: tuple[Rule, ...], ids: tuple[int, ...]) -> pl.Expr:
 
 
 def _has_literal(text: pl.Expr, literals: tuple[str, ...]) -> pl.Expr:
-    return text.str.contains(literals[0], literal=True) if len(literals) == 1 else text.str.contains_any(list(literals))
+    return text.str.contains_any(list(literals))
 
 
 def _extract(cand: pl.LazyFrame, rule: Rule) -> pl.LazyFrame:
