@@ -2,9 +2,9 @@
 
 Reads a directory laid out like ``observe.demo`` writes it (slurm/slurmctld.log, slurm/jobcomp.log,
 nodes/<node>/syslog|dmesg|nvidia-smi.xml, jobs/slurm-<id>.out), picks the format of each file from
-its path, turns every line into one event row of observe's schema (classified with a handful of
-patterns per source, everything else kind ``log``) and writes ``OUT_DIR/events.parquet`` (zstd)
-through pyarrow, 100k rows at a time.
+its path, turns every line into one event row of observe's schema (classified with observe's own
+rule files, ``collectors/rules/*.toml``, tried in order with Python ``re``; everything else kind
+``log``) and writes ``OUT_DIR/events.parquet`` (zstd) through pyarrow, 100k rows at a time.
 
 Usage: python bench/baseline.py INPUT_DIR OUT_DIR
 """
@@ -35,30 +35,22 @@ JOBCOMP = re.compile(r"(\w+)=(\S*)")
 NCCL_LINE = re.compile(r"^(\S+):(\d+):\d+ \[(\d+)\] (.*NCCL (INFO|WARN).*)$")
 TORCH_LINE = re.compile(r"^\[rank(\d+)\]:\[([EWIF])(\d\d)(\d\d) (\d\d:\d\d:\d\d\.\d{6})\d* (\S+)\] (.*)$")
 PY_STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})\] ")
+SLURM_CLIENTS = ("srun:", "slurmstepd:", "salloc:", "sbatch:")
 JOB_FILE = re.compile(r"^slurm-(\d+(?:_\d+)?)\.out$")
 
-# (kind, severity, pattern) per source; named groups job_id, rank, gpu, code, node go to their columns.
-RULES = {
-    "kernel": [
-        ("gpu_xid", "err", re.compile(r"NVRM: Xid \(PCI:(?P<gpu>[0-9a-fA-F:.]+)\): (?P<code>\d+),")),
-        ("gpu_fell_off_bus", "crit", re.compile(r"NVRM: GPU (?P<gpu>[0-9a-fA-F:.]+): GPU has fallen off the bus")),
-        ("oom_kill", "err", re.compile(r"Killed process (?P<pid>\d+) \((?P<process>[^)]*)\)")),
-        ("oom_kill", "err", re.compile(r"oom-kill:constraint=(?P<constraint>[^,]+),.*task=(?P<process>[^,]+),pid=(?P<pid>\d+)")),
-        ("ib_link_down", "err", re.compile(r"(?P<hca>mlx5_\d+): Port: (?P<port>\d+) Link DOWN")),
-        ("ib_link_up", "notice", re.compile(r"(?P<hca>mlx5_\d+): Port: (?P<port>\d+) Link ACTIVE")),
-    ],
-    "slurm": [
-        ("slurm_job_start", "info", re.compile(r"sched: Allocate JobId=(?P<job_id>\d+) NodeList=(?P<nodes>\S+)")),
-        ("slurm_job_start", "info", re.compile(r"backfill: Started JobId=(?P<job_id>\d+) in \S+ on (?P<nodes>\S+)")),
-        ("slurm_job_end", "notice", re.compile(r"_job_complete: JobId=(?P<job_id>\d+) (?P<status>WEXITSTATUS|WTERMSIG) (?P<code>\d+)")),
-        ("slurm_node_not_responding", "err", re.compile(r"Nodes? (?P<node>[^\s,]+),? not responding")),
-    ],
-    "nccl": [
-        ("nccl_timeout", "err", re.compile(r"\[Rank (?P<rank>\d+)\] Watchdog caught collective operation timeout: "
-                                           r"WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+).*?Timeout\(ms\)=(?P<timeout_ms>\d+)\)")),
-        ("nccl_warn", "warning", re.compile(r"NCCL WARN (?P<detail>.*)")),
-    ],
-}
+def load_rules() -> dict[str, list[tuple]]:
+    """observe's own detection rules (collectors/rules/*.toml), compiled with Python ``re``, per source:
+    (kind, severity, literals, pattern, static attrs). The baseline classifies with the same rules as
+    observe, so that both emit the same events."""
+    from observe.rules import load
+
+    rules: dict[str, list[tuple]] = {}
+    for r in load()[0]:
+        rules.setdefault(r.source, []).append((r.kind, r.severity, r.literals, re.compile(r.pattern), dict(r.attrs)))
+    return rules
+
+
+RULES = load_rules()
 SEVERITY = {"E": "err", "W": "warning", "I": "info", "F": "crit", "INFO": "info", "WARN": "warning"}
 
 
@@ -97,20 +89,24 @@ def syslog_time(m: re.Match, year: int) -> datetime:
 
 
 def classify(source: str, message: str, row: dict) -> None:
-    """Set kind, severity and the captured columns/attrs from the first matching rule of ``source``."""
-    for kind, severity, pattern in RULES.get(source, ()):
+    """Set kind, severity and the captured columns/attrs from the first matching rule of ``source``
+    (a rule with literals is tried only on messages holding one of them, as its file says)."""
+    for kind, severity, literals, pattern, static in RULES.get(source, ()):
+        if literals and not any(x in message for x in literals):
+            continue
         m = pattern.search(message)
         if m:
             groups = {k: v for k, v in m.groupdict().items() if v is not None}
             row["kind"], row["severity"] = kind, severity
-            for col in ("job_id", "gpu", "node"):
+            for col in ("job_id", "gpu", "node", "program"):
                 if col in groups:
                     row[col] = groups.pop(col)
-            if "rank" in groups:
-                row["rank"] = int(groups.pop("rank"))
-            if "code" in groups:
-                row["code"] = int(groups.pop("code"))
-            row["attrs"] = json.dumps(groups) if groups else None
+            for col in ("rank", "code", "pid"):  # integer columns (null where the text is no number, as in observe)
+                if col in groups:
+                    value = groups.pop(col)
+                    row[col] = int(value) if value.isdigit() else None
+            extra = {**static, **groups}
+            row["attrs"] = json.dumps(extra) if extra else None
             return
     row["kind"] = "log"
 
@@ -161,6 +157,8 @@ def parse_line(fmt: str, raw: str, ctx: dict) -> dict:
         elif t:
             row.update(rank=int(t.group(1)), severity=SEVERITY[t.group(2)], program="torch", message=f"[{t.group(6)}] {t.group(7)}",
                        ts=datetime.fromisoformat(f"{ctx['year']}-{t.group(3)}-{t.group(4)}T{t.group(5)}").replace(tzinfo=UTC))
+        elif raw.startswith(SLURM_CLIENTS):  # srun/slurmstepd lines in job output are Slurm's, as in observe
+            source, row["program"] = "slurm", raw.split(":", 1)[0]
         else:
             p = PY_STAMP.match(raw)
             if p:
