@@ -310,14 +310,10 @@ def _which(rules: tuple[Rule, ...], ids: tuple[int, ...]) -> pl.Expr:
     msg, which = pl.col("message"), pl.lit(None, dtype=pl.Int32)
     for i in reversed(ids):  # the first rule that matches wins
         hit = msg.str.contains(rules[i].pattern)
-        if rules[i].literals:  # no regex: polars keeps only 32 compiled regexes per thread
-            hit = _has_literal(msg, rules[i].literals) & hit
+        if rules[i].literals:  # Aho-Corasick: contains(literal=True) is an escaped regex, and polars caches 32 per thread
+            hit = msg.str.contains_any(list(rules[i].literals)) & hit
         which = pl.when(hit).then(pl.lit(i, dtype=pl.Int32)).otherwise(which)
     return which
-
-
-def _has_literal(text: pl.Expr, literals: tuple[str, ...]) -> pl.Expr:
-    return text.str.contains_any(list(literals))
 
 
 def _extract(cand: pl.LazyFrame, rule: Rule) -> pl.LazyFrame:

@@ -62,7 +62,11 @@ def to_stored(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(pl.when(~tail).then(raw).alias("raw"), pl.when(tail).then(head).alias("header")).drop("_head")
 
 
+def stored_raw() -> pl.Expr:
+    """A stored row's original record: ``raw``, else ``header || message``."""
+    return pl.coalesce(pl.col("raw"), pl.concat_str([pl.col("header"), pl.col("message")]))
+
+
 def from_stored(lf: pl.LazyFrame) -> pl.LazyFrame:
     """The event schema from the on-disk layout (inverse of :func:`to_stored`)."""
-    rebuilt = pl.concat_str([pl.col("header"), pl.col("message")])
-    return lf.with_columns(pl.coalesce(pl.col("raw"), rebuilt).alias("raw")).drop("header")
+    return lf.with_columns(stored_raw().alias("raw")).drop("header")

@@ -30,7 +30,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from observe.schema import EVENT_SCHEMA, KEY, STORED_SCHEMA, conform, from_stored, to_stored
+from observe.schema import EVENT_SCHEMA, KEY, STORED_SCHEMA, conform, from_stored, stored_raw, to_stored
 
 ROW_GROUP_ROWS = 128 * 1024
 SEGMENT_ROWS = 250_000
@@ -504,7 +504,7 @@ def superseded_dropped(df: pl.DataFrame) -> pl.DataFrame:
     same = df.select(pl.struct(*KEY).is_duplicated()).to_series()
     if not same.any():
         return df
-    text = pl.coalesce("raw", pl.concat_str(["header", "message"])).alias("_t")
+    text = stored_raw().alias("_t")
     rows = df.with_row_index("_r").filter(same).select("_r", *KEY, text)
     longer = rows.join(rows, on=list(KEY), suffix="_o").filter(
         (pl.col("_t_o").str.len_bytes() > pl.col("_t").str.len_bytes()) & pl.col("_t_o").str.starts_with(pl.col("_t")))
