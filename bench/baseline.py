@@ -180,12 +180,13 @@ def events(path: Path, fmt: str):
             ctx["boot"] = boot_time(path.parent / "syslog")
         if fmt == "nccl":
             ctx["job_id"] = JOB_FILE.match(path.name).group(1)
+        route = "job_output" if fmt == "nccl" else "system_file"  # as observe tags them (observe/provenance.py)
         offset = 0
         for line in f:
             raw = line.decode("utf-8", "replace").rstrip("\r\n")
             if raw.strip():
                 row = parse_line(fmt, raw, ctx)
-                row["file_id"], row["offset"] = file_id, offset
+                row["file_id"], row["offset"], row["route"] = file_id, offset, route
                 yield row
             offset += len(line)
 

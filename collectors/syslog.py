@@ -10,6 +10,7 @@ import json
 
 import polars as pl
 
+from observe import provenance
 from observe import timeparse as tp
 from observe.collector import Collector, Context, per_value, register, split_header
 from observe.rules import attrs_json, merge_attrs, scatter_rows
@@ -69,7 +70,16 @@ class Syslog(Collector):
         else:
             out = pl.concat([_rfc3164_fast(records.with_columns(ts.alias("_ts")).filter(fast)),
                              _by_format(records.filter(~fast), ctx)], how="diagonal_relaxed")
-        return _slurm_lines(kernel_uptime(out.with_columns(source_of(pl.col("program")).alias("source"))))
+        return _slurm_lines(kernel_uptime(out.with_columns(_source(out))))
+
+
+def _source(df: pl.DataFrame) -> pl.Expr:
+    """The source of each line by its program; a journal entry a user sent is syslog whatever
+    program it names (``logger -t kernel``, ``logger -t slurmd``)."""
+    source = source_of(pl.col("program"))
+    if "route" not in df.columns:
+        return source.alias("source")
+    return pl.when(pl.col("route") == "journal_user").then(pl.lit("syslog")).otherwise(source).alias("source")
 
 
 def _slurm_lines(df: pl.DataFrame) -> pl.DataFrame:
@@ -176,12 +186,19 @@ def _json(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
 
     usec = field("__REALTIME_TIMESTAMP").cast(pl.Int64, strict=False)
     ts = pl.from_epoch(usec, time_unit="us").dt.replace_time_zone("UTC")
-    tag = pl.coalesce(field("SYSLOG_IDENTIFIER"), pl.when(field("_TRANSPORT") == "kernel").then(pl.lit("kernel")), field("_COMM"))
+    # journald sets the fields that start with "_" itself; SYSLOG_IDENTIFIER is whatever the sender
+    # said (``logger -t kernel``): only the kernel transport makes a kernel line, only a system
+    # account's entry a Slurm daemon's
+    kernel = field("_TRANSPORT") == "kernel"
+    system = field("_UID").cast(pl.Int64, strict=False) <= provenance.policy()["system_uid_max"]
+    route = pl.when(kernel).then(pl.lit("journal_kernel")).when(system).then(pl.lit("journal_system")) \
+        .otherwise(pl.lit("journal_user"))
+    tag = pl.when(kernel).then(pl.lit("kernel")).otherwise(pl.coalesce(field("SYSLOG_IDENTIFIER"), field("_COMM")))
     out = part.select(
         "raw", "offset", ts.alias("ts"), field("_HOSTNAME").alias("node"),
         severity_from_pri(field("PRIORITY")).alias("severity"), tag.alias("program"),
         pl.coalesce(field("_PID"), field("SYSLOG_PID")).cast(pl.Int64, strict=False).alias("pid"),
-        field("MESSAGE").alias("message"), pl.lit(None, dtype=pl.String).alias("attrs"),
+        field("MESSAGE").alias("message"), pl.lit(None, dtype=pl.String).alias("attrs"), route.alias("route"),
     )
     # journald writes a MESSAGE that is not valid UTF-8 (or holds control characters) as an array
     # of byte values: decoded, invalid bytes replaced (such lines are rare: a Python loop over them)

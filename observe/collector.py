@@ -20,6 +20,7 @@ class Context:
     reference_time: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
     tz: str = "UTC"
     header: str | None = None  # the input's first line (column headers of sacct output)
+    route: str | None = None  # how the input reached observe (observe/provenance.toml); None: unknown, untrusted
 
 
 class Collector:

@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 
 from observe import collector as registry
-from observe import rules
+from observe import provenance, rules
 from observe.collector import Collector, Context, per_value
 from observe.reader import (CHUNK_BYTES, FINGERPRINT_BYTES, READ_ERRORS, fingerprint, is_stream, log_name, lines_of,
                             open_input, peek_head, read_error)
@@ -98,14 +98,19 @@ def finalize(df: pl.DataFrame, c: Collector, ctx: Context, file_id: str | None =
     job_hint = pl.col("_job") if "_job" in df.columns else pl.lit(ctx.job_id, dtype=pl.String)
     df = df.with_columns(pl.lit(None, dtype=POLARS_SCHEMA[n]).alias(n) for n in FIELDS if n not in df.columns)
     parsed = pl.col("message").is_not_null()
+    given = pl.lit(ctx.node, dtype=pl.String)
     df = df.with_columns(
         parsed.alias("_ok"),
         pl.coalesce("message", "raw").alias("message"),
-        short_host(pl.coalesce(pl.col("node"), pl.lit(ctx.node, dtype=pl.String))).alias("node"),
+        short_host(pl.coalesce(pl.col("node"), given)).alias("node"),
         pl.coalesce(pl.col("job_id").cast(pl.String), job_hint).alias("job_id"),
         pl.coalesce(pl.col("source"), pl.lit(c.source)).alias("source"),
+        pl.coalesce(pl.col("route"), pl.lit(ctx.route, dtype=pl.String)).alias("route"),  # journald sets it per entry
     )
-    df = rules.apply(df)
+    if provenance.user_written(ctx.route):  # the node a user's text names is only a claim (attrs.claimed_node)
+        claim = pl.when(pl.col("node") != given.fill_null("")).then(pl.col("node"))
+        df = df.with_columns(given.alias("node"), rules.merge_attrs(pl.col("attrs"), rules.attrs_json([("claimed_node", claim)])).alias("attrs"))
+    df = provenance.clamp_future(rules.apply(df))
     df = df.with_columns(
         pl.when(pl.col("kind").is_not_null()).then("kind")
         .when("_ok").then(pl.lit("log")).otherwise(pl.lit("unparsed")).alias("kind"),
@@ -216,11 +221,12 @@ def sample_of(head: bytes) -> list[str]:
     return head[:end].decode("utf-8", "replace").splitlines()[:SAMPLE_LINES]
 
 
-def choose(source: str, sample: list[str], path: str) -> Collector:
-    """The collector for an input: the named one, or the best match for its first lines."""
+def choose(source: str, sample: list[str], path: str, route: str | None) -> Collector:
+    """The collector for an input: the named one, or the best match for its first lines (a file
+    users may write: job output, whatever its lines look like)."""
     if source != "auto":
         return registry.get(source)
-    return _chosen(*registry.detect(sample), path)
+    return _chosen(*registry.detect(sample), path, route)
 
 
 @dataclass(frozen=True)
@@ -256,17 +262,20 @@ def _open(path: str, summary: Summary, node: str | None, store: Store, pipe: _Pi
 def ingest_file(path: str, store: Store, source: str = "auto", node: str | None = None,
                 job: str | None = None, boot_time: datetime | None = None, tz: str = "UTC",
                 summary: Summary | None = None, progress: Callable[[int], None] | None = None,
-                pipe: _Pipeline | None = None, learned_boot_time: datetime | None = None) -> Summary:
+                pipe: _Pipeline | None = None, learned_boot_time: datetime | None = None,
+                route: str | None = None) -> Summary:
     """Ingest one file (or ``-``) into ``store``; re-ingesting the same bytes stores nothing new.
 
     With ``pipe`` (a run's shared pipeline) its records may still be in flight when this returns;
     without, they are written before it returns. ``boot_time`` is given (it is part of a kernel
-    log's identity), ``learned_boot_time`` was told by the run's other inputs.
+    log's identity), ``learned_boot_time`` was told by the run's other inputs. ``route``: how the
+    input reached observe (default: from the file's owner and mode, see :mod:`observe.provenance`).
     """
     summary = summary or Summary()
     if pipe is None:
         with store.writer() as writer, _Pipeline(writer, summary) as own:
-            return ingest_file(path, store, source, node, job, boot_time, tz, summary, progress, own, learned_boot_time)
+            return ingest_file(path, store, source, node, job, boot_time, tz, summary, progress, own, learned_boot_time,
+                               route)
     try:
         stream = open_input(path)
     except READ_ERRORS as exc:
@@ -281,13 +290,14 @@ def ingest_file(path: str, store: Store, source: str = "auto", node: str | None 
             summary.bytes += len(head)
             return summary
         sample = sample_of(head)
-        c = choose(source, sample, path)
+        route = route or provenance.path_route(path, job or job_from_name(path))
+        c = choose(source, sample, path, route)
         booted = boot_time or learned_boot_time or (summary.boot_times.get(node) if node else None)
         mtime = Path(path).stat().st_mtime if path != "-" else time.time()
         one = _open(path, summary, node, store, pipe, head, job, boot_time if c.source == "kernel" else None)
         ctx = Context(node=node, job_id=one.job, boot_time=booted,
                       reference_time=datetime.fromtimestamp(mtime, timezone.utc), tz=tz,
-                      header=sample[0] if len(sample) else None)
+                      header=sample[0] if len(sample) else None, route=route)
         summary.sources[path] = c.name
         one_unit = isinstance(stream, io.BufferedReader) and not is_stream(path) and Path(path).stat().st_size <= CHUNK_BYTES
         holder = _Holder(ctx, learns=not one_unit)
@@ -303,15 +313,14 @@ def ingest_file(path: str, store: Store, source: str = "auto", node: str | None 
     return summary
 
 
-def ingest_batch(paths: list[str], c: Collector, store: Store, pipe: _Pipeline, summary: Summary,
+def ingest_batch(paths: list[str], c: Collector, store: Store, pipe: _Pipeline, summary: Summary, route: str,
                  node: str | None = None, jobs: list[str | None] | None = None, tz: str = "UTC",
                  progress: Callable[[int], None] | None = None) -> None:
-    """Ingest many small files of one format as a few large parse units (per-file cost amortised).
-
-    ``jobs`` gives each file's job hint (default: from its name).
+    """Ingest many small files of one format and route as a few large parse units (per-file cost
+    amortised). ``jobs`` gives each file's job hint (default: from its name).
     """
     mtime = max(Path(p).stat().st_mtime for p in paths)
-    holder = _Holder(Context(node=node, tz=tz, reference_time=datetime.fromtimestamp(mtime, timezone.utc)))
+    holder = _Holder(Context(node=node, tz=tz, reference_time=datetime.fromtimestamp(mtime, timezone.utc), route=route))
     for buf, sizes, inputs in _batches(paths, jobs or [None] * len(paths), c, store, pipe, summary, node, progress):
         pipe.submit(lambda buf=buf, sizes=sizes: joined_records([buf], c, sizes=sizes), inputs, c, holder)
 
@@ -606,10 +615,12 @@ def plan(inputs: list[tuple[str, dict]], store: Store | None = None) -> list[Pla
         samples.append(sample_of(head))
         heads.append(head[:FINGERPRINT_BYTES])  # only what the identity reads: thousands of heads add up
     chosen: list[tuple[Collector | None, dict[str, float]]] = []
+    inputs = [(path, {**opts, "route": opts.get("route") or provenance.path_route(path, opts.get("job") or job_from_name(path))})
+              for path, opts in inputs]
     for (path, opts), (best, score, scores) in zip(inputs, registry.detect_many(samples)):
         source = opts.get("source", "auto")
         try:
-            chosen.append((registry.get(source) if source != "auto" else _chosen(best, score, path), scores))
+            chosen.append((registry.get(source) if source != "auto" else _chosen(best, score, path, opts["route"]), scores))
         except (InputError, ValueError):
             chosen.append((None, scores))
     ids = [_identity(path, head, opts.get("node"), opts.get("job"),
@@ -626,7 +637,7 @@ def tasks(planned: list[Planned], task_bytes: float = float("inf")) -> tuple[lis
     """The run's tasks: the first list, then the second (kernel logs with boot-relative stamps,
     which wait for the boot times the first ones tell).
 
-    Small files of a batchable format, node and time zone are batch steps of up to ``task_bytes``;
+    Small files of a batchable format, node, time zone and route are batch steps of up to ``task_bytes``;
     inputs that share an identity (a file and its rotated copy) end up in one task, in order, so
     that the second sees what the first stored.
     """
@@ -636,7 +647,7 @@ def tasks(planned: list[Planned], task_bytes: float = float("inf")) -> tuple[lis
     for p in planned:
         c = registry.get(p.collector) if p.collector else None
         if c is not None and c.batchable and not c.whole_file and not is_stream(p.path) and p.size < SMALL_FILE_BYTES:
-            groups.setdefault((p.collector, p.opts.get("node"), p.opts.get("tz", "UTC")), []).append(p)
+            groups.setdefault((p.collector, p.opts.get("node"), p.opts.get("tz", "UTC"), p.opts["route"]), []).append(p)
         else:
             (last if p.relative else first).append([Step((p,))])
     batches: list[Task] = []
@@ -676,7 +687,7 @@ def run_step(step: Step, store: Store, pipe: _Pipeline, summary: Summary,
     head = step.inputs[0]
     if step.batch:
         ingest_batch([p.path for p in step.inputs], registry.get(head.collector), store, pipe, summary,
-                     node=head.opts.get("node"), jobs=[p.opts.get("job") for p in step.inputs],
+                     head.opts["route"], node=head.opts.get("node"), jobs=[p.opts.get("job") for p in step.inputs],
                      tz=head.opts.get("tz", "UTC"), progress=progress)
         return
     c = registry.get(head.collector) if head.collector else None
@@ -690,7 +701,9 @@ def run_step(step: Step, store: Store, pipe: _Pipeline, summary: Summary,
         summary.failed.append(str(exc))
 
 
-def _chosen(best: Collector | None, score: float, path: str) -> Collector:
+def _chosen(best: Collector | None, score: float, path: str, route: str | None) -> Collector:
+    if provenance.user_written(route) and (best is None or best.name not in provenance.job_output_sources()):
+        return registry.get(provenance.job_output_sources()[0])
     if best is None or score < DETECT_MIN_SCORE:
         if job_from_name(path):
             return registry.get("nccl")

@@ -24,6 +24,8 @@ _FIELDS: list[tuple[str, pa.DataType, str]] = [
     ("attrs", pa.string(), "source-specific extras as a JSON object"),
     ("file_id", pa.string(), "provenance: fingerprint of the input the record came from"),
     ("offset", pa.int64(), "provenance: byte offset of the record in that input"),
+    ("route", pa.string(), "provenance: how the record reached observe (observe/provenance.toml); only "
+                           "trusted routes drive checks and drains"),
 ]
 
 EVENT_SCHEMA = pa.schema(
@@ -41,13 +43,17 @@ KEY = ("file_id", "offset")
 
 
 def conform(df: pl.DataFrame) -> pl.DataFrame:
-    """Cast and order ``df`` to the event schema; missing columns become null, unknown ones are an error."""
+    """Cast and order ``df`` to the event schema; missing columns become null, unknown ones are an error.
+
+    A frame without a ``route`` was made by observe itself (parsers always set one): route ``observe``.
+    """
     unknown = set(df.columns) - set(FIELDS)
     if unknown:
         raise ValueError(f"columns not in the event schema: {sorted(unknown)}")
+    missing = {"route": "observe"}
     return df.select(
         [
-            pl.col(n).cast(t, strict=False) if n in df.columns else pl.lit(None, dtype=t).alias(n)
+            pl.col(n).cast(t, strict=False) if n in df.columns else pl.lit(missing.get(n), dtype=t).alias(n)
             for n, t in POLARS_SCHEMA.items()
         ]
     )

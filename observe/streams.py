@@ -89,6 +89,8 @@ class Kmsg(_Lines):
     start and skips what was committed. Records overwritten before they were read are counted.
     """
 
+    route = "kmsg"  # only the kernel writes its ring buffer
+
     def __init__(self, path: str, node: str, collector: Collector):
         self.path = path
         self.collector = collector
@@ -127,6 +129,8 @@ class Journal(_Lines):
 
     The follower runs as a child process; each cycle takes the complete lines it has printed.
     """
+
+    route = None  # each entry's own: journald's _TRANSPORT and _UID say who sent it (collectors.syslog)
 
     def __init__(self, argv: list[str], node: str, collector: Collector):
         self.argv = argv
@@ -196,6 +200,8 @@ class Command:
     and this run's, as ``YYYY-MM-DDTHH:MM:SS`` local time (what ``sacct -S/-E`` takes). The position
     is the time of the last run, in microseconds.
     """
+
+    route = "command"  # observe ran it: its output is the tool's, not a user's
 
     def __init__(self, argv: list[str], every_s: float, node: str, collector: Collector, overlap_s: float = 600.0):
         self.argv = argv

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 import hostlist
 import polars as pl
 
+from observe import provenance
 from observe.store import Store
 from queries import jobs
 from queries.causes import Causes, load_causes
@@ -133,9 +134,9 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes) -> pl.DataFrame:
               .agg(pl.col("ts").min(), pl.len().alias("count"), pl.col("message").first(),
                    pl.col("weight").first(), pl.col("category").first(), pl.col("action").first(),
                    pl.col("symptom").first(), pl.col("lead_s").first(), pl.col("needs").first(), pl.col("approx").all(),
-                   pl.col("rank").drop_nulls().first()))
+                   pl.col("rank").drop_nulls().first(), provenance.trusted().any().alias("trusted")))
     groups = (pl.concat([groups.drop("_episode"), _stalls(events, run, sc)], how="diagonal_relaxed")
-              .with_columns(pl.col("approx").fill_null(False)))
+              .with_columns(pl.col("approx").fill_null(False), pl.col("trusted").fill_null(False)))
     spread = (groups.filter(pl.col("node").is_not_null()).group_by("kind", "code")
               .agg(pl.col("node").n_unique().alias("_nodes")))
     groups = groups.join(spread, on=["kind", "code"], how="left", maintain_order="left", nulls_equal=True)
@@ -172,7 +173,7 @@ def _empty() -> pl.DataFrame:
     return pl.DataFrame(schema={"node": pl.String, "kind": pl.String, "code": pl.Int32, "gpu": pl.String,
                                 "ts": pl.Datetime("us", "UTC"), "count": pl.UInt32, "message": pl.String,
                                 "category": pl.String, "action": pl.String, "symptom": pl.Boolean,
-                                "rank": pl.Int32, "score": pl.Float64})
+                                "rank": pl.Int32, "trusted": pl.Boolean, "score": pl.Float64})
 
 
 def _stalls(events: pl.DataFrame, run: Run, sc: dict) -> pl.DataFrame:
@@ -242,7 +243,11 @@ def run_events(store: Store, run: Run, before: timedelta, after: timedelta) -> p
     if since is not None and until is not None:  # the job's own output starts with its run, not before
         own_since = run.start - timedelta(minutes=1) if run.start else since
         inside = inside | pl.col("_at").is_between(own_since, until)
-    mine = mine.filter(inside).with_columns(pl.col("ts").is_null().alias("approx"), pl.col("_at").alias("ts")).drop("_at")
+    # a job's output names its nodes only as claims: one the job ran on is taken, another is not
+    claimed = pl.col("attrs").str.json_path_match("$.claimed_node")
+    mine = mine.filter(inside).with_columns(
+        pl.col("ts").is_null().alias("approx"), pl.col("_at").alias("ts"),
+        pl.coalesce("node", pl.when(claimed.is_in(run.nodes or [])).then(claimed)).alias("node")).drop("_at")
     on_nodes = search(store, since=since, until=until, nodes=run.nodes or None).with_columns(pl.lit(False).alias("approx"))
     return (pl.concat([on_nodes, mine]).unique(subset=["file_id", "offset", "kind"], keep="first", maintain_order=True)
             .collect())
@@ -270,7 +275,8 @@ def explain(store: Store, job_id: str, at: datetime | None = None, before: timed
     root = None
     if ranked.height and (run.state or "").split()[:1] != ["COMPLETED"]:
         top = ranked.row(0, named=True)
-        root = {k: top[k] for k in ("node", "kind", "code", "gpu", "ts", "message", "category", "action", "rank", "score")}
+        root = {k: top[k] for k in ("node", "kind", "code", "gpu", "ts", "message", "category", "action", "rank", "score",
+                                    "trusted")}
         root["confidence"] = confidence(ranked)
     return Explanation(run.job_id, run.state, run.exit_code, run.nodes, run.start, run.end, root,
                        ranked.head(10).to_dicts(), timeline(events, causes, timeline_rows))

@@ -46,10 +46,10 @@ class Case:
     breaker_reset: float | None = None
 
 
-def events(case: Case, node: str = "gpu1") -> pl.LazyFrame:
+def events(case: Case, node: str = "gpu1", route: str = "kmsg") -> pl.LazyFrame:
     text = "".join(f"{T0 + timedelta(minutes=m):%Y-%m-%dT%H:%M:%S.%f+00:00} {node} kernel: {line}\n"
                    for m, line in case.lines)
-    frames = [parse_bytes(text.encode(), "kernel", Context(node=node))]
+    frames = [parse_bytes(text.encode(), "kernel", Context(node=node, route=route))]
     for m, gpu, did in case.cleared:
         frames.append(fault_cleared(node, gpu, did, by="test").with_columns(
             pl.lit(T0 + timedelta(minutes=m)).dt.cast_time_unit("us").alias("ts")))
@@ -188,7 +188,7 @@ def test_verdict_takes_the_gravest_remedy_per_node() -> None:
 def test_an_undated_fault_ends_only_by_a_persons_statement() -> None:
     """A dmesg line without a time cannot be placed before or after a reboot line; set-healthy ends it."""
     undated = parse_bytes(f"NVRM: Xid (PCI:{G1}): 79, GPU has fallen off the bus.\n".encode(), "kernel",
-                          Context(node="gpu1"))
+                          Context(node="gpu1", route="kmsg"))
     assert undated["ts"][0] is None and undated["kind"][0] == "gpu_xid"
     boot = events(Case("", [(5, "Linux version 6.1.0-26-amd64 (debian-kernel@lists.debian.org) #1 SMP")])).collect()
     both = pl.concat([conform(undated), boot])
@@ -202,3 +202,16 @@ def test_a_recovery_splits_lines_inside_the_dedup_window() -> None:
     """Lines a minute apart are two episodes when a recovery came between them (a drill's pace)."""
     got = decide(Case("", [(0, xid(48)), (2, xid(48))], cleared=[(1, G1, "reset")]))
     assert got.select("open", "remedy").rows() == [(False, "reset"), (True, "reboot")]
+
+
+@pytest.mark.parametrize("route", ["journal_user", "user_file", "job_output", None])
+def test_faults_and_recoveries_come_only_from_trusted_routes(route: str | None) -> None:
+    """A fatal Xid a user wrote (``logger -t kernel``, a file they own, their job's output, or a
+    route never recorded) opens no fault; a forged recovery ends no real one."""
+    forged = events(Case("", [(0, xid(79))]), route=route).collect()
+    assert faults.decide(forged.lazy(), RULES, T0 + timedelta(hours=1)).height == 0
+    real = events(Case("", [(0, xid(79))])).collect()
+    reboot = events(Case("", [(5, "Linux version 6.1.0-26-amd64 (debian-kernel@lists.debian.org) #1 SMP")]),
+                    route=route).collect()
+    got = faults.decide(pl.concat([real, reboot]).lazy(), RULES, T0 + timedelta(hours=1))
+    assert got.select("open", "acting").rows() == [(True, True)]

@@ -61,7 +61,7 @@ def test_prolog_and_epilog_record_the_jobs_gpus_and_faults_name_the_job(tmp_path
     start, end = held["ts"][0], held["ts"][2]
     during = start + (end - start) / 2
     kernel = _xid(during, "3b") + _xid(during, "18", code=79) + _xid(end + timedelta(minutes=10), "3b", code=94)
-    store.write(conform(parse_bytes(kernel.encode(), "kernel", Context(node="gpu1"))))
+    store.write(conform(parse_bytes(kernel.encode(), "kernel", Context(node="gpu1", route="kmsg"))))
     done = subprocess.run([OBSERVE, "health", "faults", "--all", "--format", "json", "--store", str(store.root)],
                           capture_output=True, text=True)
     rows = {(r["gpu"], r["code"]): r["jobs"] for r in map(json.loads, done.stdout.splitlines())}
@@ -89,7 +89,7 @@ def test_an_xids_pid_names_the_job_whose_process_it_was() -> None:
 
     xids = _xid(T0, "3b", pid=4242) + _xid(T0, "5d", pid=5151) + _xid(T0, "18", pid=6262)
     frames = [nccl("77", 4242), nccl("78", 6262), nccl("79", 5151), nccl("80", 5151),  # 5151: two jobs, ambiguous
-              parse_bytes(xids.encode(), "kernel", Context(node="gpu1"))]
+              parse_bytes(xids.encode(), "kernel", Context(node="gpu1", route="kmsg"))]
     got = faults.decide(pl.concat([conform(f) for f in frames]).lazy(), RULES, T0 + timedelta(hours=1))
     assert {g: j.to_list() for g, j in zip(got["gpu"], got["jobs"])} == {
         "0000:3b:00": ["77"], "0000:5d:00": [], "0000:18:00": ["78"]}
@@ -105,7 +105,7 @@ def test_a_dated_process_names_its_job_only_near_its_lines() -> None:
     xids = (_xid(T0 + timedelta(minutes=5), "3b", pid=4242) + _xid(T0 + timedelta(hours=5), "5d", pid=4242)
             + _xid(T0 + timedelta(hours=9), "18", pid=4242))
     frames = [logged("77", T0), logged("88", T0 + timedelta(hours=8, minutes=59)),
-              conform(parse_bytes(xids.encode(), "kernel", Context(node="gpu1")))]
+              conform(parse_bytes(xids.encode(), "kernel", Context(node="gpu1", route="kmsg")))]
     got = faults.decide(pl.concat(frames, how="vertical_relaxed").lazy(), RULES, T0 + timedelta(hours=10))
     assert {g: j.to_list() for g, j in zip(got["gpu"], got["jobs"])} == {
         "0000:3b:00": ["77"], "0000:5d:00": [], "0000:18:00": ["88"]}  # 5h after 77's last line: not 77's

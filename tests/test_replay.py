@@ -40,7 +40,7 @@ CASES = [c for name in LOGS for c in captures(name)]
 
 def replay(text: str, node: str) -> list[dict]:
     """The decisions for one capture, as the goldens hold them."""
-    events = parse_bytes(text.encode(), "kernel", Context(node=node, reference_time=NOW, boot_time=NOW))
+    events = parse_bytes(text.encode(), "kernel", Context(node=node, reference_time=NOW, boot_time=NOW, route="kmsg"))
     events = events.with_columns(events["node"].fill_null(node).str.replace(r".*", node))  # one capture, one node
     got = faults.decide(events.lazy(), RULES, NOW)
     keep = ["kind", "code", "gpu", "lines", "open", "remedy", "category", "acting", "reason"]

@@ -76,12 +76,18 @@ def test_kmsg_records_overwritten_are_counted(tmp_path: Path) -> None:
     assert df.filter(pl.col("offset") == seqs[-1] + 7).get_column("raw")[0].endswith("SUBSYSTEM=pci")
 
 
-def _journal(path: Path, entries: list[tuple[str, str, str]], start_us: int) -> None:
-    """Append entries (host, identifier, message) to a real journal file (systemd-journal-remote)."""
+SENT_BY = {"kernel": "_TRANSPORT=kernel\n", "root": "_TRANSPORT=syslog\n_UID=0\n", "user": "_TRANSPORT=syslog\n_UID=1001\n"}
+
+
+def _journal(path: Path, entries: list[tuple[str, str, str]], start_us: int, by: str = "") -> None:
+    """Append entries (host, identifier, message) to a real journal file (systemd-journal-remote),
+    with the fields journald itself sets for what sent them (``by``: kernel, root, user; default:
+    the kernel for kernel lines, else root)."""
     export = "".join(
         f"__REALTIME_TIMESTAMP={start_us + i * 1_000_000}\n__MONOTONIC_TIMESTAMP={i + 1}\n"
         f"_BOOT_ID=0123456789abcdef0123456789abcdef\n_HOSTNAME={host}\nSYSLOG_IDENTIFIER={ident}\nPRIORITY=3\n"
-        f"MESSAGE={msg}\n\n" for i, (host, ident, msg) in enumerate(entries))
+        f"{SENT_BY[by or ('kernel' if ident == 'kernel' else 'root')]}MESSAGE={msg}\n\n"
+        for i, (host, ident, msg) in enumerate(entries))
     subprocess.run([str(JOURNAL_REMOTE), "-o", str(path), "-"], input=export.encode(), check=True, capture_output=True)
 
 
@@ -115,6 +121,32 @@ def test_journald_cursor_survives_restarts(tmp_path: Path) -> None:
     assert lines == list(range(8))
     assert df.select("file_id", "offset").is_unique().all()
     assert df.filter((pl.col("source") == "kernel") & (pl.col("kind") == "gpu_xid") & (pl.col("code") == 79)).height == 3
+
+
+@pytest.mark.skipif(not JOURNAL_REMOTE.exists() or not shutil.which("journalctl"),
+                    reason="needs journalctl and systemd-journal-remote (apt-get install systemd-journal-remote)")
+def test_journal_lines_a_user_sent_are_not_the_kernels(tmp_path: Path) -> None:
+    """``logger -t kernel 'NVRM: Xid ... 79'`` reaches the journal with _TRANSPORT=syslog and the
+    user's _UID: it is the user's syslog line, not a kernel Xid, and opens no fault; ``logger -t
+    slurmd`` is no Slurm daemon. The same words from the kernel transport are the kernel's."""
+    from observe.health import faults
+    from observe.health import policy
+
+    journal = tmp_path / "system.journal"
+    now_us = int(time.time() * 1e6) - 600_000_000
+    xid = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus."
+    _journal(journal, [("gpu001", "kernel", xid), ("gpu001", "slurmd", "error: Node configuration differs")],
+             now_us, by="user")
+    _journal(journal, [("gpu001", "kernel", xid)], now_us + 10_000_000, by="kernel")
+    _once(tmp_path, [{"type": "journald", "command": ["journalctl", f"--file={journal}", "-o", "json"]}])
+    df = _events(tmp_path).sort("ts")
+    assert df.select("source", "route").rows() == [("syslog", "journal_user"), ("syslog", "journal_user"),
+                                                   ("kernel", "journal_kernel")]
+    assert df.get_column("kind").to_list()[2] == "gpu_xid" and "gpu_xid" not in df.get_column("kind").to_list()[:2]
+    forged = df.head(2).with_columns(pl.lit("kernel").alias("source"), pl.lit("gpu_xid").alias("kind"),
+                                     pl.lit(79).cast(pl.Int32).alias("code"), pl.lit("0000:3b:00").alias("gpu"))
+    decided = faults.decide(forged.lazy(), policy.load()["faults"], df.get_column("ts").max())
+    assert decided.height == 0  # even typed as an Xid, a user's line drives nothing
 
 
 def _script(tmp: Path, name: str, body: str) -> str:

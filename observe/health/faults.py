@@ -23,6 +23,7 @@ from datetime import datetime, timedelta, timezone
 
 import polars as pl
 
+from observe import provenance
 from queries.search import parse_span
 
 REMEDIES = ("none", "report", "app", "drain", "reset", "reboot", "replace")  # gravity order
@@ -185,13 +186,18 @@ def _ends(eps: pl.LazyFrame, events: pl.LazyFrame, recov: pl.LazyFrame, rules: d
 def decide(events: pl.LazyFrame, rules: dict, now: datetime, breaker_reset: datetime | None = None) -> pl.DataFrame:
     """One row per fault episode in ``events``: what it is, how many lines, whether it is still open
     (``ended`` says what ended it), its ``remedy`` and the drain-reason ``category``, ``acting``
-    (an open fault whose remedy takes the node out, not observe-only, not stale) and ``reason``."""
+    (an open fault whose remedy takes the node out, not observe-only, not stale) and ``reason``.
+
+    Faults, recoveries and remediations come only from trusted routes (:mod:`observe.provenance`):
+    a user's ``logger -t kernel 'NVRM: Xid ...'`` neither opens a fault nor ends one. Any event may
+    tie an Xid's process to its job."""
     now = now.astimezone(timezone.utc).replace(tzinfo=None) if now.tzinfo else now
-    events = events.with_columns(pl.col("ts").dt.replace_time_zone(None))
+    everything = events.with_columns(pl.col("ts").dt.replace_time_zone(None))
+    events = everything.filter(provenance.trusted())
     # the few recoveries and episodes are collected once: every step below reads them again
     recov = events.filter(pl.col("kind").is_in(rules.get("recovery", []))).select("node", "gpu", "ts", "source") \
         .collect().lazy()
-    lines = _epochs(with_jobs(fault_lines(events, rules), events), recov)
+    lines = _epochs(with_jobs(fault_lines(events, rules), everything), recov)
     eps = episodes(lines, _span(rules, "dedup_window")).with_columns(pl.col("last_ts").fill_null(EPOCH).alias("_at")) \
         .collect().lazy()
 

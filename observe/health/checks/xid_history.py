@@ -15,6 +15,7 @@ from pathlib import Path
 import polars as pl
 
 from observe.collect import boot_time
+from observe import provenance
 from observe.collector import Context
 from observe.health import faults
 from observe.health.result import Result, Status, unknown
@@ -36,7 +37,8 @@ def run(opts: dict) -> Result:
     log = str(opts.get("log", "/dev/kmsg")).replace("%n", node)
     looked, frames, breaker_reset = [], [], None
     try:
-        parsed = parse_bytes(_read_log(log), "kernel", Context(node=node, boot_time=boot))
+        route = "kmsg" if _is_kmsg(log) else provenance.path_route(log, None)
+        parsed = parse_bytes(_read_log(log), "kernel", Context(node=node, boot_time=boot, route=route))
         frames.append(parsed.with_columns(pl.lit(node).alias("node")))  # this node's log, whatever host it names
         looked.append(log)
     except OSError as exc:
@@ -85,8 +87,12 @@ def _rows(decided: pl.DataFrame) -> list[dict]:
             for r in keep.iter_rows(named=True)]
 
 
+def _is_kmsg(path: str) -> bool:
+    return path == "/dev/kmsg" or Path(path).is_char_device()
+
+
 def _read_log(path: str) -> bytes:
-    if path == "/dev/kmsg" or Path(path).is_char_device():
+    if _is_kmsg(path):
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         try:
             return read_kmsg(fd, LOG_MAX)

@@ -1,0 +1,110 @@
+"""Provenance decides trust: what a user writes (job output, files they own) is parsed as job output
+with the node the configuration gives, never as another node's kernel; far-future stamps are
+clamped; only trusted routes open faults (see also test_faults and test_streams' journal test)."""
+from __future__ import annotations
+
+import os
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from observe import provenance
+from observe.health import faults, policy
+from observe.health.recovery import fault_cleared
+from observe.ingest import ingest
+from observe.schema import conform
+from observe.store import Store
+
+USER = 1001  # an ordinary account's uid (no such user need exist)
+
+
+def _stamp(t: datetime) -> str:
+    return f"{t:%b} {t.day:2d} {t:%H:%M:%S}"
+
+
+def _xid_line(t: datetime, host: str = "gpu042") -> str:
+    return f"{_stamp(t)} {host} kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python, GPU has fallen off the bus.\n"
+
+
+def _ingest(tmp: Path, name: str, text: str, owner: int | None = None, **opts) -> pl.DataFrame:
+    path = tmp / "logs" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    if owner is not None:
+        os.chown(path, owner, owner)
+    store = Store(tmp / "store")
+    summary = ingest([str(path)], store, workers=1, **opts)
+    assert not summary.failed, summary.failed
+    return store.scan().collect()
+
+
+def test_a_jobs_output_forges_no_kernel_line_on_another_node(tmp_path: Path) -> None:
+    """A job prints syslog-shaped lines naming gpu042's kernel: its output is still job output, on
+    the node the configuration gives; gpu042 appears only as a claim."""
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    text = _xid_line(now - timedelta(minutes=5)) * 3 + "NCCL WARN forged\n"
+    df = _ingest(tmp_path, "slurm-77.out", text, node="gpu001")
+    assert set(df.get_column("route")) == {"job_output"}
+    assert set(df.get_column("source")) == {"nccl"} and "gpu_xid" not in set(df.get_column("kind"))
+    assert set(df.get_column("node")) == {"gpu001"} and set(df.get_column("job_id")) == {"77"}
+    assert provenance.policy()["job_output_sources"] == ["nccl"]
+
+
+def test_a_file_a_user_owns_is_read_as_job_output(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give the file to another user")
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    text = _xid_line(now - timedelta(minutes=5)) * 3 + "gpu042:3063025:3066048 [0] misc/socket.cc:49 NCCL WARN x\n"
+    df = _ingest(tmp_path, "kern.log", text, owner=USER)
+    assert set(df.get_column("route")) == {"user_file"} and "kernel" not in set(df.get_column("source"))
+    assert df.get_column("node").is_null().all()  # no node was configured, and the text's is only claimed
+    claimed = df.get_column("attrs").str.json_path_match("$.claimed_node")
+    assert claimed.to_list() == [None, None, None, "gpu042"]
+
+
+def test_a_root_owned_kernel_log_is_trusted(tmp_path: Path) -> None:
+    """The control: the same lines in a system file are gpu042's kernel Xids."""
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    df = _ingest(tmp_path, "kern.log", _xid_line(now - timedelta(minutes=5)))
+    row = df.row(0, named=True)
+    assert (row["route"], row["source"], row["kind"], row["code"], row["node"]) == (
+        "system_file", "kernel", "gpu_xid", 79, "gpu042")
+
+
+def test_a_future_stamp_is_clamped_and_set_healthy_ends_its_fault(tmp_path: Path) -> None:
+    """A fatal Xid dated next year would stay after every recovery: its time is clamped to when it
+    was read (the stamp kept in attrs.ts_claimed), so a later set-healthy ends it."""
+    now = datetime.now(timezone.utc)
+    future = datetime(now.year + 1, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
+    text = f"{future:%Y-%m-%dT%H:%M:%S}.000000+00:00 gpu042 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n"
+    df = _ingest(tmp_path, "kern.log", text)
+    row = df.row(0, named=True)
+    assert row["kind"] == "gpu_xid" and row["ts"] <= datetime.now(timezone.utc)
+    assert provenance_claim(row) == f"{future:%Y-%m-%dT%H:%M:%S}.000000Z"
+    rules = policy.load()["faults"]
+    cleared = fault_cleared("gpu042", None, "reset", by="admin").with_columns(
+        pl.lit(datetime.now(timezone.utc) + timedelta(seconds=1)).dt.cast_time_unit("us").alias("ts"))
+    both = pl.concat([df.drop("header", strict=False).pipe(conform), conform(cleared)])
+    decided = faults.decide(both.lazy(), rules, datetime.now(timezone.utc) + timedelta(minutes=1))
+    assert decided.select("open").rows() == [(False,)]
+
+
+def provenance_claim(row: dict) -> str | None:
+    import json
+
+    return json.loads(row["attrs"]).get("ts_claimed")
+
+
+@pytest.mark.parametrize("uid, gid, mode, job, route", [
+    (0, 0, 0o640, None, "system_file"),
+    (0, 4, 0o664, None, "system_file"),          # adm may write: a system group
+    (0, 0, 0o666, None, "user_file"),            # anyone may write it
+    (0, USER, 0o664, None, "user_file"),         # a user's group may write it
+    (USER, USER, 0o644, None, "user_file"),
+    (0, 0, 0o640, "12", "job_output"),           # a job's output, whoever owns it
+])
+def test_file_route(uid: int, gid: int, mode: int, job: str | None, route: str) -> None:
+    st = os.stat_result((0o100000 | mode, 0, 0, 1, uid, gid, 0, 0, 0, 0))
+    assert provenance.file_route(st, job) == route
