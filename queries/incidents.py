@@ -8,6 +8,7 @@ from datetime import timedelta
 import hostlist
 import polars as pl
 
+from observe import provenance
 from queries import jobs
 from queries.causes import load_causes
 
@@ -18,10 +19,11 @@ SHARED = 3  # nodes hit at once from which a shared cause (switch, power, fabric
 
 def faults(events: pl.LazyFrame, min_weight: float = 60.0) -> pl.LazyFrame:
     """Events that are faults of the infrastructure in their own right: catalogued causes that are
-    not symptoms, not the job's own fault (category user) and weigh at least ``min_weight``."""
+    not symptoms, not the job's own fault (category user), weigh at least ``min_weight`` and came
+    by a trusted route (a user's forged kernel line is no incident and makes no node flaky)."""
     causes = load_causes()
     ev = events.filter(pl.col("ts").is_not_null(), pl.col("node").is_not_null(),
-                       pl.col("kind").is_in(causes.kinds()))
+                       pl.col("kind").is_in(causes.kinds()), provenance.trusted())
     return ev.collect().pipe(causes.annotate).filter(
         ~pl.col("symptom"), pl.col("weight") >= min_weight, pl.col("category") != "user").lazy()
 

@@ -67,3 +67,12 @@ def test_cli_incidents_and_nodes(store) -> None:
     nodes = runner.invoke(app, ["nodes", "--gpus", "--store", str(store.root), "--since", since,
                                 "--until", "2100-01-01", "--format", "json"])
     assert nodes.exit_code == 0 and '"advice": "rma"' in nodes.output.splitlines()[0]
+
+
+def test_untrusted_lines_make_no_incident_and_no_flaky_node() -> None:
+    """The same cluster day, every line arriving by a route users write (a job's output, the
+    journal from a user's account): no incident, no node or GPU to drain or RMA."""
+    for route in ("job_output", "journal_user", "user_file"):
+        forged = cluster_day().with_columns(pl.lit(route).alias("route")).lazy()
+        assert incidents(forged).height == 0
+        assert rank_nodes(forged).height == 0 and rank_gpus(forged).height == 0
