@@ -14,7 +14,7 @@ from observe.cli import app
 from observe.rules import attrs_json
 from observe.schema import conform
 from queries.causes import load_causes
-from queries.explain import Run, candidates, explain, failed_run, job_runs, place_ranks
+from queries.explain import Run, candidates, explain, failed_run, job_runs, place_ranks, run_events
 
 T = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
 NODES = ["gpu001", "gpu002", "gpu003", "gpu004"]
@@ -201,3 +201,25 @@ def test_a_requeued_jobs_earlier_output_stays_out(store) -> None:
     result = explain(store, "8")
     assert result.nodes == ["gpu001"]
     assert (result.root_cause["node"], result.root_cause["kind"]) == ("gpu001", "python_exception")
+
+
+def test_job_output_node_claims_and_untrusted_verdicts(store) -> None:
+    """A job's output names its nodes only as claims (attrs.claimed_node): explain takes a claim of
+    one of the job's nodes and leaves another node's alone; a verdict resting on lines a user sent
+    says so (``trusted``: false), which the epilog's drain path requires."""
+    claims = [{**row, "node": None, "route": "job_output",
+               "attrs": json.dumps({"nranks": "32", "claimed_node": "gpu099" if row["rank"] == 5 else row["node"]})}
+              for row in inits()]
+    rows = ([ev("slurm_job_start", "ctl1", -3600, "slurm", job_id="7", attrs={"nodes": "gpu[001-004]"}),
+             ev("slurm_job_end", "ctl1", 900, "slurm", job_id="7", attrs={"state": "FAILED", "exit_code": "1:0"}),
+             {**ev("gpu_xid", "gpu002", 0, code=79, gpu="0000:3b:00", attrs={"category": "gpu"}), "route": "journal_user"}]
+            + timeouts(600) + claims)
+    for i, row in enumerate(rows):
+        row["offset"] = i
+    store.write(frame(rows))
+    run = job_runs(store.scan(), "7")[0]
+    events = run_events(store, run, timedelta(minutes=15), timedelta(minutes=10))
+    placed = dict(events.filter(pl.col("kind") == "nccl_comm_init").select("rank", "node").iter_rows())
+    assert placed[5] is None and all(placed[r] == NODES[r // 8] for r in range(32) if r != 5)
+    root = explain(store, "7").root_cause
+    assert (root["node"], root["kind"], root["trusted"]) == ("gpu002", "gpu_xid", False)
