@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from observe.store import fsync_path
+from observe.store import Store, fsync_path, open_nofollow, regular_names, subdirs
 
 
 class Destination:
@@ -33,7 +33,7 @@ class Destination:
         """A local directory (path or ``file://``) or any filesystem URL pyarrow knows (``s3://``,
         ``gs://``, ``hdfs://``; S3 options such as ``endpoint_override`` go in the query string)."""
         if "://" not in url or url.startswith("file://"):
-            return LocalDir(Path(url.removeprefix("file://")))
+            return LocalDir(Store(url))
         try:
             fs, root = pafs.FileSystem.from_uri(url)
         except (pafs.ArrowInvalid, OSError, ValueError) as exc:
@@ -43,15 +43,18 @@ class Destination:
 
 @dataclass
 class LocalDir(Destination):
-    """A directory on a local or shared file system: copy to a hidden name, fsync, rename."""
+    """A store's directory on a local or shared file system, written as the store writes (its
+    modes and group, no symlink followed, refused as root when others can write it): copy to a
+    hidden name, fsync, rename."""
 
-    root: Path
+    store: Store
 
     def put(self, rel: str, src: Path) -> None:
-        final = self.root / rel
-        final.parent.mkdir(parents=True, exist_ok=True)
+        final = self.store.root / rel
+        self.store.make_dirs(final.parent)
         tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
-        with open(src, "rb") as r, open(tmp, "wb") as w:
+        tmp.unlink(missing_ok=True)  # a crash's leftover, or a planted link: removed, not followed
+        with open_nofollow(src) as r, self.store.create(tmp) as w:
             shutil.copyfileobj(r, w, 1 << 20)
             w.flush()
             os.fsync(w.fileno())
@@ -59,7 +62,7 @@ class LocalDir(Destination):
         fsync_path(final.parent)
 
     def exists(self, rel: str) -> bool:
-        return (self.root / rel).exists()
+        return (self.store.root / rel).exists()
 
 
 @dataclass
@@ -72,7 +75,7 @@ class ArrowDir(Destination):
     def put(self, rel: str, src: Path) -> None:
         path = f"{self.root}/{rel}"
         self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-        with open(src, "rb") as r, self.fs.open_output_stream(path) as w:
+        with open_nofollow(src) as r, self.fs.open_output_stream(path) as w:
             shutil.copyfileobj(r, w, 1 << 20)
 
     def exists(self, rel: str) -> bool:
@@ -90,10 +93,12 @@ class ShipResult:
 
 
 def spool_files(spool: Path) -> list[Path]:
-    """Sealed files waiting in a spool, oldest first: input markers, then segments by batch."""
-    markers = sorted((spool / "inputs").glob("*")) if (spool / "inputs").is_dir() else []
-    segments = [p for p in (spool / "events").glob("source=*/date=*/*.parquet") if not p.name.startswith(".")]
-    return [p for p in markers if not p.name.startswith(".")] + sorted(segments, key=lambda p: p.name)
+    """Sealed files waiting in a spool, oldest first: input markers, then segments by batch. Regular
+    files in real directories only: root ships them where the store's group reads them."""
+    markers = [spool / "inputs" / n for n in sorted(regular_names(spool / "inputs"))]
+    segments = [Path(d) / n for _, s in subdirs(spool / "events", "source=") for _, d in subdirs(Path(s), "date=")
+                for n in regular_names(Path(d)) if n.endswith(".parquet")]
+    return markers + sorted(segments, key=lambda p: p.name)
 
 
 def batch_of(segment: Path) -> int:

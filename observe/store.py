@@ -7,13 +7,21 @@ files sorted by time; readers use the new files only once all of them exist, and
 until then, so the switch happens at the last rename and a query sees each record exactly once
 throughout. Replaced segments are deleted only after a grace period, so a query that listed them
 just before the switch can still read them.
+
+The store holds every user's job output and root-only log lines, and root writes it: what it creates
+is root's and its group's alone (directories DIR_MODE, files FILE_MODE, the group OBSERVE_STORE_GROUP
+names); as root it refuses a store that anyone else can write, and it follows no symlink inside one
+(a link planted there would have root write, read or ship whatever it points to).
 """
 from __future__ import annotations
 
+import errno
 import fcntl
+import grp
 import json
 import os
 import shutil
+import stat
 import threading
 import time
 import uuid
@@ -25,6 +33,7 @@ from dataclasses import dataclass
 from functools import cache
 from datetime import date, datetime, timedelta
 from pathlib import Path
+from typing import BinaryIO
 
 import polars as pl
 import pyarrow as pa
@@ -64,6 +73,8 @@ UNKNOWN_DATE = "unknown"
 COMPACT_FILE_ROWS = 1_000_000  # rows per compacted file at most
 COMPACT_SLICE_BYTES = 32 << 20  # and at most this much uncompressed data: one step's memory (peak ~10x)
 COMPACT_GRACE_S = 600.0  # replaced segments outlive a compaction this long, for queries already planned
+DIR_MODE = 0o750  # root writes; the store's group (the people who may query) reads; nobody else
+FILE_MODE = 0o640
 _WRITE_SCHEMA = pa.schema([pa.field(f.name, pa.string_view() if f.type == pa.string() else f.type)
                            for f in STORED_SCHEMA])
 
@@ -75,6 +86,16 @@ class Partition:
     path: Path
 
 
+STORED_COLUMNS = pl.Schema(pl.from_arrow(STORED_SCHEMA.empty_table()).schema)
+
+
+def scan_segments(paths: Iterable[Path]) -> pl.LazyFrame:
+    """Segments in the stored layout; a column a segment predates (``route``, from before routes
+    were kept) reads as null, which no check trusts."""
+    return pl.scan_parquet([str(p) for p in paths], schema=STORED_COLUMNS, missing_columns="insert",
+                           hive_partitioning=False)
+
+
 def fsync_path(path: Path) -> None:
     """Flush a file, or a directory (a rename or a new file in it), to disk."""
     fd = os.open(path, os.O_RDONLY)
@@ -82,6 +103,78 @@ def fsync_path(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+class UnsafeStore(ValueError):
+    """A store that others can write, or a symlink inside one: refused (a ValueError, so commands
+    report it as their one-line error)."""
+
+
+def store_group() -> int | None:
+    """The group that may read what the store creates: $OBSERVE_STORE_GROUP (a name or a number), or
+    None (the creator's, or that of a setgid directory, which the kernel passes on)."""
+    name = os.environ.get("OBSERVE_STORE_GROUP", "")
+    if not name:
+        return None
+    if name.isdigit():
+        return int(name)
+    try:
+        return grp.getgrnam(name).gr_gid
+    except KeyError:
+        raise ValueError(f"OBSERVE_STORE_GROUP={name}: no such group") from None
+
+
+def _check_dir(path: Path, st: os.stat_result) -> None:
+    """Refuse a store directory that is a symlink or, when running as root, one that another user
+    could write (they could plant there what root then follows, reads and ships)."""
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafeStore(f"{path}: a symlink inside the store; refusing to follow it")
+    if not stat.S_ISDIR(st.st_mode):
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(path))
+    if os.geteuid() == 0 and (st.st_uid != 0 or st.st_mode & 0o022):
+        who = f"owned by uid {st.st_uid}" if st.st_uid != 0 else \
+            f"writable by {'everyone' if st.st_mode & stat.S_IWOTH else 'its group'}"
+        raise UnsafeStore(f"store {path}: {who}; as root, observe uses a store only if root alone can write it "
+                          f"(chown root and chmod go-w it)")
+
+
+def create_file(path: Path, mode: int | None = None, gid: int | None = None) -> BinaryIO:
+    """A new file at ``path`` open for writing, never through a symlink (O_EXCL, O_NOFOLLOW: nothing
+    may be there yet). With ``mode``, exactly that mode (whatever the umask) and the group ``gid``,
+    both set before a byte is written; without, 0666 less the umask."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o666 if mode is None else 0o600)
+    try:
+        if gid is not None:
+            os.fchown(fd, -1, gid)
+        if mode is not None:
+            os.fchmod(fd, mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "wb")
+
+
+def open_nofollow(path: Path, write: bool = False) -> BinaryIO:
+    """An existing file opened for reading (or writing, to lock it) unless it is a symlink."""
+    try:
+        fd = os.open(path, (os.O_WRONLY if write else os.O_RDONLY) | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafeStore(f"{path}: a symlink inside the store; refusing to follow it") from None
+        raise
+    return os.fdopen(fd, "wb" if write else "rb")
+
+
+def regular_names(directory: Path) -> list[str]:
+    """The names of the regular files in ``directory`` (none if it is missing), hidden ones
+    (temporaries, locks) left out. Symlinks are left out too: one named like a segment would have
+    queries read, and the collector ship, whatever it points to."""
+    try:
+        with os.scandir(directory) as it:
+            return [e.name for e in it if not e.name.startswith(".") and e.is_file(follow_symlinks=False)]
+    except FileNotFoundError:
+        return []
 
 
 class Store:
@@ -93,7 +186,13 @@ class Store:
             text = text[len("file://"):]
         elif "://" in text:
             raise ValueError(f"store {text!r}: only local paths and file:// URLs are supported so far")
-        self.root = Path(text).expanduser()
+        # resolved once: an admin may link /var/lib/observe elsewhere; nothing inside is followed
+        self.root = Path(text).expanduser().resolve()
+        self.gid = store_group()
+        try:
+            _check_dir(self.root, os.stat(self.root))
+        except (FileNotFoundError, NotADirectoryError):
+            pass  # created on first write; not a directory: writes fail, commands say so
         self.events = self.root / "events"
         self.inputs = self.root / "inputs"
         self._marked: set[str] = set()  # inputs this process has marked
@@ -106,6 +205,32 @@ class Store:
         return f"Store({str(self.root)!r})"
 
     # -- writing -------------------------------------------------------------------------------
+    def make_dirs(self, directory: Path) -> None:
+        """Create ``directory`` (the root or one inside it) and its missing parents in the store:
+        DIR_MODE, the store's group, setgid where it is set (as the kernel does below a setgid
+        directory) so that what is created below inherits the group. Existing ones are checked as
+        they are passed (:func:`_check_dir`), every time: a directory may be expired meanwhile."""
+        self.root.parent.mkdir(parents=True, exist_ok=True)  # outside the store: the admin's
+        rel = directory.relative_to(self.root).parts
+        for path in [self.root.joinpath(*rel[:i]) for i in range(len(rel) + 1)]:
+            try:
+                os.mkdir(path, 0o700)
+            except FileExistsError:
+                _check_dir(path, os.lstat(path))
+                continue
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                if self.gid is not None:
+                    os.fchown(fd, -1, self.gid)
+                setgid = self.gid is not None or os.fstat(fd).st_mode & stat.S_ISGID
+                os.fchmod(fd, DIR_MODE | (stat.S_ISGID if setgid else 0))
+            finally:
+                os.close(fd)
+
+    def create(self, path: Path) -> BinaryIO:
+        """A new file of the store (FILE_MODE, its group), open for writing: see :func:`create_file`."""
+        return create_file(path, FILE_MODE, self.gid)
+
     def write(self, df: pl.DataFrame) -> list[Path]:
         """Write ``df`` (conformed to the schema) as one new segment per partition it touches."""
         parts = split_partitions(conform(df))
@@ -148,8 +273,8 @@ class Store:
         with self._mark_lock:
             new = (file_ids | self._noted) - self._marked
             if new:
-                self.inputs.mkdir(parents=True, exist_ok=True)
-                write_atomic(self.inputs / f"{uuid.uuid4().hex}.ids", "".join(f"{i}\n" for i in sorted(new)).encode())
+                self.make_dirs(self.inputs)
+                write_atomic(self.inputs / f"{uuid.uuid4().hex}.ids", "".join(f"{i}\n" for i in sorted(new)).encode(), self)
                 self._marked |= new
             self._noted.clear()
 
@@ -163,12 +288,11 @@ class Store:
             return False
         seen, read, ids = self._listed
         if mtime != seen:  # a marker was added since the last listing: read the new ones
-            with os.scandir(self.inputs) as it:
-                names = [e.name for e in it if not e.name.startswith(".")]
-            for name in names:
+            for name in regular_names(self.inputs):
                 if name.endswith(".ids") and name not in read:
                     try:
-                        ids.update((self.inputs / name).read_text().split())
+                        with open_nofollow(self.inputs / name) as f:
+                            ids.update(f.read().decode().split())
                     except FileNotFoundError:
                         continue
                     read.add(name)
@@ -185,14 +309,14 @@ class Store:
 
     def _write_file(self, df: pl.DataFrame, directory: Path, name: str, levels: dict[str, int] = INGEST_LEVELS,
                     durable: bool = True) -> Path:
-        directory.mkdir(parents=True, exist_ok=True)
+        self.make_dirs(directory)
         tmp = directory / f".{name}.tmp"
         # polars' string views go to the encoder as they are (no conversion to Arrow's offsets
         # layout); the file records plain Parquet types, which every reader maps to strings
         table = df.to_arrow(compat_level=pl.CompatLevel.newest())
         if not table.schema.equals(_WRITE_SCHEMA):  # a cast imports pyarrow.compute (0.15 s) the first time
             table = table.cast(_WRITE_SCHEMA)
-        with open(tmp, "wb") as f:
+        with self.create(tmp) as f:
             pq.write_table(
                 table, f, compression={c: "zstd" if c in levels else "none" for c in STORED_SCHEMA.names},
                 row_group_size=ROW_GROUP_ROWS, compression_level=levels,
@@ -211,10 +335,10 @@ class Store:
         lo = since.strftime("%Y-%m-%d") if since else None
         hi = until.strftime("%Y-%m-%d") if until else None
         out = []
-        for source, sdir in _entries(self.events, "source="):
+        for source, sdir in subdirs(self.events, "source="):
             if wanted is not None and source not in wanted:
                 continue
-            for day, ddir in _entries(sdir, "date="):
+            for day, ddir in subdirs(sdir, "date="):
                 if day == UNKNOWN_DATE:
                     if (lo or hi) and not undated:
                         continue
@@ -228,12 +352,11 @@ class Store:
         """The live segment files of one partition directory (replaced ones, and the files of a
         compaction not yet complete, left out)."""
         for _ in range(10):  # a note deleted while we read: list again
-            with os.scandir(directory) as it:
-                names = [e.name for e in it]
-            listed = {n for n in names if n.endswith(".parquet") and not n.startswith(".")}
+            names = regular_names(directory)
+            listed = {n for n in names if n.endswith(".parquet")}
             files = set(listed)
             try:
-                for note in (n for n in names if n.startswith("c-") and n.endswith(".json")):
+                for note in _notes(names):
                     replaces, outputs = _read_note(directory / note)
                     files.difference_update(replaces if outputs <= listed else outputs)
             except FileNotFoundError:
@@ -251,9 +374,14 @@ class Store:
         """Hold the advisory lock ``<root>/.<name>.lock`` (flock; across hosts where the shared file
         system supports it, as NFSv4 and Lustre with -o flock do); StoreBusy if still held after
         ``wait_s``. ``waiting`` is called once if the lock is held when asked for."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.make_dirs(self.root)
         end = time.monotonic() + wait_s
-        with open(self.root / f".{name}.lock", "a") as f:
+        path = self.root / f".{name}.lock"
+        try:
+            f = self.create(path)
+        except FileExistsError:
+            f = open_nofollow(path, write=True)  # for writing: NFS locks only files open for writing
+        with f:
             while True:
                 try:
                     fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -279,7 +407,7 @@ class Store:
         files = self.files(sources, since, until, undated)
         if not files:
             return pl.LazyFrame(schema=pl.from_arrow(EVENT_SCHEMA.empty_table()).schema)
-        lf = from_stored(pl.scan_parquet([str(f) for f in files], hive_partitioning=False))
+        lf = from_stored(scan_segments(files))
         keep = pl.col("ts").is_null() if undated else pl.lit(False)
         if since is not None:
             lf = lf.filter(keep | (pl.col("ts") >= since))
@@ -305,7 +433,7 @@ class Store:
         files = self.files() if ids else []
         if not files:
             return {}
-        lf = from_stored(pl.scan_parquet([str(f) for f in files]).filter(pl.col("file_id").is_in(ids)))
+        lf = from_stored(scan_segments(files).filter(pl.col("file_id").is_in(ids)))
         found = lf.select("file_id", "offset", pl.col("raw").hash().alias("text")).unique().collect()
         return {fid: part.drop("file_id") for (fid,), part in found.partition_by("file_id", as_dict=True).items()}
 
@@ -328,18 +456,18 @@ class Store:
         """
         directory = partition.path
         with self.lock("compact"):
-            for note in sorted(directory.glob("c-*.json")):  # oldest first: a later one may replace its outputs
-                _settle(note, grace_s)
+            for note in _notes(regular_names(directory)):  # oldest first: a later one may replace its outputs
+                _settle(directory / note, grace_s)
             segs = self.segments(directory)
             if not segs or (len(segs) < min_segments and all(s.name.startswith("c-") for s in segs)):
                 return None  # already compacted (a lone ingest segment is still recompressed)
-            scan = pl.scan_parquet([str(s) for s in segs])
+            scan = scan_segments(segs)
             slices = _slices(scan, min(file_rows, _rows_in(segs, COMPACT_SLICE_BYTES)))
             name = f"c-{time.time_ns():016x}-{uuid.uuid4().hex[:8]}"  # names sort in time order
             planned = [f"{name}-{i:04d}.parquet" for i in range(len(slices))]
             note = directory / f"{name}.json"
             replaces = [s.name for s in segs]
-            write_atomic(note, json.dumps({"replaces": replaces, "outputs": planned}).encode())
+            write_atomic(note, json.dumps({"replaces": replaces, "outputs": planned}).encode(), self)
             rows, written = 0, []
             for output, where in zip(planned, slices):
                 # a duplicate is the same input's same text at the same offset (inputs may share an identity)
@@ -351,7 +479,7 @@ class Store:
                     written.append(output)
                     rows += df.height
             if written != planned:  # an empty slice: the note's rewrite is the switch
-                write_atomic(note, json.dumps({"replaces": replaces, "outputs": written}).encode())
+                write_atomic(note, json.dumps({"replaces": replaces, "outputs": written}).encode(), self)
             _settle(directory / f"{name}.json", grace_s)
             return len(segs), rows
 
@@ -398,10 +526,12 @@ class Store:
                                           "rows": pl.Int64, "bytes": pl.Int64})
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file, fsync'd, renamed, directory fsync'd."""
+def write_atomic(path: Path, data: bytes, store: Store | None = None) -> None:
+    """Write ``data`` to ``path`` through a temporary file, fsync'd, renamed, directory fsync'd; the
+    temporary is made as ``store`` makes its files (mode, group) when given, never through a symlink."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
+    tmp.unlink(missing_ok=True)  # a crash's leftover, or a planted link: removed, not followed
+    with store.create(tmp) if store else create_file(tmp) as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
@@ -427,7 +557,8 @@ def replaced_by(output: Path) -> set[str] | None:
 def _read_note(note: Path) -> tuple[set[str], set[str]]:
     """A compaction note's replaced segments and output files (FileNotFoundError once it is gone)."""
     try:
-        doc = json.loads(note.read_text())
+        with open_nofollow(note) as f:
+            doc = json.loads(f.read())
         return set(doc["replaces"]), set(doc.get("outputs") or [note.stem + ".parquet"])
     except (ValueError, KeyError, TypeError):
         return set(), set()  # not a note this version wrote: ignored
@@ -447,6 +578,11 @@ def _settle(note: Path, grace_s: float) -> None:
     for name in doomed:
         (note.parent / name).unlink(missing_ok=True)
     note.unlink(missing_ok=True)
+
+
+def _notes(names: Iterable[str]) -> list[str]:
+    """The compaction notes among a partition's file names, oldest first."""
+    return sorted(n for n in names if n.startswith("c-") and n.endswith(".json"))
 
 
 class StoreBusy(RuntimeError):
@@ -553,11 +689,13 @@ def _day_name(day: int) -> str:
     return (date(1970, 1, 1) + timedelta(days=day)).isoformat() if day != _NO_DAY else UNKNOWN_DATE
 
 
-def _entries(directory: Path, prefix: str) -> list[tuple[str, str]]:
-    """(value, path) of the ``prefix<value>`` subdirectories of ``directory``, sorted; none if it is missing."""
+def subdirs(directory: Path, prefix: str) -> list[tuple[str, str]]:
+    """(value, path) of the ``prefix<value>`` subdirectories of ``directory``, sorted; none if it is
+    missing. Symlinks are left out (:func:`regular_names` says why)."""
     try:
         with os.scandir(directory) as it:
-            return sorted((e.name[len(prefix):], e.path) for e in it if e.name.startswith(prefix) and e.is_dir())
+            return sorted((e.name[len(prefix):], e.path) for e in it
+                          if e.name.startswith(prefix) and e.is_dir(follow_symlinks=False))
     except FileNotFoundError:
         return []
 
