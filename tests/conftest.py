@@ -1,6 +1,9 @@
 """Shared fixtures: paths, a temporary store, the golden-file switch, a parse helper."""
 from __future__ import annotations
 
+import shutil
+import tempfile
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -40,3 +43,12 @@ def parse_file(path: Path, collector: str, ctx: Context | None = None) -> pl.Dat
             recs = [joined_records([body], c, [base]) for body, base in record_pieces(f, c, Summary())]
     frames = [finalize(c.parse(r, ctx), c, ctx, "test") for r in recs]
     return pl.concat(frames).sort("offset")
+
+
+@pytest.fixture
+def shared() -> Iterator[Path]:
+    """A directory any user may read (pytest's tmp_path is root's alone), for what runs as nobody."""
+    d = Path(tempfile.mkdtemp(prefix="observe-shared-"))
+    d.chmod(0o755)
+    yield d
+    shutil.rmtree(d)

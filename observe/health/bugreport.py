@@ -3,12 +3,15 @@ resets, reboots or replaces anything (a reset or reboot destroys the evidence NV
 
 It runs detached, in its own session, under ``timeout``: a hook never waits for it (it takes minutes,
 and a hung GPU can hang it; ``--safe-mode`` skips what hangs most). An argument list only: the file
-name is built from the validated node name and the time, never from log text.
+name is built from the validated node name and the time, never from log text. The tool writes
+as root to a name anyone can guess: only into a directory nobody else can write (no link planted
+there can send it over another file).
 """
 from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
@@ -33,6 +36,8 @@ def start(node: str, rules: dict) -> str:
     out = Path(directory) / f"nvidia-bug-report-{slurm.node_name(node)}-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.log"
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
+        if _others_can_write(out.parent):
+            return f"not collected: {out.parent} must be a directory of this user's that no one else can write"
         seconds = int(parse_span(str(rules.get("bug_report_timeout", "10m"))).total_seconds())
         subprocess.Popen([timeout, "-k", "10", str(seconds), command, "--safe-mode", "--output-file", str(out)],
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -40,3 +45,9 @@ def start(node: str, rules: dict) -> str:
     except (OSError, ValueError) as exc:
         return f"not collected: {exc}"
     return f"{out}.gz"
+
+
+def _others_can_write(directory: Path) -> bool:
+    """``directory`` is a link, or not ours, or group or others may write in it."""
+    info = directory.lstat()
+    return not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or bool(info.st_mode & 0o022)

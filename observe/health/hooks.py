@@ -5,32 +5,39 @@ each hook keeps to a time budget, acts only on a check's clear FAIL (UNKNOWN nev
 nothing when it cannot record what it does (store unreachable), and exits 0 whatever happens inside
 it: observe's own bug must never drain a node or fail a job.
 
-- epilog: captures the job's artifacts (batch script, the environment Slurm hands the hook, output
-  paths; secrets redacted), runs the epilog checks, drains the node on a FAIL and, for a job that
-  failed and opted in (``sbatch --requeue`` and a ``#OBSERVE requeue`` line in its script), requeues
-  it so it restarts on healthy nodes, recording the work lost since its latest checkpoint.
+- epilog: runs the epilog checks, drains the node on a FAIL and, for a job that failed and opted in
+  (``sbatch --requeue`` and a ``#OBSERVE requeue`` line in its script), requeues it so it restarts
+  on healthy nodes, recording the work lost since its latest checkpoint; then, with the budget left,
+  captures the job's artifacts (batch script, the environment Slurm hands the hook, output paths;
+  secrets redacted).
 - prolog: records which GPUs the job holds (``SLURM_JOB_GPUS`` -> UUID and PCI id; the epilog
   records their release), runs the prolog checks before the job starts; a FAIL drains the node and
   requeues an opted-in job so it starts elsewhere.
 - healthcheck: runs the periodic checks; a FAIL drains, and a node observe drained for failed checks
   is resumed once those same checks pass again, and then, on the idle node, the extended re-check
   (``[drain] return_checks``: burn, all-reduce, NVML).
+
+Running as root among files users control, a hook opens nothing of theirs through a symbolic link,
+creates its own files exclusively, and reads a job's checkpoint directory only as the job's user
+(:func:`observe.checkpoint.latest_as`).
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 import signal
+import stat
 import sys
+import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 
 import polars as pl
 
-from observe import redact
+from observe import checkpoint, redact
 from observe.health import allocation, bugreport, drains, faults, slurm
 from observe.health.drain import Drainer
 from observe.health.events import health_events
@@ -38,10 +45,12 @@ from observe.health.result import Result, Status
 from observe.health.runner import as_events, run_checks
 from observe.rules import to_json
 from observe.store import Store
+from queries.search import parse_span
 
 MARKER = re.compile(r"^#OBSERVE[ \t]+requeue\b(?P<opts>[^\n]*)$", re.M)
 ACTING = ("drain", "reset", "reboot")
 SCRIPT_MAX = 256 << 10
+SLURM_ID = re.compile(r"\((\d+)\)$")  # scontrol's UserId=alice(1000), GroupId=alice(1000)
 
 
 class BudgetSpent(Exception):
@@ -58,6 +67,7 @@ class Hook:
     store: Store
     dry_run: bool = False
     log: list[str] = field(default_factory=list)
+    deadline: float = math.inf  # time.monotonic() when the budget runs out (set by run)
 
     @property
     def node(self) -> str:
@@ -74,6 +84,10 @@ class Hook:
     def say(self, text: str) -> None:
         self.log.append(line(self.kind, text))
 
+    def left(self) -> float:
+        """Seconds left of the budget."""
+        return self.deadline - time.monotonic()
+
 
 def line(kind: str, text: str) -> str:
     """One log line: time, hook, what (on one line whatever the text holds)."""
@@ -82,6 +96,7 @@ def line(kind: str, text: str) -> str:
 
 def run(hook: Hook, budget_s: float) -> int:
     """Run ``hook`` within ``budget_s``; always 0 (every failure is logged, none is raised)."""
+    hook.deadline = time.monotonic() + budget_s
     try:
         with _deadline(budget_s):
             try:
@@ -89,7 +104,7 @@ def run(hook: Hook, budget_s: float) -> int:
             except OSError as exc:
                 hook.say(f"store {hook.store.root} unreachable ({exc.strerror or exc}): nothing done")
                 return 0
-            {"epilog": _epilog, "prolog": _prolog, "healthcheck": _healthcheck}[hook.kind](hook, budget_s)
+            {"epilog": _epilog, "prolog": _prolog, "healthcheck": _healthcheck}[hook.kind](hook)
     except BudgetSpent:
         hook.say(f"stopped: the {budget_s:g}s budget ran out; nothing more done")
     except Exception as exc:  # noqa: BLE001 - fail safe: log, leave the node and the job alone
@@ -97,28 +112,29 @@ def run(hook: Hook, budget_s: float) -> int:
     return 0
 
 
-def _epilog(hook: Hook, budget_s: float) -> None:
-    started = time.monotonic()
+def _epilog(hook: Hook) -> None:
+    """The checks, the drain and the requeue first; the artifacts last, with the budget left: however
+    long a job's script takes to redact, it cannot keep the checks from running."""
     _gpus(hook, "gpu_released")
     info = slurm.job(hook.job)
     failed = _job_failed(hook.env, info)
-    script = ""
-    if hook.policy["epilog"].get("capture", True) and info.get("BatchHost", hook.node) == hook.node:
-        script = slurm.batch_script(hook.job)  # captured once, on the node that ran the script
-        hook.store.write(_artifacts(hook, info, script))
-    results = _checks(hook, "epilog", budget_s - (time.monotonic() - started))
+    results = _checks(hook, "epilog")
     if failed:
         results += _explained(hook)
     drained = _drain_if_failing(hook, results)
+    capture = hook.policy["epilog"].get("capture", True) and info.get("BatchHost", hook.node) == hook.node
+    script = slurm.batch_script(hook.job) if capture or (drained and failed) else ""
     if drained and failed:
-        _requeue(hook, info, script or slurm.batch_script(hook.job), results)
+        _requeue(hook, info, script, results)
     elif not results or all(r.status is not Status.FAIL for r in results):
         hook.say(f"job {hook.job} {'failed' if failed else 'ended'}; no check failed on {hook.node}")
+    if capture:
+        hook.store.write(_artifacts(hook, info, script))  # captured once, on the node that ran the script
 
 
-def _prolog(hook: Hook, budget_s: float) -> None:
+def _prolog(hook: Hook) -> None:
     _gpus(hook, "gpu_allocated")
-    results = _checks(hook, "prolog", budget_s)
+    results = _checks(hook, "prolog")
     if _drain_if_failing(hook, results):
         info = slurm.job(hook.job)
         _requeue(hook, info, slurm.batch_script(hook.job), results)
@@ -138,10 +154,9 @@ def _gpus(hook: Hook, kind: str) -> None:
         hook.store.write(found)
 
 
-def _healthcheck(hook: Hook, budget_s: float) -> None:
-    started = time.monotonic()
+def _healthcheck(hook: Hook) -> None:
     _note_others(hook)
-    results = _checks(hook, "healthcheck", budget_s)
+    results = _checks(hook, "healthcheck")
     if _drain_if_failing(hook, results):
         return
     target = slurm.nodes([hook.node])
@@ -153,7 +168,7 @@ def _healthcheck(hook: Hook, budget_s: float) -> None:
     if all(r.status is Status.PASS for r in results) and target[0].idle:
         # the extended re-check before a node returns: on a drained node no job is disturbed
         extra = [c for c in drainer.rules.get("return_checks", []) if c not in {r.check for r in results}]
-        results += _checks(hook, "healthcheck", budget_s - (time.monotonic() - started), extra)
+        results += _checks(hook, "healthcheck", extra)
     for d in drainer.resume(hook.node, {"checks": {r.check: r.to_dict() for r in results}}):
         hook.say(f"{d.kind} {d.node}: {d.detail}")
 
@@ -171,7 +186,7 @@ def _note_others(hook: Hook) -> None:
         hook.say(event.item(0, "message"))
 
 
-def _checks(hook: Hook, section: str, budget_s: float, names: list[str] | None = None) -> list[Result]:
+def _checks(hook: Hook, section: str, names: list[str] | None = None) -> list[Result]:
     rules = hook.policy[section]
     names = list(rules.get("checks", [])) if names is None else names
     if not names:
@@ -179,7 +194,7 @@ def _checks(hook: Hook, section: str, budget_s: float, names: list[str] | None =
     overrides = {"node": hook.node, "store": str(hook.store.root), "device": rules.get("device", "auto")}
     if hook.kind == "epilog":
         overrides["job"] = hook.job  # gpu_procs: this job's processes must be gone
-    results = run_checks(names, hook.policy, max(1.0, budget_s - 5), overrides)
+    results = run_checks(names, hook.policy, max(1.0, hook.left() - 5), overrides)
     hook.store.write(as_events(results, hook.node, hook.policy.get("version", "")))
     for r in results:
         if r.status is not Status.PASS:
@@ -207,6 +222,9 @@ def _explained(hook: Hook) -> list[Result]:
     if root["kind"] == "gpu_xid" and remedy not in faults.ACTING:
         return []
     if float(root.get("confidence") or 0) < float(rules.get("explain_min_confidence", 0.5)):
+        return []
+    if not root.get("trusted"):  # it rests on lines a user could write (job output, a user's journal entries)
+        hook.say(f"explain names {root['kind']} on this node from lines no trusted route carried: not acted on")
         return []
     what = f"{root['kind']}{' ' + str(root['code']) if root.get('code') is not None else ''}"
     where = f" on {root['gpu']}" if root.get("gpu") else ""
@@ -286,7 +304,7 @@ def _requeue(hook: Hook, info: dict, script: str, results: list[Result]) -> None
            f"already requeued {restarts} times (limit {limit})" if restarts >= limit else "")
     evidence: dict = {"restarts": restarts, "checks": [r.check for r in results if r.status is Status.FAIL]}
     if marker and (ckpt_dir := _option(marker["opts"], "checkpoints")):
-        evidence.update(_lost_work(ckpt_dir))
+        evidence.update(_lost_work(hook, info, ckpt_dir))
     if not why:
         try:
             if not hook.dry_run:
@@ -305,18 +323,35 @@ def _requeue(hook: Hook, info: dict, script: str, results: list[Result]) -> None
     }]))
 
 
-def _lost_work(directory: str) -> dict:
-    """The newest complete checkpoint in ``directory`` and the work since it (structural checks
-    only: a root hook never unpickles a user's files)."""
-    from observe.checkpoint import latest
-
+def _lost_work(hook: Hook, info: dict[str, str], directory: str) -> dict:
+    """The newest complete checkpoint in ``directory`` and the work since it. The directory is the
+    user's: a root hook scans it as the job's user, in a child process within [epilog]
+    ``checkpoint_timeout`` (and half the budget left) and ``checkpoint_memory_mb``, structurally only
+    (it never unpickles a user's files)."""
+    owner = None
+    if os.geteuid() == 0 and (owner := _job_owner(hook.env, info)) is None:
+        return {"checkpoint_error": "the job's user is unknown: its directory is not read as root"}
+    rules = hook.policy["epilog"]
+    timeout = min(parse_span(rules["checkpoint_timeout"]).total_seconds(), hook.left() / 2)
     try:
-        best, _ = latest(directory, trust=False)
-    except OSError as exc:
+        best = checkpoint.latest_as(directory, owner, timeout, int(rules["checkpoint_memory_mb"]) << 20)
+    except (checkpoint.ScanError, OSError) as exc:
         return {"checkpoint_error": str(exc)}
     if best is None:
         return {"checkpoint": None, "lost_work_s": None}
     return {"checkpoint": best.path, "checkpoint_step": best.step, "lost_work_s": max(0.0, time.time() - best.mtime)}
+
+
+def _job_owner(env: dict[str, str], info: dict[str, str]) -> tuple[int, int] | None:
+    """The job's uid and gid: Slurm's SLURM_JOB_UID and SLURM_JOB_GID, else the job record's."""
+    ids = []
+    for var, key in (("SLURM_JOB_UID", "UserId"), ("SLURM_JOB_GID", "GroupId")):
+        recorded = SLURM_ID.search(info.get(key, ""))
+        text = env.get(var) or (recorded.group(1) if recorded else "")
+        if not text.isdigit():
+            return None
+        ids.append(int(text))
+    return ids[0], ids[1]
 
 
 def _option(text: str, name: str) -> str | None:
@@ -352,12 +387,13 @@ def _artifacts(hook: Hook, info: dict[str, str], script: str):
 
 
 def _probe(store: Store) -> None:
-    """Raise unless the store takes writes: a hook that cannot record what it does does nothing."""
-    root = Path(store.root)
-    root.mkdir(parents=True, exist_ok=True)
-    probe = root / f".probe-{os.getpid()}"
-    probe.write_bytes(b"")
-    probe.unlink()
+    """Raise unless the store takes writes: a hook that cannot record what it does does nothing.
+    The probe is a new file of a random name (mkstemp: O_EXCL, O_NOFOLLOW): a link planted at a
+    name it could guess never makes it write another file, nor can a planted file stop it."""
+    store.make_dirs(store.root)
+    fd, probe = tempfile.mkstemp(prefix=".probe-", dir=store.root)
+    os.close(fd)
+    os.unlink(probe)
 
 
 @contextmanager
@@ -375,12 +411,15 @@ def _deadline(seconds: float):
 
 
 def write_log(lines: list[str], path: str | None) -> None:
-    """Append the hook's log lines to ``path`` (else stderr: slurmd's log); never raises."""
+    """Append the hook's log lines to ``path`` (else stderr: slurmd's log); never raises. Only to a
+    regular file, never through a link (nor waiting on a FIFO) put at ``path``."""
     text = "".join(f"{line}\n" for line in lines)
     try:
         if path:
-            with open(path, "a") as f:
-                f.write(text)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+            with open(fd, "a") as f:
+                if stat.S_ISREG(os.fstat(fd).st_mode):
+                    f.write(text)
         else:
             sys.stderr.write(text)
     except OSError:

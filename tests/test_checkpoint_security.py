@@ -1,0 +1,181 @@
+"""observe.checkpoint against a hostile checkpoint directory (root hooks scan users' directories):
+headers that lie about their length, symbolic links out of the directory, a FIFO in a file's place,
+and a scan made slow or memory-hungry on purpose. ``latest_as`` is tested as root, with a real
+unprivileged user (nobody) for the scan."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import struct
+import time
+import tracemalloc
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from observe.checkpoint import HEADER_MAX, ScanError, latest, latest_as
+
+NOBODY = (65534, 65534)
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="switching to another user needs root")
+
+
+def safetensors(path: Path, header: dict | None = None, data: bytes = b"\0" * 8) -> Path:
+    """A complete safetensors file (one F32 tensor of two values unless ``header`` says otherwise)."""
+    body = json.dumps(header or {"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, len(data)]}}).encode()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(struct.pack("<Q", len(body)) + body + data)
+    return path
+
+
+def within(seconds: float, fn: Callable):
+    """``fn()``, or TimeoutError once ``seconds`` pass (a scan that blocks must not hang the test)."""
+    def expire(signum, frame):
+        raise TimeoutError(f"still running after {seconds}s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        return fn()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.fixture
+def root_only(tmp_path: Path) -> Path:
+    """Root's own directory (0700) holding a complete checkpoint of a high step."""
+    d = tmp_path / "root-only"
+    safetensors(d / "model.safetensors")
+    safetensors(d / "secret_step999.safetensors")
+    d.chmod(0o700)
+    return d
+
+
+def dense(path: Path, tensors: int) -> Path:
+    """A safetensors file whose header (under HEADER_MAX) is ``tensors`` entries: slow and memory-hungry to parse."""
+    body = ("{" + ",".join(f'"t{i}":{{"data_offsets":[0,0]}}' for i in range(tensors)) + "}").encode()
+    assert len(body) < HEADER_MAX
+    path.write_bytes(struct.pack("<Q", len(body)) + body)
+    return path
+
+
+def test_a_header_claiming_6_gb_in_a_1_kb_file_is_not_read(tmp_path: Path) -> None:
+    path = tmp_path / "model_step100.safetensors"
+    path.write_bytes(struct.pack("<Q", 6_000_000_000) + b"{" + b" " * 1000 + b"}")
+    tracemalloc.start()
+    started = time.monotonic()
+    try:
+        best, skipped = latest(tmp_path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert best is None and "truncated: the header says it is 6000000000 bytes" in skipped[0].why
+    assert peak < 1 << 20 and time.monotonic() - started < 1, peak
+
+
+def test_a_header_over_the_format_limit_is_not_read(tmp_path: Path) -> None:
+    """The file is as long as the header claims (sparse), but no safetensors header is that large."""
+    path = tmp_path / "model_step100.safetensors"
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", HEADER_MAX + 1))
+        f.truncate(8 + HEADER_MAX + 1024)
+    tracemalloc.start()
+    try:
+        best, skipped = latest(tmp_path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert best is None and f"a {HEADER_MAX + 1}-byte header" in skipped[0].why
+    assert peak < 1 << 20, peak
+
+
+def test_a_zip_claiming_a_huge_central_directory_is_corrupt_and_not_read(tmp_path: Path) -> None:
+    """zipfile reads no central directory larger than the file: guards that the torch.save check keeps to it."""
+    path = tmp_path / "model_step100.pt"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("archive/data.pkl", b"x" * 100)
+    data = bytearray(path.read_bytes())
+    end = data.rfind(b"PK\x05\x06")
+    struct.pack_into("<I", data, end + 12, 0xFFFFFFF0)  # the central directory's size
+    path.write_bytes(bytes(data))
+    tracemalloc.start()
+    try:
+        best, skipped = latest(tmp_path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert best is None and "corrupt zip" in skipped[0].why and peak < 1 << 20, (skipped, peak)
+
+
+def test_symbolic_links_out_of_the_directory_are_not_followed(tmp_path: Path, root_only: Path) -> None:
+    """A user's links to root's directory and to root's file: not listed, not read (root runs this scan
+    in `observe checkpoint latest`; the hooks run it as the user, and do not follow them either)."""
+    run = tmp_path / "run"
+    safetensors(run / "step-50" / "model.safetensors")
+    (run / "step-100").symlink_to(root_only)
+    (run / "model_step900.safetensors").symlink_to(root_only / "secret_step999.safetensors")
+    (run / "step-60").mkdir()
+    (run / "step-60" / "model.safetensors").symlink_to(root_only / "model.safetensors")
+    best, skipped = latest(run)
+    assert Path(best.path).name == "step-50", best
+    assert not any(str(root_only) in s.path or "step-100" in s.path for s in skipped)
+
+
+def test_a_fifo_in_a_checkpoints_place_does_not_block_the_scan(tmp_path: Path) -> None:
+    """A guard: only regular files are listed, and opened without waiting should a FIFO replace one."""
+    safetensors(tmp_path / "step-50" / "model.safetensors")
+    os.mkfifo(tmp_path / "model_step100.safetensors")
+    os.mkfifo(tmp_path / "step-50" / "optimizer.bin")
+    best, _ = within(5, lambda: latest(tmp_path))
+    assert Path(best.path).name == "step-50"
+
+
+@as_root
+def test_the_bounded_scan_reads_only_what_the_user_may(shared: Path, root_only: Path) -> None:
+    """Root's own directory inside the user's (a real one, not a link): the scan as the user does not
+    see it; the same scan as root would pick it (the newest step)."""
+    safetensors(shared / "step-50" / "model.safetensors")
+    planted = shared / "step-100"
+    shutil.copytree(root_only, planted)
+    planted.chmod(0o700)
+    assert Path(latest(shared)[0].path).name == "step-100"  # what root itself sees
+    best = latest_as(shared, NOBODY, timeout_s=30, memory_bytes=256 << 20)
+    assert best is not None and Path(best.path).name == "step-50", best
+
+
+@as_root
+def test_the_bounded_scan_is_killed_past_its_time(shared: Path) -> None:
+    dense(shared / "model_step100.safetensors", 500_000)
+    started = time.monotonic()
+    with pytest.raises(ScanError, match="did not finish within 0.3s"):
+        latest_as(shared, NOBODY, timeout_s=0.3, memory_bytes=8 << 30)
+    assert time.monotonic() - started < 2
+
+
+@as_root
+def test_the_bounded_scan_stops_at_its_memory(shared: Path) -> None:
+    dense(shared / "model_step100.safetensors", 500_000)
+    with pytest.raises(ScanError, match="MemoryError"):
+        latest_as(shared, NOBODY, timeout_s=60, memory_bytes=32 << 20)
+
+
+@as_root
+def test_the_bounded_scan_reports_an_unreadable_directory(shared: Path) -> None:
+    shared.chmod(0o700)
+    with pytest.raises(ScanError, match="PermissionError"):
+        latest_as(shared, NOBODY, timeout_s=30, memory_bytes=256 << 20)
+
+
+def test_the_bounded_scan_without_a_user_switch(tmp_path: Path) -> None:
+    """Not root (a user's own `observe`, or no job user): the same child, as whoever runs it."""
+    safetensors(tmp_path / "model_step7.safetensors")
+    best = latest_as(tmp_path, None, timeout_s=30, memory_bytes=256 << 20)
+    assert best.step == 7 and best.kind == "safetensors"
+    (tmp_path / "empty").mkdir()
+    assert latest_as(tmp_path / "empty", None, timeout_s=30, memory_bytes=256 << 20) is None
+    with pytest.raises(ScanError, match="not a directory"):
+        latest_as(tmp_path / "nope", None, timeout_s=30, memory_bytes=256 << 20)
