@@ -19,6 +19,7 @@ from observe import rules
 from observe.cli_base import OPENED, StoreOpt, _existing, _fail, _store, _time, app, err, out
 from observe.ingest import InputError, Summary, ingest
 from observe.parallel import WorkerError
+from observe.printable import printable
 from observe.reader import input_files
 from observe.schema import DESCRIPTIONS, FIELDS
 from observe.timeparse import zone as tz_zone
@@ -93,7 +94,7 @@ def ingest_cmd(
     _summary(summary)
     _index_jobs(st, summary)
     for line in summary.failed:
-        err.print(f"[red]error:[/red] {line}", highlight=False, soft_wrap=True)
+        err.print(f"[red]error:[/red] {escape(line)}", highlight=False, soft_wrap=True)
     if summary.failed:
         raise typer.Exit(2)
 
@@ -118,16 +119,19 @@ def demo_cmd(
     summary = ingest_inputs([(str(f.path), {"source": f.format, "node": f.node, "job": f.job}) for f in manifest.files], store)
     _summary(summary)
     _index_jobs(store, summary)
-    out.print(f"\n[bold]Injected incidents[/bold] (ground truth, {len(manifest.incidents)}):")
+    out.line()
+    out.print(f"[bold]Injected incidents[/bold] (ground truth, {len(manifest.incidents)}):")
     for inc in manifest.incidents:
         out.print(f"  {inc['ts'][:19]}  job {inc['job_id']:>6}  {inc['type']:13} node={inc['node'] or '-'} gpu={inc['gpu'] or '-'}",
                   highlight=False)
     found = search(store, kinds=["gpu_xid", "gpu_fell_off_bus", "ib_link_down", "oom_kill", "slurm_node_not_responding"]).collect()
-    out.print(f"\n[bold]What the store shows[/bold] (hardware and node events, {found.height}):")
+    out.line()
+    out.print(f"[bold]What the store shows[/bold] (hardware and node events, {found.height}):")
     for r in found.head(30).iter_rows(named=True):
         ts = r["ts"].strftime("%Y-%m-%d %H:%M:%S") if r["ts"] else "-"
         out.print(f"  {ts}  {r['node'] or '-':8} {r['kind']:26} {first_line(r['message'])[:90]}", highlight=False, markup=False)
-    out.print(f"\nTry: observe query --store {store.root} --kind nccl_timeout --limit 5")
+    out.line()
+    out.print(f"Try: observe query --store {store.root} --kind nccl_timeout --limit 5")
 
 
 @app.command("query")
@@ -173,8 +177,8 @@ def query_cmd(
         for r in df.iter_rows(named=True):
             ts = r["ts"].strftime("%Y-%m-%d %H:%M:%S") if r["ts"] else "-"
             code = "" if r["code"] is None else str(r["code"])
-            line = (f"{ts:19} {r['node'] or '-':10} {r['kind']:24} {r['severity']:7} {r['job_id'] or '':>8} "
-                    f"{r['gpu'] or '':10} {code:>5}  {first_line(r['message'])}")
+            line = printable(f"{ts:19} {r['node'] or '-':10} {r['kind']:24} {r['severity']:7} {r['job_id'] or '':>8} "
+                             f"{r['gpu'] or '':10} {code:>5}  {first_line(r['message'])}")  # escaped, then cut to width
             out.print(line[:width] if width else line, overflow="ignore", crop=False, markup=False)
     if more:
         err.print(f"the first {limit} rows; more match (raise --limit, 0 = all)", style="dim", highlight=False)
@@ -231,12 +235,12 @@ def _print_frame(df: pl.DataFrame, fmt: str, columns: list[tuple[str, int]]) -> 
         for row in df.iter_rows(named=True):
             sys.stdout.write(json.dumps({k: v.isoformat() if isinstance(v, datetime) else v for k, v in row.items()}) + "\n")
         return
-    def cell(v: object) -> str:
+    def cell(v: object) -> str:  # escaped before it is cut to its column's width
         if isinstance(v, datetime):
             return v.strftime("%Y-%m-%d %H:%M:%S")
         if isinstance(v, list):
-            return ",".join(map(str, v)) or "-"
-        return "-" if v is None else str(v)
+            return printable(",".join(map(str, v))) or "-"
+        return "-" if v is None else printable(str(v))
     out.print(" ".join(f"{n:{w}}" for n, w in columns[:-1]) + " " + columns[-1][0], style="bold")
     for row in df.iter_rows(named=True):
         out.print(" ".join(f"{cell(row[n])[:w]:{w}}" for n, w in columns[:-1]) + " " + cell(row[columns[-1][0]]),

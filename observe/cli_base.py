@@ -8,7 +8,9 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.text import Text
 
+from observe.printable import printable
 from observe.store import Store
 from queries.search import parse_time
 
@@ -17,8 +19,20 @@ app = typer.Typer(
     "The store is --store, else $OBSERVE_STORE, else ./observe-store.",
     no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
 )
-out = Console(emoji=False, highlight=False, soft_wrap=True)
-err = Console(stderr=True, emoji=False, highlight=False, soft_wrap=True)
+
+
+class SafeConsole(Console):
+    """A console that shows control characters escaped in every string it renders (print
+    arguments and table cells alike): log text reaches the terminal as text, never as commands
+    to it, whichever command or column shows it. Markup is still parsed after, so log text in
+    markup strings still needs rich.markup.escape."""
+
+    def render_str(self, text: str, **kwargs: object) -> Text:
+        return super().render_str(printable(text), **kwargs)
+
+
+out = SafeConsole(emoji=False, highlight=False, soft_wrap=True)
+err = SafeConsole(stderr=True, emoji=False, highlight=False, soft_wrap=True)
 
 StoreOpt = Annotated[Optional[str], typer.Option("--store", help="Store directory (default $OBSERVE_STORE or ./observe-store).")]
 

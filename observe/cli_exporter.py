@@ -11,6 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 from observe.cli_base import StoreOpt, _fail, _store, app, err
+from observe.exporter import MAX_SERIES
 from queries.search import parse_span
 
 exporter_app = typer.Typer(
@@ -26,14 +27,23 @@ OnceOpt = Annotated[bool, typer.Option("--once", help="Refresh once, print the e
 
 
 @exporter_app.command("central")
-def central_cmd(store: StoreOpt = None, listen: ListenOpt = ":9847", interval: IntervalOpt = "15s",
-                textfile: TextfileOpt = None, once: OnceOpt = False) -> None:
+def central_cmd(
+    store: StoreOpt = None, listen: ListenOpt = ":9847", interval: IntervalOpt = "15s",
+    textfile: TextfileOpt = None, once: OnceOpt = False,
+    max_series: Annotated[int, typer.Option(help="Most series of one per-node metric; the rest, and nodes Slurm does "
+                                            "not know, are shown as node=\"other\".", min=1)] = MAX_SERIES,
+) -> None:
     """Cluster-wide metrics from the store (run one, next to the store).
 
     Events by kind, node and severity, Xids by code, drains and refusals,
     open incidents, job failures by Slurm state and by explain's cause
     category, store size and ingest lag. Start-up counts the whole store
     once; after that each refresh reads only new segments.
+
+    Node labels are for the nodes `scontrol show node` lists (any valid
+    node name when Slurm cannot be asked from here), so made-up host names
+    in logs cannot swell Prometheus; observe_exporter_series_folded counts
+    what was shown as node="other".
 
     Example: observe exporter central --store /shared/observe --listen :9847
     """
@@ -44,7 +54,7 @@ def central_cmd(store: StoreOpt = None, listen: ListenOpt = ":9847", interval: I
     if not s.events.is_dir():
         _fail(f"{s.root}: no store here (no events/ directory); give --store or set $OBSERVE_STORE")
     err.print(f"reading {s.root} ...", highlight=False)
-    _run(StoreMetrics(s), serving, textfile, once)
+    _run(StoreMetrics(s, max_series=max_series), serving, textfile, once)
 
 
 @exporter_app.command("node")

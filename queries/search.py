@@ -36,8 +36,8 @@ def parse_time(text: str, now: datetime | None = None, tz: str = "UTC") -> datet
 
 
 def first_line(text: str | None) -> str:
-    """A message's first line, for one-line listings (a carriage return shown as ``\\r``, never obeyed)."""
-    return (text or "").split("\n", 1)[0].replace("\r", "\\r")
+    """A message's first line, for one-line listings (the consoles show its control characters escaped)."""
+    return (text or "").split("\n", 1)[0]
 
 
 def expand_nodes(expr: str) -> list[str]:

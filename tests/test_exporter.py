@@ -31,7 +31,7 @@ need_promtool = pytest.mark.skipif(PROMTOOL is None and not os.environ.get("CI")
 def kernel(store: Store, node: str, text: str, booted_s: float = 1060.0) -> None:
     """Write dmesg lines (``[uptime] ...``) of ``node``, which booted ``booted_s`` seconds ago."""
     boot = datetime.now(timezone.utc) - timedelta(seconds=booted_s)
-    store.write(parse_bytes(text.encode(), "kernel", Context(node=node, boot_time=boot)))
+    store.write(parse_bytes(text.encode(), "kernel", Context(node=node, boot_time=boot, route="kmsg")))
 
 
 def xid(code: int, text: str = "GPU has fallen off the bus.") -> str:

@@ -6,12 +6,19 @@ period), it counts the whole store again and says so in ``observe_exporter_resca
 
 Counters count events since the exporter started reading the store (all of it at start-up), so
 they are Prometheus counters: a restart is a reset, which ``rate`` and ``increase`` handle.
+
+Node names come from log lines that users of the nodes write, so a job printing 20,000 made-up
+host names must not make 20,000 series: per-node metrics label only the nodes Slurm knows (any
+valid node name while Slurm cannot be asked), at most ``max_series`` series per metric, and fold
+the rest into node="other" (``observe_exporter_series_folded`` says how many).
 """
 from __future__ import annotations
 
+import math
+import operator
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -20,9 +27,11 @@ import polars as pl
 import pyarrow.parquet as pq
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from observe.exporter import MAX_SERIES
+from observe.health import slurm
 from observe.health.drain import KINDS as DRAIN_KINDS
 from observe.schema import FIELDS, POLARS_SCHEMA, SEVERITIES
-from observe.store import Store, replaced_by
+from observe.store import Store, replaced_by, scan_segments
 from queries import jobs
 from queries.causes import CATEGORIES, load_causes
 from queries.explain import ExplainError, explain
@@ -40,6 +49,16 @@ SETTLE = timedelta(minutes=2)
 EXPLAIN_BUDGET_S = 5.0  # per refresh; the rest wait for the next one
 EXPLAIN_HISTORY = timedelta(hours=1)  # when counting starts, failures this recent are explained too
 COLUMNS = [f for f in FIELDS if f not in ("raw",)]  # what the special rows keep (no raw text)
+OTHER = "other"  # the node label of what was folded
+NODES_TTL_S = 300.0  # how often Slurm's node list is read again
+
+
+def slurm_nodes() -> set[str] | None:
+    """The nodes Slurm knows; None when it cannot be asked (no scontrol here, slurmctld down)."""
+    try:
+        return {n.name for n in slurm.nodes()}
+    except slurm.SlurmError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -54,9 +73,14 @@ class Segment:
 class StoreMetrics:
     """Counts over a store, refreshed incrementally by :meth:`refresh`, rendered by :meth:`collect`."""
 
-    def __init__(self, store: Store, clock=time.time):
+    def __init__(self, store: Store, clock=time.time, max_series: int = MAX_SERIES,
+                 known_nodes: Callable[[], set[str] | None] = slurm_nodes):
         self.store = store
         self.clock = clock
+        self.max_series = max_series
+        self.known_nodes = known_nodes
+        self.known: set[str] | None = None  # Slurm's nodes when last asked successfully
+        self.known_at = -math.inf
         self.fault_kinds = load_causes().kinds()
         # kinds read whatever their age; fault kinds only within WINDOW (for open incidents)
         self.always = [*DRAIN_KINDS, *jobs.RUN_KINDS, *REQUEUE_KINDS, "gpu_xid", "health_check"]
@@ -92,6 +116,9 @@ class StoreMetrics:
     def refresh(self) -> int:
         """Read what is new in the store; returns the segments read. After a failure (a file gone
         mid-read) the next refresh counts the whole store again: nothing is half counted."""
+        if time.monotonic() - self.known_at >= NODES_TTL_S:
+            self.known = self.known_nodes() or self.known  # Slurm not answering: the last list it gave
+            self.known_at = time.monotonic()
         if self.dirty:
             self.rescans += 1
             self._reset()
@@ -159,7 +186,7 @@ class StoreMetrics:
         return to_count
 
     def _count(self, files: list[Path]) -> None:
-        lf = pl.scan_parquet([str(f) for f in files], hive_partitioning=False)
+        lf = scan_segments(files)
         groups = (lf.group_by("source", "node", "kind", "severity")
                   .agg(pl.len().alias("n"), pl.col("ts").max().alias("last"))
                   .collect(engine="streaming"))
@@ -240,29 +267,62 @@ class StoreMetrics:
                      current.group_by("category").agg(pl.len(), pl.col("nodes").sum()).iter_rows(named=True)}
 
     # -- rendering ------------------------------------------------------------------------------
+    def _fold(self, values: dict[tuple, float],
+              combine: Callable[[float, float], float]) -> tuple[dict[tuple, float], int]:
+        """``values`` (keyed by node first): the series of each node that may have a label of its own
+        while they fit in ``max_series``, first seen first (which nodes have one stays stable as nodes
+        come), every other series merged by ``combine`` into node OTHER; and how many were merged."""
+        by_node: dict[str, list[tuple]] = defaultdict(list)
+        for key in values:
+            by_node[key[0]].append(key)
+        kept: dict[tuple, float] = {}
+        room, folded = self.max_series, 0
+        for node, keys in by_node.items():
+            if len(keys) <= room and self._nameable(node):
+                room -= len(keys)
+                kept.update((k, values[k]) for k in keys)
+                continue
+            folded += len(keys)
+            for k in keys:
+                other = (OTHER, *k[1:])
+                kept[other] = combine(kept[other], values[k]) if other in kept else values[k]
+        return kept, folded
+
+    def _nameable(self, node: str) -> bool:
+        """A node Slurm knows; while Slurm cannot be asked, any valid node name (the cap still holds)."""
+        return node in self.known if self.known is not None else bool(slurm.NODE_NAME.match(node))
+
     def collect(self) -> Iterator[Metric]:
         """The metric families (prometheus_client's collector protocol)."""
+        folded: dict[tuple, int] = {}
+
+        def per_node(cls, name: str, doc: str, labels: tuple[str, ...], values: dict) -> Metric:
+            """A family labelled by node first, folded (counters summed, gauges their largest)."""
+            kept, folded[(name,)] = self._fold(values, operator.add if cls is CounterMetricFamily else max)
+            return family(cls, name, doc, labels, kept)
+
         yield family(CounterMetricFamily, "observe_events", "Events in the store, by source, kind and severity.",
                       ("source", "kind", "severity"), self.events)
-        yield family(CounterMetricFamily, "observe_node_events",
-                      "Events of severity warning or worse per node and kind (log and unparsed lines left out).",
-                      ("node", "kind", "severity"), self.node_events)
-        yield family(CounterMetricFamily, "observe_gpu_xid",
-                      "GPU Xid events per node and code; action is the Xid catalog's (drain_node, reset_gpu, ...).",
-                      ("node", "code", "action"), self.xids)
-        yield family(GaugeMetricFamily, "observe_gpu_xid_last_timestamp_seconds",
-                      "Time of the newest Xid of each node, code and action (alerts: a fatal one in the last minutes).",
-                      ("node", "code", "action"), self.last["xid"])
-        yield family(CounterMetricFamily, "observe_drain_decisions",
-                      "Drain-ledger decisions per node: node_drain, node_drain_refused, node_resume, "
-                      "node_resume_refused, drain_budget_exhausted (dry runs left out).",
-                      ("node", "decision"), self.decisions)
-        yield family(GaugeMetricFamily, "observe_drain_decision_last_timestamp_seconds",
-                      "Time of the newest drain-ledger decision of each kind per node.",
-                      ("node", "decision"), self.last["decision"])
-        yield family(GaugeMetricFamily, "observe_node_drained",
-                      "1 while observe's ledger says the node is drained (its last drain not yet followed by a resume).",
-                      ("node",), {(n,): int(d) for n, (_, d) in self.drained.items()})
+        yield per_node(CounterMetricFamily, "observe_node_events",
+                        "Events of severity warning or worse per node and kind (log and unparsed lines left out).",
+                        ("node", "kind", "severity"), self.node_events)
+        yield per_node(CounterMetricFamily, "observe_gpu_xid",
+                        "GPU Xid events per node and code; action is the Xid catalog's (drain_node, reset_gpu, ...).",
+                        ("node", "code", "action"), self.xids)
+        yield per_node(GaugeMetricFamily, "observe_gpu_xid_last_timestamp_seconds",
+                        "Time of the newest Xid of each node, code and action (alerts: a fatal one in the last minutes).",
+                        ("node", "code", "action"), self.last["xid"])
+        yield per_node(CounterMetricFamily, "observe_drain_decisions",
+                        "Drain-ledger decisions per node: node_drain, node_drain_refused, node_resume, "
+                        "node_resume_refused, drain_budget_exhausted (dry runs left out).",
+                        ("node", "decision"), self.decisions)
+        yield per_node(GaugeMetricFamily, "observe_drain_decision_last_timestamp_seconds",
+                        "Time of the newest drain-ledger decision of each kind per node.",
+                        ("node", "decision"), self.last["decision"])
+        yield per_node(GaugeMetricFamily, "observe_node_drained",
+                        "1 while observe's ledger says the node is drained (its last drain not yet followed by a "
+                        f"resume); for node {OTHER!r}, while one of them is.",
+                        ("node",), {(n,): int(d) for n, (_, d) in self.drained.items()})
         tripped, reset = (max((t for (_, d), t in self.last["decision"].items() if d == mark), default=0.0)
                           for mark in ("drain_budget_exhausted", "drain_breaker_reset"))
         yield family(GaugeMetricFamily, "observe_drain_breaker_open",
@@ -286,8 +346,8 @@ class StoreMetrics:
         yield family(GaugeMetricFamily, "observe_incident_nodes",
                       "Nodes hit by the open incidents of a category (the blast radius).",
                       ("category",), {(c,): self.open.get(c, (0, 0))[1] for c in CATEGORIES})
-        yield family(GaugeMetricFamily, "observe_node_last_event_timestamp_seconds",
-                      "Time of the newest event from each node.", ("node",), {(n,): t for n, t in self.node_last.items()})
+        yield per_node(GaugeMetricFamily, "observe_node_last_event_timestamp_seconds",
+                        "Time of the newest event from each node.", ("node",), {(n,): t for n, t in self.node_last.items()})
         per_source: dict[str, list[Segment]] = defaultdict(list)
         for directory, segs in self.files.items():
             per_source[self.source_of[directory]] += segs.values()
@@ -311,6 +371,10 @@ class StoreMetrics:
         yield family(CounterMetricFamily, "observe_exporter_rescans",
                       "Times the whole store was counted again (a compaction replaced segments never read).",
                       (), {(): self.rescans})
+        yield family(GaugeMetricFamily, "observe_exporter_series_folded",
+                      f"Series of each per-node metric shown as node {OTHER!r}: nodes Slurm does not know (any valid "
+                      "node name while it cannot be asked) and nodes past the --max-series cap.",
+                      ("metric",), folded)
 
 
 class _Missed(Exception):

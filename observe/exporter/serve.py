@@ -19,6 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from observe.exporter.central import family
+from observe.printable import printable
 from observe.store import write_atomic
 
 TEXTFILE_NAME = "observe.prom"
@@ -49,7 +50,7 @@ class Exporter:
         except Exception as exc:  # the exporter keeps serving the last numbers; the error is counted
             self.errors += 1
             ok = False
-            print(f"observe exporter: refresh failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            print(printable(f"observe exporter: refresh failed: {type(exc).__name__}: {exc}"), file=sys.stderr, flush=True)
         self.refresh_seconds = time.monotonic() - started
         self.refreshed_at = time.time()
         body = generate_latest(self)  # type: ignore[arg-type]  (anything with collect() is a registry)
