@@ -52,6 +52,7 @@ class Syslog(Collector):
     name = "syslog"
     source = "syslog"
     priority = 10
+    relayed = True
     sniff = (
         r"^(?:\S+ \d{9,11} \d{4}\.\d\d\.\d\d \S+ )?(?:<\d{1,3}>)?\p{L}{3,5}\.? {1,2}\d{1,2} \d\d:\d\d:\d\d(?:\.\d{1,9})? |"
         r"^(?:<\d{1,3}>1? ?)?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d\S* \S+ [^\s:]+: |"

@@ -38,6 +38,10 @@ class Collector:
     whole_file: bool = False
     # Small files of this format may be parsed together (False when a file's header matters).
     batchable: bool = True
+    # A daemon writes these files for any local process that asks (syslog): what a line says of its
+    # sender (``kernel:``, ``slurmd[1]:``) is that process's claim, so a system file of this format
+    # is route ``syslog_file``, not ``system_file`` (observe/provenance.toml).
+    relayed: bool = False
 
     # A cheap regex every continuation line matches (a necessary condition), when ``continuation``
     # is costly: it is then evaluated on those lines only.

@@ -105,8 +105,8 @@ def finalize(df: pl.DataFrame, c: Collector, ctx: Context, file_id: str | None =
         short_host(pl.coalesce(pl.col("node"), given)).alias("node"),
         pl.coalesce(pl.col("job_id").cast(pl.String), job_hint).alias("job_id"),
         pl.coalesce(pl.col("source"), pl.lit(c.source)).alias("source"),
-        pl.coalesce(pl.col("route"), pl.lit(ctx.route, dtype=pl.String)).alias("route"),  # journald sets it per entry
-    )
+        pl.coalesce(pl.col("route"), pl.lit(provenance.input_route(ctx.route, c.relayed), dtype=pl.String)).alias("route"),
+    )  # journald's entries have their own route
     if provenance.user_written(ctx.route):  # the node a user's text names is only a claim (attrs.claimed_node)
         claim = pl.when(pl.col("node") != given.fill_null("")).then(pl.col("node"))
         df = df.with_columns(given.alias("node"), rules.merge_attrs(pl.col("attrs"), rules.attrs_json([("claimed_node", claim)])).alias("attrs"))

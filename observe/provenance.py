@@ -81,6 +81,12 @@ def path_route(path: str, job: str | None) -> str:
     return "operator" if system_account(st.st_uid) else "user_file"  # a pipe the operator made, or a user's FIFO
 
 
+def input_route(route: str | None, relayed: bool) -> str | None:
+    """The route of an input's lines: a system file that a syslog daemon writes for every local
+    process (``relayed``) is ``syslog_file``: its lines say who sent them, no one vouches for it."""
+    return "syslog_file" if relayed and route == "system_file" else route
+
+
 def user_written(route: str | None) -> bool:
     """Whether an input's text is a user's: its lines claim nothing about other nodes or sources."""
     return route in ("user_file", "job_output")

@@ -65,12 +65,27 @@ def test_a_file_a_user_owns_is_read_as_job_output(tmp_path: Path) -> None:
 
 
 def test_a_root_owned_kernel_log_is_trusted(tmp_path: Path) -> None:
-    """The control: the same lines in a system file are gpu042's kernel Xids."""
+    """The control: the same lines in a system file named a kernel log are gpu042's kernel Xids."""
     now = datetime.now(timezone.utc).replace(microsecond=0)
-    df = _ingest(tmp_path, "kern.log", _xid_line(now - timedelta(minutes=5)))
+    df = _ingest(tmp_path, "kern.log", _xid_line(now - timedelta(minutes=5)), source="kernel")
     row = df.row(0, named=True)
     assert (row["route"], row["source"], row["kind"], row["code"], row["node"]) == (
         "system_file", "kernel", "gpu_xid", 79, "gpu042")
+
+
+def test_a_syslog_file_vouches_for_no_sender(tmp_path: Path) -> None:
+    """/var/log/syslog holds what any local process sent (``logger -t kernel``): read as syslog, its
+    kernel lines are still typed, for explain and queries, but they drive nothing."""
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    t = now - timedelta(minutes=5)
+    text = (f"{_stamp(t)} gpu042 CRON[311]: (root) CMD (run-parts /etc/cron.hourly)\n"
+            f"{_stamp(t)} gpu042 sshd[977]: Accepted publickey for alice from 10.0.0.1 port 50000 ssh2\n"
+            + _xid_line(t))
+    df = _ingest(tmp_path, "syslog", text).filter(pl.col("source") == "kernel")
+    row = df.row(0, named=True)
+    assert (row["route"], row["kind"], row["node"]) == ("syslog_file", "gpu_xid", "gpu042")
+    assert faults.decide(df.drop("header", strict=False).pipe(conform).lazy(), policy.load()["faults"],
+                         now + timedelta(minutes=1)).height == 0
 
 
 def test_a_future_stamp_is_clamped_and_set_healthy_ends_its_fault(tmp_path: Path) -> None:
@@ -79,7 +94,7 @@ def test_a_future_stamp_is_clamped_and_set_healthy_ends_its_fault(tmp_path: Path
     now = datetime.now(timezone.utc)
     future = datetime(now.year + 1, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
     text = f"{future:%Y-%m-%dT%H:%M:%S}.000000+00:00 gpu042 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n"
-    df = _ingest(tmp_path, "kern.log", text)
+    df = _ingest(tmp_path, "kern.log", text, source="kernel")
     row = df.row(0, named=True)
     assert row["kind"] == "gpu_xid" and row["ts"] <= datetime.now(timezone.utc)
     assert provenance_claim(row) == f"{future:%Y-%m-%dT%H:%M:%S}.000000Z"
@@ -108,3 +123,17 @@ def provenance_claim(row: dict) -> str | None:
 def test_file_route(uid: int, gid: int, mode: int, job: str | None, route: str) -> None:
     st = os.stat_result((0o100000 | mode, 0, 0, 1, uid, gid, 0, 0, 0, 0))
     assert provenance.file_route(st, job) == route
+
+
+def test_segments_from_before_routes_read_with_no_route(tmp_path: Path) -> None:
+    """A store written before routes were kept still reads, beside new segments; its events have no
+    route, so they drive nothing."""
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    df = _ingest(tmp_path, "kern.log", _xid_line(now - timedelta(minutes=5)), source="kernel")
+    (seg,) = Store(tmp_path / "store").files()
+    old = seg.with_name("old-" + seg.name)
+    pl.read_parquet(seg).drop("route").with_columns(pl.col("offset") + 1).write_parquet(old)
+    both = Store(tmp_path / "store").scan().collect().sort("offset")
+    assert both.get_column("route").to_list() == ["system_file", None]
+    assert both.select(provenance.trusted()).to_series().to_list() == [True, False]
+    assert df.height == 1

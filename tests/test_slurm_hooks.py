@@ -327,7 +327,7 @@ def test_drill_inject_drain_reset_recheck_return_then_the_ladder(fresh, tmp_path
     assert len(reports) == 3  # one per drain, collected before the remedy
     got = _wait(lambda: Path(reports[0]).exists() and gzip.decompress(Path(reports[0]).read_bytes()).decode())
     assert got.startswith("--safe-mode --output-file ") and "nvidia-bug-report-node2-" in got
-    assert _observe("ingest", str(klog), "--store", str(store), "--node", "node2").returncode == 0  # as the collector would
+    assert _observe("ingest", str(klog), "--store", str(store), "--node", "node2", "--source", "kernel").returncode == 0  # as the collector would
     faults = _observe("health", "faults", "--all", "--format", "json", "--store", str(store))
     rows = [json.loads(line) for line in faults.stdout.splitlines()]
     assert [(r["remedy"], r["open"]) for r in rows if r["node"] == "node2"] == [("reset", False), ("reboot", False),
@@ -474,7 +474,7 @@ def test_epilog_drains_the_node_explain_blames(fresh, tmp_path: Path) -> None:
                     f"[{stamp(60, '%Y-%m-%dT%H:%M:%S.100')}] _job_complete: JobId=9001 WEXITSTATUS 1\n"
                     f"[{stamp(60, '%Y-%m-%dT%H:%M:%S.101')}] _job_complete: JobId=9001 done\n")
     kern.write_text(XID.format(ts=stamp(120, "%Y-%m-%dT%H:%M:%S.123456+00:00"), node="node2", name="python"))
-    for path, extra in ((ctld, ["--node", "ctl"]), (kern, [])):
+    for path, extra in ((ctld, ["--node", "ctl"]), (kern, ["--source", "kernel"])):  # a kernel log named as such
         assert _observe("ingest", str(path), "--store", str(store), *extra).returncode == 0
     policy = tmp_path / "policy.toml"
     policy.write_text(site["policy"].read_text().replace('[epilog]\nchecks = ["xid_history"]', "[epilog]\nchecks = []"))
