@@ -23,7 +23,7 @@ from observe.printable import printable
 from observe.reader import input_files
 from observe.schema import DESCRIPTIONS, FIELDS
 from observe.timeparse import zone as tz_zone
-from observe.store import Store, StoreBusy
+from observe.store import Store, StoreBusy, UnsafeStore
 from queries.search import expand_nodes, first_line, parse_span, parse_time, search
 
 def _summary(s: Summary) -> None:
@@ -471,6 +471,9 @@ def main() -> None:
     """Console-script entry point; an unexpected error is one line (OBSERVE_DEBUG=1 shows the traceback)."""
     try:
         app()
+    except UnsafeStore as exc:  # found where a command meets it (a link planted inside the store): refused
+        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        sys.exit(2)
     except Exception as exc:  # a bug, not bad input: say so in one line and exit non-zero
         if os.environ.get("OBSERVE_DEBUG"):
             raise

@@ -127,9 +127,11 @@ def write_index(store: Store) -> int:
     """
     table = runs(store.scan(sources=["slurm"]).filter(pl.col("kind").is_in(RUN_KINDS)))
     path = index_path(store)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    store.make_dirs(path.parent)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    table.write_parquet(tmp)
+    tmp.unlink(missing_ok=True)  # a crash's leftover, or a planted link: removed, not followed
+    with store.create(tmp) as f:
+        table.write_parquet(f)
     os.replace(tmp, path)
     return table.height
 

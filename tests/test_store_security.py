@@ -141,6 +141,10 @@ def test_a_lock_file_planted_as_a_symlink_is_not_followed(tmp_path: Path, target
         assert victim.read_text() == "root's\n" and stat.S_IMODE(victim.stat().st_mode) == 0o600
     else:
         assert not victim.exists()
+    done = subprocess.run([sys.executable, "-m", "observe.cli", "compact", "--store", str(store.root)],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.startswith("error:") and "symlink" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and not done.stdout.count("Traceback")
 
 
 def test_planted_symlinks_are_not_read_by_queries(tmp_path: Path) -> None:
