@@ -25,12 +25,12 @@ from observe.collector import Collector, Context
 from observe.ingest import (InputError, ParseInput, choose, job_from_name, joined_records, last_record_start,
                             parse_unit, sample_of)
 from observe.reader import peek_head
-from observe.rules import read_toml, to_json
+from observe.rules import merge_attrs, read_toml, to_json
 from observe.schema import POLARS_SCHEMA
 from observe.ship import Destination, batch_of, ship, spool_files
 from observe.store import Store, buffered_parts, write_atomic
 from observe.streams import Command, Journal, Kmsg, Read
-from observe.tail import FORGET_AFTER_S, Checkpoint, Finder, Found, Positions, complete, is_idle, read_new
+from observe.tail import FORGET_AFTER_S, Checkpoint, Finder, Found, Positions, complete, is_idle, long_line, read_new
 
 UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 SIZES = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
@@ -74,6 +74,7 @@ class Config:
     flush_interval_s: float = 5.0
     partial_timeout_s: float = 5.0
     max_batch_bytes: int = 64 << 20
+    max_record_bytes: int = 1 << 20
     spool_max_bytes: int = 2 << 30
     stats_interval_s: float = 60.0
 
@@ -84,7 +85,7 @@ class Config:
 
     @classmethod
     def from_dict(cls, doc: dict, where: str = "config") -> Config:
-        known = {"spool", "store", "input", "node", "flush_interval", "partial_timeout", "max_batch",
+        known = {"spool", "store", "input", "node", "flush_interval", "partial_timeout", "max_batch", "max_record",
                  "spool_max", "stats_interval"}
         unknown = set(doc) - known
         if unknown:
@@ -98,7 +99,7 @@ class Config:
         opts = {}
         for key, name, parse in (("flush_interval", "flush_interval_s", seconds), ("partial_timeout", "partial_timeout_s", seconds),
                                  ("stats_interval", "stats_interval_s", seconds), ("max_batch", "max_batch_bytes", size),
-                                 ("spool_max", "spool_max_bytes", size)):
+                                 ("max_record", "max_record_bytes", size), ("spool_max", "spool_max_bytes", size)):
             if key in doc:
                 try:
                     opts[name] = parse(doc[key])
@@ -106,6 +107,10 @@ class Config:
                     raise ConfigError(f"{where}: {key}: {exc}") from None
         if "node" in doc:
             opts["node"] = str(doc["node"])
+        batch = opts.get("max_batch_bytes", cls.max_batch_bytes)
+        record = opts.setdefault("max_record_bytes", min(cls.max_record_bytes, batch // 2))  # a small batch: half of it
+        if not 0 < record < batch:
+            raise ConfigError(f"{where}: max_record ({record} bytes) must be above 0 and below max_batch ({batch} bytes)")
         return cls(spool=Path(doc["spool"]), store=doc["store"], inputs=tuple(inputs), **opts)
 
 
@@ -192,9 +197,18 @@ class Counters:
     dropped_records: int = 0
     dropped_bytes: int = 0
     source_lost: int = 0  # records a source overwrote before they were read (kmsg ring buffer)
+    truncated_records: int = 0  # lines longer than max_record, stored cut
+    refused_files: int = 0  # files not opened: a link or FIFO where a log was (each path once)
     command_failures: int = 0
     last_error: str = ""
     updated: float = 0.0
+
+
+def _truncated(cut: set[str]) -> pl.Expr:
+    """``attrs`` with ``"truncated": true`` added where a row's ``file_id@offset`` is in ``cut``."""
+    hit = pl.concat_str([pl.col("file_id"), pl.col("offset").cast(pl.String)], separator="@").is_in(list(cut))
+    attrs = pl.col("attrs")
+    return pl.when(hit).then(merge_attrs(attrs, pl.lit('{"truncated":true}'))).otherwise(attrs).alias("attrs")
 
 
 def _where(cp: Checkpoint | None) -> tuple | None:
@@ -230,11 +244,14 @@ class NodeCollector:
         self.positions_path = config.spool / "positions.json"
         self.stats_path = config.spool / "stats.json"
         self.dest = Destination.from_url(config.store)
-        self.finders = {spec.path: Finder(spec.path, config.node, lambda p, spec=spec: spec.job or job_from_name(p))
+        self.finders = {spec.path: Finder(spec.path, config.node, lambda p, spec=spec: spec.job or job_from_name(p),
+                                          self._refused)
                         for spec in config.inputs if spec.type == "file"}
         self.streams = {spec.key: _stream(spec, config.node) for spec in config.inputs if spec.type != "file"}
         self.kinds: dict[str, Collector] = {}
         self.counters = Counters()
+        self.refused: set[str] = set()
+        self.waiting: set[str] = set()  # files the byte budget left unread last cycle: read first
         self.stop = False
         self.once = False
         self.last_stats = 0.0
@@ -253,42 +270,64 @@ class NodeCollector:
 
     # -- one cycle -------------------------------------------------------------------------------
     def cycle(self) -> bool:
-        """Read, parse, spool and commit what is new; True when the byte budget left some unread."""
+        """Read, parse, spool and commit what is new; True when the byte budget left some unread.
+
+        Every input with something new gets a fair share of the cycle's budget (and at least a
+        record's worth), so that one busy input cannot starve the others; inputs the budget did
+        not reach are read first next cycle."""
         now = time.time()
-        budget = self.config.max_batch_bytes
-        groups: dict[tuple[str, str], list[tuple[Found, int, bytes, int, InputSpec]]] = {}
-        streamed: list[tuple[InputSpec, Read]] = []
         touched: dict[str, Checkpoint] = {}
-        lag = 0
-        more = False
+        pending: list[tuple[InputSpec, Found, Checkpoint | None]] = []
         for spec in self.config.inputs:
             if spec.type != "file":
-                if budget > 0:
-                    budget -= self._read_stream(spec, touched, streamed, now)
                 continue
             known = [cp for cp in self.positions.checkpoints.values() if cp.input == spec.path]
             for found in self.finders[spec.path].find(known).values():
                 cp = self.positions.checkpoints.get(found.file_id)
                 touched[found.file_id] = Checkpoint(found.file_id, spec.path, found.path, found.dev, found.ino,
                                                     cp.offset if cp else 0, now)
-                if budget <= 0:
-                    more = more or found.size > (cp.offset if cp else 0)
-                    continue
-                c = self._collector(spec, found)
-                start, data = read_new(found, cp, budget) if c is not None else (0, b"")
-                if not data:
-                    continue
-                body, used = self._records(c, data, is_idle(found, self.config.partial_timeout_s, now)
-                                           and start + len(data) >= found.size)
-                budget -= len(data)
-                more = more or start + len(data) < found.size
-                lag += found.size - start - used
-                if body:
-                    groups.setdefault((c.name, spec.tz), []).append((found, start, body, used, spec))
-                touched[found.file_id].offset = start + used
+                if found.size != touched[found.file_id].offset:
+                    pending.append((spec, found, cp))
+        pending.sort(key=lambda read: read[1].file_id not in self.waiting)
+        streams = [spec for spec in self.config.inputs if spec.type != "file"]
+        budget = self.config.max_batch_bytes
+        share = max(budget // max(len(streams) + len(pending), 1), self.config.max_record_bytes + 1)
+        streamed: list[tuple[InputSpec, Read]] = []
+        for spec in streams:
+            if budget > 0:
+                budget -= self._read_stream(spec, touched, streamed, now, min(share, budget))
+        groups: dict[tuple[str, str, str], list[tuple[Found, int, bytes, int, InputSpec]]] = {}
+        cut: set[str] = set()  # file_id@offset of lines stored cut
+        lag = 0
+        more = False
+        self.waiting = set()
+        for spec, found, cp in pending:
+            cap = min(share, budget)
+            if cap <= 0:
+                self.waiting.add(found.file_id)
+                more = True
+                continue
+            c = self._collector(spec, found)
+            start, data = read_new(found, cp, cap) if c is not None else (0, b"")
+            if not data:
+                continue
+            if cap < share and start + len(data) < found.size:
+                self.waiting.add(found.file_id)
+            pieces, cut_here = self._records(c, data, is_idle(found, self.config.partial_timeout_s, now)
+                                             and start + len(data) >= found.size)
+            used = sum(n for _, _, n in pieces)
+            budget -= len(data)
+            more = more or cut_here or start + len(data) < found.size
+            lag += found.size - start - used
+            for at, body, n in pieces:
+                groups.setdefault((c.name, spec.tz, found.route), []).append((found, start + at, body, n, spec))
+            if cut_here:
+                cut.update(f"{found.file_id}@{start + at}" for at, _, _ in pieces)
+                self.counters.truncated_records += len(pieces)
+            touched[found.file_id].offset = start + used
         batch = self.positions.batch + 1
-        for (name, tz), reads in groups.items():
-            self._spool(registry.get(name), tz, reads, batch, now)
+        for (name, tz, route), reads in groups.items():
+            self._spool(registry.get(name), Context(tz=tz, route=route), reads, batch, now, cut)
         for spec, read in streamed:
             self._spool_stream(spec, read, batch, now)
         wrote = bool(groups) or any(read.records.height for _, read in streamed)
@@ -308,6 +347,14 @@ class NodeCollector:
         self.counters.lag_bytes = lag
         return more
 
+    def _refused(self, path: str, why: str) -> None:
+        """A file found but not opened (a link or FIFO where a log was): counted and told once."""
+        if path not in self.refused:
+            self.refused.add(path)
+            self.counters.refused_files += 1
+            self.counters.last_error = f"{path}: {why}"
+            print(f"observe collect: {path}: {why}; skipped", file=sys.stderr, flush=True)
+
     def _collector(self, spec: InputSpec, found: Found) -> Collector | None:
         """The input's collector: configured, or detected once from the file's first lines (None,
         with a warning, when the format cannot be told: the file stays unread)."""
@@ -315,7 +362,7 @@ class NodeCollector:
             return registry.get(spec.source)
         if found.file_id not in self.kinds:
             try:
-                c = choose("auto", sample_of(peek_head(found.path)), found.path)
+                c = choose("auto", sample_of(peek_head(found.path)), found.path, found.route)
                 if c.whole_file:
                     raise InputError(f"{found.path}: {c.name} documents are not followed line by line")
             except (InputError, OSError) as exc:
@@ -325,25 +372,37 @@ class NodeCollector:
             self.kinds[found.file_id] = c
         return self.kinds[found.file_id]
 
-    @staticmethod
-    def _records(c: Collector, data: bytes, idle: bool) -> tuple[bytes, int]:
-        """Complete records of ``data``: complete lines, less the last record while the file is
-        still being written and that record may go on (multi-line formats)."""
+    def _records(self, c: Collector, data: bytes, idle: bool) -> tuple[list[tuple[int, bytes, int]], bool]:
+        """Complete records of ``data`` as (position, bytes, bytes of ``data`` taken) pieces, and
+        whether they are a long line's pieces. Complete lines, less the last record while the file is
+        still being written and that record may go on (multi-line formats); but a line longer than
+        ``max_record`` is cut into records of that size: a line that never ends would otherwise be
+        read again every cycle, and its file never get past it."""
+        limit = self.config.max_record_bytes
+        at = long_line(data, limit)
+        if at == 0:
+            end = data.find(b"\n")
+            end = len(data) if end < 0 else end
+            return [(pos, data[pos:pos + limit] + b"\n", limit) for pos in range(0, end - limit, limit)], True
+        if at > 0:  # the records before a long line are complete: it is a record of its own
+            data, idle = data[:at], True
         body, used = complete(data, idle)
-        if idle or not body:
-            return body, used
-        cut = last_record_start(body, len(body), c, window=len(body)) or 0
-        return body[:cut], cut
+        if body and not idle:
+            used = last_record_start(body, len(body), c, window=len(body)) or 0
+            body = body[:used]
+        return [(0, body, used)] if body else [], False
 
-    def _read_stream(self, spec: InputSpec, touched: dict[str, Checkpoint], streamed: list, now: float) -> int:
-        """Read a kmsg, journald or command input; note its new position; the bytes it took."""
+    def _read_stream(self, spec: InputSpec, touched: dict[str, Checkpoint], streamed: list, now: float,
+                     budget: int) -> int:
+        """Read up to about ``budget`` bytes of a kmsg, journald or command input; note its new
+        position; the bytes it took."""
         stream = self.streams[spec.key]
         key = stream.key
         cp = self.positions.checkpoints.get(key)
         touched[key] = Checkpoint(key, spec.key, spec.path or spec.command[0], 0, 0, cp.offset if cp else 0, now,
                                   cp.cursor if cp else "")
         try:
-            read = stream.read(cp, self.config.max_batch_bytes, now, follow=not self.once)
+            read = stream.read(cp, budget, now, follow=not self.once)
         except (OSError, subprocess.SubprocessError) as exc:
             self.counters.last_error = f"{spec.key}: {getattr(exc, 'strerror', None) or exc}"
             print(f"observe collect: {self.counters.last_error}", file=sys.stderr, flush=True)
@@ -361,24 +420,27 @@ class NodeCollector:
         streamed.append((spec, read))
         return read.bytes
 
-    def _spool(self, c: Collector, tz: str, reads: list, batch: int, now: float) -> None:
+    def _spool(self, c: Collector, hints: Context, reads: list, batch: int, now: float, cut: set[str]) -> None:
         recs = joined_records([body for _, _, body, _, _ in reads], c, [start for _, start, _, _, _ in reads])
         inputs = [ParseInput(found.file_id, spec.job or job_from_name(found.path)) for found, _, _, _, spec in reads]
-        self._parse_and_spool(recs, inputs, c, Context(tz=tz), batch, now, sum(used for _, _, _, used, _ in reads))
+        self._parse_and_spool(recs, inputs, c, hints, batch, now, sum(used for _, _, _, used, _ in reads), cut)
 
     def _spool_stream(self, spec: InputSpec, read: Read, batch: int, now: float) -> None:
         if read.records.height:
-            c = self.streams[spec.key].collector
-            self._parse_and_spool(read.records, [ParseInput(read.file_id, spec.job)], c,
-                                  Context(tz=spec.tz, header=read.header), batch, now, read.bytes)
+            stream = self.streams[spec.key]
+            self._parse_and_spool(read.records, [ParseInput(read.file_id, spec.job)], stream.collector,
+                                  Context(tz=spec.tz, header=read.header, route=stream.route), batch, now, read.bytes)
 
     def _parse_and_spool(self, recs: pl.DataFrame, inputs: list[ParseInput], c: Collector, hints: Context, batch: int,
-                         now: float, nbytes: int) -> None:
-        """Parse records with this node's context plus ``hints`` (tz, header), spool them, count them."""
+                         now: float, nbytes: int, cut: set[str] = frozenset()) -> None:
+        """Parse records with this node's context plus ``hints`` (tz, header, route), spool them, count them;
+        the records at ``cut`` (``file_id@offset``) get ``"truncated": true`` in their attrs."""
         ctx = replace(hints, node=self.config.node, boot_time=self.boot if c.source == "kernel" else None,
                       reference_time=datetime.fromtimestamp(now, timezone.utc))
         parsed = parse_unit(recs, inputs, c, ctx)
         for (source, day), part in parsed.parts.items():
+            if cut:
+                part = part.with_columns(_truncated(cut))
             self.spool.write_partition(source, day, part, tag=f"b{batch:010d}")
         self.counters.lines += recs.height + parsed.blank
         self.counters.bytes += nbytes

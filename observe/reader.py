@@ -1,12 +1,15 @@
 """Byte streams to line frames (``raw``, ``offset``) in bounded chunks, without a Python loop per line."""
 from __future__ import annotations
 
+import errno
+import fnmatch
 import glob
 import gzip
 import hashlib
 import io
 import os
 import re
+import select
 import stat
 import sys
 import threading
@@ -133,12 +136,71 @@ def is_stream(path: str) -> bool:
         return False  # opening it says what is wrong
 
 
+class Refused(OSError):
+    """A file not opened: a symbolic link or a FIFO that an untrusted user may have put in a log's place."""
+
+
+def trusted(st: os.stat_result) -> bool:
+    """Whether root or the user running observe owns a link or FIFO: one an untrusted user cannot have made."""
+    return st.st_uid in (0, os.geteuid())
+
+
+def followable(path: str) -> bool:
+    """Whether ``path`` is not a symbolic link, or one that :func:`trusted` made."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return not stat.S_ISLNK(st.st_mode) or trusted(st)
+
+
+def is_file(path: str) -> bool:
+    """Whether ``path`` is a regular file, reached through no link an untrusted user made."""
+    return os.path.isfile(path) and followable(path)
+
+
+def open_file(path: str, streams: bool = False) -> BinaryIO:
+    """Open ``path`` for reading safely where untrusted users write (job output, read by root).
+
+    A symbolic link is followed only when :func:`trusted` made it (O_NOFOLLOW first), so a user
+    cannot point a job's output at a root-only file; the file must be regular (checked on the open
+    descriptor, O_NONBLOCK: a FIFO swapped in never blocks the open), or with ``streams`` a trusted
+    FIFO, pipe or device, then waited on as a blocking open would. Raises :class:`Refused`.
+    O_NOFOLLOW guards the last path component only: the directories above it are as safe as
+    whoever may write to them.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        st = os.lstat(path)
+        if stat.S_ISLNK(st.st_mode) and not trusted(st):
+            raise Refused(errno.ELOOP, f"a symbolic link of uid {st.st_uid}, not followed", path) from None
+        fd = os.open(path, flags)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            if not (streams and trusted(st)):
+                raise Refused(errno.EINVAL, f"not a regular file (mode {stat.filemode(st.st_mode)}, uid {st.st_uid}), "
+                                            "not read", path)
+            poll = select.poll()  # a FIFO's reader waits for its writer
+            poll.register(fd, select.POLLIN)
+            poll.poll()
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def open_input(path: str) -> BinaryIO:
-    """Open a file (gzip by magic number) or ``-`` for stdin, as a binary stream."""
+    """Open a file (gzip by magic number; see :func:`open_file`) or ``-`` for stdin, as a binary stream."""
     if path == "-":  # peeked at, like a file: a gzip stream on stdin is read decompressed
         f = sys.stdin.buffer if hasattr(sys.stdin.buffer, "peek") else io.BufferedReader(sys.stdin.buffer)
     else:
-        f = open(path, "rb")
+        f = open_file(path, streams=True)
     if f.peek(2)[:2] == b"\x1f\x8b":
         return gzip.open(f)  # type: ignore[return-value]
     return f
@@ -177,19 +239,71 @@ def peek_head(path: str, size: int = 64 * 1024) -> bytes:
         return f.read(size)
 
 
-def _walk(top: str) -> list[str]:
-    """Every file under ``top``, sorted, through symbolic links to directories (``/var/log/slurm``
-    is often one), each directory once."""
-    seen: set[str] = set()
-    found: list[str] = []
+def _tree(top: str, hidden: bool = True) -> Iterator[tuple[str, list[str]]]:
+    """``top`` and every directory under it (``hidden`` ones too, or not) with its entries that are
+    not directories, each directory once (a link loop or a second way in is stopped). Links to
+    directories are followed (``/var/log/slurm`` is often one) only where :func:`trusted` made them:
+    a user's link must not lead root into a root-only tree."""
+    seen: set[tuple[int, int]] = set()
     for directory, subdirs, files in os.walk(top, followlinks=True):
-        real = os.path.realpath(directory)
-        if real in seen:  # a link loop, or a second way into the same directory
+        try:
+            st = os.stat(directory)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) in seen:
             subdirs.clear()
             continue
-        seen.add(real)
-        found.extend(os.path.join(directory, f) for f in files)
+        seen.add((st.st_dev, st.st_ino))
+        subdirs[:] = [d for d in subdirs if (hidden or not d.startswith(".")) and followable(os.path.join(directory, d))]
+        yield directory, files
+
+
+def _walk(top: str) -> list[str]:
+    """Every file under ``top``, sorted (see :func:`_tree`)."""
+    found = [os.path.join(directory, f) for directory, files in _tree(top) for f in files]
     return sorted(found, key=Path)  # by path parts, not characters
+
+
+def _names(directory: str, pattern: str) -> list[str]:
+    """Paths in ``directory`` whose name matches ``pattern`` (hidden ones only if it starts with a dot)."""
+    try:
+        names = os.listdir(directory or os.curdir)
+    except OSError:
+        return []
+    if not pattern.startswith("."):
+        names = [n for n in names if not n.startswith(".")]
+    return [os.path.join(directory, n) for n in fnmatch.filter(names, pattern)]
+
+
+def _below(top: str) -> Iterator[tuple[str, list[str]]]:
+    """What ``**`` matches: ``top`` and the directories under it, not hidden, named as glob names them."""
+    for directory, files in _tree(top or os.curdir, hidden=False):
+        yield (directory if top else "" if directory == os.curdir else os.path.relpath(directory)), files
+
+
+def find_files(pattern: str) -> list[str]:
+    """The regular files a glob matches (``**``: any depth), as ``glob.glob(recursive=True)`` finds
+    them, but past its leading fixed directories (the admin's) through no link an untrusted user
+    made (see :func:`_tree`), and through each directory once: glob follows every link, and a few
+    looping links make it list forever."""
+    parts = [p for i, p in enumerate(pattern.split(os.sep)) if p or i == 0]
+    fixed = next((i for i, p in enumerate(parts[:-1]) if glob.has_magic(p)), len(parts) - 1)
+    dirs = [os.sep.join(parts[:fixed]) or (os.sep if pattern.startswith(os.sep) else "")]
+    for part in parts[fixed:-1]:
+        if part == "**":
+            dirs = [d for top in dirs for d, _ in _below(top)]
+        elif glob.has_magic(part):
+            dirs = [d for top in dirs for d in _names(top, part) if os.path.isdir(d) and followable(d)]
+        else:
+            dirs = [d for top in dirs if os.path.isdir(d := os.path.join(top, part)) and followable(d)]
+    last = parts[-1]
+    if last == "**":
+        found = [os.path.join(d, f) for top in dirs for d, files in _below(top) for f in files if not f.startswith(".")]
+    elif glob.has_magic(last):
+        found = [f for top in dirs for f in _names(top, last)]
+    else:
+        found = [os.path.join(top, last) for top in dirs]
+    return sorted(f for f in dict.fromkeys(found) if is_file(f))
 
 
 def input_files(paths: list[str], skip: str | os.PathLike[str] | None = None,
@@ -203,7 +317,7 @@ def input_files(paths: list[str], skip: str | os.PathLike[str] | None = None,
     inside = tuple({os.path.join(os.path.abspath(skip), ""), os.path.join(os.path.realpath(skip), "")}) if skip else ()
 
     def wanted(f: str) -> bool:
-        return os.path.isfile(f) and not (inside and os.path.abspath(f).startswith(inside))
+        return not (inside and os.path.abspath(f).startswith(inside))
 
     out: list[str] = []
     for p in paths:
@@ -214,11 +328,11 @@ def input_files(paths: list[str], skip: str | os.PathLike[str] | None = None,
             continue
         path = Path(p)
         if path.is_dir():
-            out.extend(f for f in _walk(p) if not os.path.basename(f).startswith(".") and wanted(f))
+            out.extend(f for f in _walk(p) if not os.path.basename(f).startswith(".") and is_file(f) and wanted(f))
         elif path.exists():
             out.append(str(path))
         else:
-            matches = sorted(m for m in glob.glob(p, recursive=True) if wanted(m))
+            matches = [m for m in find_files(p) if wanted(m)]
             if not matches and missing is None:
                 raise FileNotFoundError(f"no such file: {p}")
             if not matches:

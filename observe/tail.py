@@ -6,17 +6,24 @@ node, job and log name, see :func:`observe.reader.fingerprint`), so a file renam
 ``observe ingest`` of it stores nothing twice. Device and inode are remembered to find a file
 again cheaply. Positions live in one JSON file written atomically (temp, fsync, rename); the
 caller commits them only after the segment holding the lines it read is durable.
+
+Files are found and opened as :mod:`observe.reader` does where untrusted users write (job output
+read by root): no link a user made is followed, only regular files are opened, and a file's
+identity is that of the descriptor read, never of a separate look at its path.
 """
 from __future__ import annotations
 
-import glob
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from observe.reader import FINGERPRINT_BYTES, fingerprint, log_name
+import numpy as np
+
+from observe import provenance
+from observe.reader import FINGERPRINT_BYTES, Refused, find_files, fingerprint, is_file, log_name, newlines, open_file
 from observe.store import write_atomic
 
 POSITIONS_VERSION = 1
@@ -68,7 +75,8 @@ class Positions:
 
 @dataclass(frozen=True)
 class Found:
-    """A file on disk that holds an input: where, which inode, how big, when last written."""
+    """A file on disk that holds an input: where, which inode, how big, when last written, and
+    whether users may write it (its route, :mod:`observe.provenance`)."""
 
     file_id: str
     path: str
@@ -76,18 +84,21 @@ class Found:
     ino: int
     size: int
     mtime: float
+    route: str = "user_file"
 
 
 class Finder:
     """Finds the files of an input's glob and, for inputs read before, their rotated names.
 
-    ``job`` gives the job hint of a path (Slurm output files carry the job id in their name).
+    ``job_of`` gives the job hint of a path (Slurm output files carry the job id in their name);
+    ``refused(path, why)`` is told of a file not opened (:class:`observe.reader.Refused`).
     """
 
-    def __init__(self, pattern: str, node: str | None, job_of):
+    def __init__(self, pattern: str, node: str | None, job_of, refused: Callable[[str, str], None]):
         self.pattern = pattern
         self.node = node
         self.job_of = job_of
+        self.refused = refused
         self._ids: dict[tuple[int, int], tuple[tuple[int, int], str]] = {}  # (dev, ino) -> ((size, mtime), file_id)
 
     def find(self, known: list[Checkpoint]) -> dict[str, Found]:
@@ -96,7 +107,7 @@ class Finder:
         Where two files share an identity (a copy), the larger one is read."""
         ids, self._ids = self._ids, {}
         found: dict[str, Found] = {}
-        self._add(found, sorted(p for p in glob.glob(self.pattern, recursive=True) if os.path.isfile(p)), ids)
+        self._add(found, find_files(self.pattern), ids)
         wanted: dict[str, set[str]] = {}
         for cp in known:
             if cp.file_id not in found:
@@ -104,8 +115,8 @@ class Finder:
         for directory, names in wanted.items():
             try:
                 with os.scandir(directory) as it:
-                    siblings = sorted(e.path for e in it if e.is_file() and not e.name.startswith(".")
-                                      and not e.name.endswith(COMPRESSED) and log_name(e.path) in names)
+                    siblings = sorted(e.path for e in it if not e.name.startswith(".") and not e.name.endswith(COMPRESSED)
+                                      and log_name(e.path) in names and is_file(e.path))
             except OSError:
                 continue
             self._add(found, siblings, ids)
@@ -119,27 +130,29 @@ class Finder:
 
     def _identify(self, path: str, ids: dict) -> Found | None:
         try:
-            st = os.stat(path)
-        except OSError:
-            return None
-        key = (st.st_dev, st.st_ino)
-        cached = self._ids.get(key) or ids.get(key)
-        if cached is None or cached[0] != (st.st_size, st.st_mtime_ns):
-            # new or changed: a file truncated and grown again has another first line
-            try:
-                with open(path, "rb") as fh:
+            with open_file(path) as fh:
+                st = os.fstat(fh.fileno())
+                key = (st.st_dev, st.st_ino)
+                cached = self._ids.get(key) or ids.get(key)
+                if cached is None or cached[0] != (st.st_size, st.st_mtime_ns):
+                    # new or changed: a file truncated and grown again has another first line
                     head = fh.read(FINGERPRINT_BYTES)
-            except OSError:
-                return None
-            if b"\n" not in head and len(head) < FINGERPRINT_BYTES:
-                return None  # the first line is still being written: its identity is not known yet
-            cached = ((st.st_size, st.st_mtime_ns), fingerprint(head, self.node, self.job_of(path), log_name(path)))
+                    if b"\n" not in head and len(head) < FINGERPRINT_BYTES:
+                        return None  # the first line is still being written: its identity is not known yet
+                    cached = ((st.st_size, st.st_mtime_ns), fingerprint(head, self.node, self.job_of(path), log_name(path)))
+        except Refused as exc:
+            self.refused(path, exc.strerror)
+            return None
+        except OSError:
+            return None  # gone since it was listed
         self._ids[key] = cached
-        return Found(cached[1], path, st.st_dev, st.st_ino, st.st_size, st.st_mtime)
+        return Found(cached[1], path, st.st_dev, st.st_ino, st.st_size, st.st_mtime,
+                     provenance.file_route(st, self.job_of(path)))
 
 
 def read_new(found: Found, cp: Checkpoint | None, max_bytes: int) -> tuple[int, bytes]:
-    """The bytes of ``found`` after its checkpoint (at most ``max_bytes``), and where they start.
+    """The bytes of ``found`` after its checkpoint (at most ``max_bytes``), and where they start;
+    none when the path no longer opens as the file found (replaced: the next cycle finds it again).
 
     A file smaller than its checkpoint was truncated in place: it is read again from the start.
     """
@@ -148,9 +161,26 @@ def read_new(found: Found, cp: Checkpoint | None, max_bytes: int) -> tuple[int, 
         start = 0
     if found.size == start:
         return start, b""
-    with open(found.path, "rb") as fh:
+    try:
+        fh = open_file(found.path)
+    except OSError:
+        return start, b""
+    with fh:
+        st = os.fstat(fh.fileno())
+        if (st.st_dev, st.st_ino) != (found.dev, found.ino):
+            return start, b""
         fh.seek(start)
         return start, fh.read(min(found.size - start, max_bytes))
+
+
+def long_line(data: bytes, limit: int) -> int:
+    """Where the first line of ``data`` longer than ``limit`` bytes starts (one not ended yet too), or -1."""
+    if len(data) <= limit:
+        return -1
+    nl = newlines(np.frombuffer(data, np.uint8))
+    starts = np.concatenate(([0], nl + 1))
+    over = np.flatnonzero(np.append(nl, len(data)) - starts > limit)
+    return int(starts[over[0]]) if len(over) else -1
 
 
 def complete(data: bytes, idle: bool) -> tuple[bytes, int]:

@@ -137,3 +137,27 @@ def test_segments_from_before_routes_read_with_no_route(tmp_path: Path) -> None:
     assert both.get_column("route").to_list() == ["system_file", None]
     assert both.select(provenance.trusted()).to_series().to_list() == [True, False]
     assert df.height == 1
+
+
+def test_the_collector_keeps_each_files_route(tmp_path: Path) -> None:
+    """The collector as ingest: a job's output (even holding syslog-shaped kernel lines) is job
+    output on the collector's node; a kernel log named as such is the kernel's."""
+    from observe.collect import Config, NodeCollector
+
+    now = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(minutes=5)
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "slurm-12.out").write_text(_xid_line(now) * 2)
+    (tmp_path / "kern.log").write_text(_xid_line(now, "gpu001"))
+    for f in (tmp_path / "kern.log", tmp_path / "jobs" / "slurm-12.out"):  # written a while ago: its last record is whole
+        os.utime(f, (now.timestamp(), now.timestamp()))
+    doc = {"node": "gpu001", "spool": str(tmp_path / "spool"), "store": str(tmp_path / "central"),
+           "input": [{"path": str(tmp_path / "jobs" / "slurm-*.out")},
+                     {"path": str(tmp_path / "kern.log"), "source": "kernel"}]}
+    node = NodeCollector(Config.from_dict(doc))
+    try:
+        node.run(once=True)
+    finally:
+        node.close()
+    df = Store(tmp_path / "central").scan().collect().filter(pl.col("source") != "health")
+    got = sorted(df.select("route", "source", "node", "kind").unique().rows())
+    assert got == [("job_output", "nccl", "gpu001", "log"), ("system_file", "kernel", "gpu001", "gpu_xid")]
