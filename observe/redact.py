@@ -18,6 +18,15 @@ MASK = "[REDACTED]"
 BUILTIN = Path(__file__).with_name("redact.toml")
 
 
+# A secret-named key and its value: a key is a whole token (never a run's tail, so each token is
+# tried once whatever follows it) holding a secret name; ``--name value`` needs the option dashes,
+# ``NAME=value``, ``NAME: value`` and JSON's ``"name": value`` an ``=`` or ``:`` (so prose's "my key is"
+# is no assignment). Every run is possessive: the pattern takes time linear in the text.
+ASSIGN = (r"(?i)(?<![\w.\-])(?=[\w.\-]*?(?:{names}))"
+          r"(?P<key>-[\w.\-]*+\s++|[\w.\-]++[\"']?\s*+[=:]\s*+)"
+          r"(?P<val>\"(?:[^\"\\\n]|\\.)*+\"|'[^'\n]*+'|[^\s\"';&|]++)")
+
+
 @lru_cache(maxsize=1)
 def _patterns() -> tuple[re.Pattern, re.Pattern, tuple[re.Pattern, ...]]:
     names, values = [], []
@@ -27,10 +36,7 @@ def _patterns() -> tuple[re.Pattern, re.Pattern, tuple[re.Pattern, ...]]:
             names += doc.get("secret_names", [])
             values += doc.get("secret_values", [])
     name = "|".join(f"(?:{n})" for n in names)
-    # NAME=value, NAME: value, --name value, --name=value where NAME says secret: the value is masked
-    assign = (rf"(?i)(?P<key>(?:--?)?[\w.\-]*(?:{name})[\w.\-]*)(?P<sep>\s*[=:]\s*|\s+)"
-              r"(?P<val>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"';&|]+)")
-    return re.compile(rf"(?i){name}"), re.compile(assign), tuple(re.compile(v) for v in values)
+    return re.compile(rf"(?i){name}"), re.compile(ASSIGN.format(names=name)), tuple(re.compile(v) for v in values)
 
 
 def secret_name(name: str) -> bool:
@@ -39,11 +45,12 @@ def secret_name(name: str) -> bool:
 
 
 def text(value: str) -> str:
-    """``value`` with credential-looking values and ``NAME=secret`` assignments masked."""
-    names, assign, values = _patterns()
+    """``value`` with credential-looking values and ``NAME=secret`` assignments masked (a quoted
+    value keeps its quotes, so a JSON document or a shell line stays one)."""
+    _, assign, values = _patterns()
     for pattern in values:
         value = pattern.sub(_mask_group, value)
-    return assign.sub(lambda m: f"{m['key']}{m['sep']}{MASK}" if _is_secret_key(m["key"], m["sep"]) else m[0], value)
+    return assign.sub(_mask_value, value)
 
 
 def env(variables: dict[str, str]) -> dict[str, str]:
@@ -59,6 +66,7 @@ def _mask_group(m: re.Match) -> str:
     return MASK
 
 
-def _is_secret_key(key: str, sep: str) -> bool:
-    # "--token abc" and "TOKEN=abc" are assignments; "my key is" in prose is not (no option dashes)
-    return bool(sep.strip()) or key.startswith("-")
+def _mask_value(m: re.Match) -> str:
+    """The key as written, then the value masked inside its quotes if it had any."""
+    quote = m["val"][0] if m["val"][0] in "\"'" else ""
+    return f"{m['key']}{quote}{MASK}{quote}"

@@ -96,7 +96,7 @@ def test_xid_history_reads_the_store(tmp_path: Path) -> None:
     now = datetime.now(timezone.utc)
     log.write_text(f"{now:%Y-%m-%dT%H:%M:%S.%f+00:00} gpu9 kernel: NVRM: Xid (PCI:0000:b1:00): 48, pid=9, "
                    "name=python, Ch 0000000a, DBE (double bit error) detected.\n")
-    ingest([str(log)], store)
+    ingest([str(log)], store, source="kernel")  # a kernel log named as such (a syslog file vouches for no sender)
     empty = tmp_path / "empty.log"
     empty.write_text("")
     r = _xid(empty, node="gpu9", store=str(store.root), boot_time=(now - timedelta(hours=1)).isoformat())

@@ -11,6 +11,14 @@ JOB_ID = re.compile(r"^\d+(?:_\d+)?$")
 TIMEOUT_S = 30.0
 REASON_MAX = 200
 REASON_UNSAFE = re.compile(r"[^A-Za-z0-9 _.,:/()@#%+\-\[\]]")
+# squeue --Format fields for job(): Slurm's own values (no user text), and how they make scontrol's fields
+SQUEUE = ("JobID", "JobArrayID", "State", "Requeue", "RestartCnt", "UserName", "UserID", "GroupName", "GroupID",
+          "NodeList", "StartTime", "EndTime", "Partition")
+FACTS = {"JobState": "{State}", "Requeue": "{Requeue}", "Restarts": "{RestartCnt}", "UserId": "{UserName}({UserID})",
+         "GroupId": "{GroupName}({GroupID})", "NodeList": "{NodeList}", "StartTime": "{StartTime}",
+         "EndTime": "{EndTime}", "Partition": "{Partition}"}
+# a node's Reason: free text, then Slurm's " [user@time]"
+REASON = re.compile(r" Reason=(.*? \[[^\[\]@]*+@[^\[\]]*+\](?= [\w:/]+=|$)|.*?(?= [\w:/]+=|$))")
 
 
 class SlurmError(RuntimeError):
@@ -105,13 +113,26 @@ def requeue(job_id: str) -> None:
 
 
 def job(job_id: str) -> dict[str, str]:
-    """A job's fields as ``scontrol show job`` prints them (JobState, Requeue, Restarts, NodeList,
-    BatchHost, StdOut, ...); empty when slurmctld no longer knows the job."""
+    """A job's fields under ``scontrol show job``'s names (JobState, Requeue, Restarts, UserId,
+    NodeList, BatchHost, StdOut, ...); empty when slurmctld no longer knows the job.
+
+    scontrol prints ``Key=value`` with nothing to end a value, and a job's user writes several
+    (JobName, MCS_label, Network, Command, WorkDir, Comment, StdOut; newlines too): a name
+    ``x JobState=FAILED Restarts=0 UserId=root(0)`` reads as those fields whichever occurrence a
+    parser keeps, and no key order settles it (a name can copy the whole record). So what observe
+    acts on (:data:`FACTS`) comes from ``squeue --Format``: values Slurm makes, none able to hold
+    the ``|`` between them. The rest (the user's own words; BatchHost, as squeue gives a scriptless
+    job's submit host and cuts names at 31 bytes) comes from scontrol's first record, first
+    occurrence of a key, and is only recorded: forged, it misreports the job's own text or where its
+    artifacts are captured. ``--json`` would be unambiguous too, but not every Slurm has it (Debian's
+    22.05: "unrecognized option"); squeue's form works on all."""
     try:
         text = _run(["scontrol", "show", "job", "--oneliner", job_id_of(job_id)])
+        facts = _facts(job_id)
     except SlurmError:
         return {}
-    return dict(_fields(text.splitlines()[0])) if text.strip() else {}
+    record = text.split("\nJobId=", 1)[0].replace("\n", " ")  # an array's first task; a name's newlines
+    return {**_fields(record), **facts} if text.strip() and facts else {}
 
 
 def batch_script(job_id: str) -> str:
@@ -142,12 +163,34 @@ def _run(argv: list[str]) -> str:
     return done.stdout
 
 
-def _fields(line: str) -> list[tuple[str, str]]:
-    """``Key=value`` pairs of a ``scontrol show --oneliner`` line; a value runs to the next `` Key=``."""
-    return [(m.group(1), m.group(2).strip()) for m in re.finditer(r"(\w+)=(.*?)(?= [\w:/]+=|$)", line.strip())]
+def _facts(job_id: str) -> dict[str, str]:
+    """:data:`FACTS` of the job (``squeue`` lists a whole array under its first id: the record whose
+    own id or array id is ``job_id``), under scontrol's names; empty when squeue does not list it."""
+    out = _run(["squeue", "--noheader", "--states=all", f"--jobs={job_id}",
+                "--Format=" + ",".join(f"{field}:|" for field in SQUEUE)])
+    for line in out.splitlines():
+        v = dict(zip(SQUEUE, line.split("|")))
+        if job_id in (v.get("JobID"), v.get("JobArrayID")):
+            return {key: value.format_map(v) for key, value in FACTS.items()}
+    return {}
+
+
+def _fields(line: str) -> dict[str, str]:
+    """``Key=value`` pairs of a ``scontrol show --oneliner`` line; a value runs to the next `` Key=``
+    and the first occurrence of a key wins (a node's fields come before its free text; a job's line
+    is not to be trusted this way: see :func:`job`)."""
+    found: dict[str, str] = {}
+    for m in re.finditer(r"(\w+)=(.*?)(?= [\w:/]+=|$)", line.strip()):
+        found.setdefault(m.group(1), m.group(2).strip())
+    return found
 
 
 def _node(line: str) -> Node:
-    f = dict(_fields(line))
+    """A node from its ``scontrol show node --oneliner`` line. Its Reason is free text (a person's
+    ``RMA ticket=4411``) that Slurm ends with `` [user@time]``: it runs to such a stamp that ends the
+    line or comes before a `` Key=`` (else to the next `` Key=``), and what it holds is no field."""
+    m = REASON.search(line)
+    head, tail = (line[:m.start()], line[m.end():]) if m else (line, "")
+    f = {**_fields(tail), **_fields(head)}
     parts = tuple(p for p in f.get("Partitions", "").split(",") if p and p != "(null)")
-    return Node(f.get("NodeName", ""), f.get("State", ""), f.get("Reason", ""), parts, f.get("Gres", ""))
+    return Node(f.get("NodeName", ""), f.get("State", ""), m[1].strip() if m else "", parts, f.get("Gres", ""))
