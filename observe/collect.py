@@ -256,7 +256,7 @@ class NodeCollector:
         self.once = False
         self.last_stats = 0.0
         self.boot = boot_time()
-        config.spool.mkdir(parents=True, exist_ok=True)
+        self.spool.make_dirs(self.spool.root)  # the store's modes: it holds every user's job output
         self.positions = Positions.load(self.positions_path)
         self._recover()
 
@@ -342,7 +342,7 @@ class NodeCollector:
                 changed = True
         if changed or wrote:
             self.positions.batch = batch
-            self.positions.save(self.positions_path)  # the commit: after every segment is durable
+            self.positions.save(self.positions_path, self.spool)  # the commit: after every segment is durable
         self.counters.cycles += 1
         self.counters.lag_bytes = lag
         return more
@@ -478,7 +478,7 @@ class NodeCollector:
         self.counters.spool_files = len(left)
         self.counters.spool_bytes = sum(p.stat().st_size for p in left)
         self.counters.updated = time.time()
-        write_atomic(self.stats_path, to_json(asdict(self.counters)).encode())
+        write_atomic(self.stats_path, to_json(asdict(self.counters)).encode(), self.spool)
 
     def run(self, once: bool = False) -> Counters:
         """Collect until stopped (SIGTERM/SIGINT), or with ``once`` until everything readable now is

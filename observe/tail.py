@@ -24,7 +24,7 @@ import numpy as np
 
 from observe import provenance
 from observe.reader import FINGERPRINT_BYTES, Refused, find_files, fingerprint, is_file, log_name, newlines, open_file
-from observe.store import write_atomic
+from observe.store import Store, write_atomic
 
 POSITIONS_VERSION = 1
 FORGET_AFTER_S = 7 * 86400  # a checkpoint whose file is gone this long is dropped
@@ -66,11 +66,12 @@ class Positions:
         cps = [Checkpoint(**cp) for cp in doc.get("checkpoints", [])]
         return cls(batch=int(doc.get("batch", 0)), checkpoints={cp.file_id: cp for cp in cps})
 
-    def save(self, path: Path) -> None:
-        """Write atomically: a crash leaves either the old or the new file, never a torn one."""
+    def save(self, path: Path, store: Store | None = None) -> None:
+        """Write atomically: a crash leaves either the old or the new file, never a torn one; as
+        ``store`` makes its files (the positions name every user's job files)."""
         doc = {"version": POSITIONS_VERSION, "batch": self.batch,
                "checkpoints": [asdict(cp) for cp in self.checkpoints.values()]}
-        write_atomic(path, json.dumps(doc, indent=1).encode())
+        write_atomic(path, json.dumps(doc, indent=1).encode(), store)
 
 
 @dataclass(frozen=True)

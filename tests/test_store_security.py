@@ -187,3 +187,21 @@ def test_shipping_follows_no_link_planted_at_its_temporary_name(tmp_path: Path) 
     assert not result.failed and not victim.exists()
     assert (central / rel).is_file() and not (central / rel).is_symlink()
     assert stat.S_IMODE((central / rel).stat().st_mode) == 0o640
+
+
+def test_the_collectors_spool_positions_and_stats_are_the_stores_modes(tmp_path: Path) -> None:
+    from observe.collect import Config, NodeCollector
+
+    log = tmp_path / "app.log"
+    log.write_text("2026-11-22T10:00:00+00:00 gpu001 app[1]: hello\n")
+    doc = {"node": "gpu001", "spool": str(tmp_path / "spool"), "store": str(tmp_path / "central"),
+           "input": [{"path": str(log)}]}
+    node = NodeCollector(Config.from_dict(doc))
+    try:
+        node.run(once=True)
+    finally:
+        node.close()
+    spool = tmp_path / "spool"
+    assert stat.S_IMODE(spool.stat().st_mode) & 0o777 == 0o750
+    for name in ("positions.json", "stats.json"):
+        assert stat.S_IMODE((spool / name).stat().st_mode) == 0o640, name
