@@ -63,16 +63,21 @@ def dense(path: Path, tensors: int) -> Path:
     return path
 
 
+def traced_scan(directory: Path):
+    """:func:`latest` of ``directory`` and the peak memory it allocated."""
+    tracemalloc.start()
+    try:
+        best, skipped = latest(directory)
+        return best, skipped, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 def test_a_header_claiming_6_gb_in_a_1_kb_file_is_not_read(tmp_path: Path) -> None:
     path = tmp_path / "model_step100.safetensors"
     path.write_bytes(struct.pack("<Q", 6_000_000_000) + b"{" + b" " * 1000 + b"}")
-    tracemalloc.start()
     started = time.monotonic()
-    try:
-        best, skipped = latest(tmp_path)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    best, skipped, peak = traced_scan(tmp_path)
     assert best is None and "truncated: the header says it is 6000000000 bytes" in skipped[0].why
     assert peak < 1 << 20 and time.monotonic() - started < 1, peak
 
@@ -83,12 +88,7 @@ def test_a_header_over_the_format_limit_is_not_read(tmp_path: Path) -> None:
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", HEADER_MAX + 1))
         f.truncate(8 + HEADER_MAX + 1024)
-    tracemalloc.start()
-    try:
-        best, skipped = latest(tmp_path)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    best, skipped, peak = traced_scan(tmp_path)
     assert best is None and f"a {HEADER_MAX + 1}-byte header" in skipped[0].why
     assert peak < 1 << 20, peak
 
@@ -102,12 +102,7 @@ def test_a_zip_claiming_a_huge_central_directory_is_corrupt_and_not_read(tmp_pat
     end = data.rfind(b"PK\x05\x06")
     struct.pack_into("<I", data, end + 12, 0xFFFFFFF0)  # the central directory's size
     path.write_bytes(bytes(data))
-    tracemalloc.start()
-    try:
-        best, skipped = latest(tmp_path)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    best, skipped, peak = traced_scan(tmp_path)
     assert best is None and "corrupt zip" in skipped[0].why and peak < 1 << 20, (skipped, peak)
 
 
