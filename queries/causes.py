@@ -72,8 +72,6 @@ class Causes:
         xid_cat = pl.col("attrs").str.json_path_match("$.category")
         xid_action = pl.col("attrs").str.json_path_match("$.action")
         return ev.with_columns(
-            pl.when(xid & (xid_cat == "application")).then(pl.lit(self.scoring.get("application_weight", 55.0)))
-            .otherwise("weight").alias("weight"),
             pl.when(xid).then(xid_cat.replace_strict(XID_CATEGORY, default="gpu")).otherwise("category").alias("category"),
             pl.when(xid & xid_action.is_not_null()).then(pl.format("{} (Xid catalog: {})", pl.col("action"), xid_action))
             .otherwise("action").alias("action"),

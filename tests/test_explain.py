@@ -77,6 +77,16 @@ CASES = {
         [ev("oom_kill", "gpu001", -4000, job_id="6"), ev("oom_kill", "gpu002", -3500),
          ev("python_exception", None, 0, "nccl", rank=30, job_id="7")],
         "gpu004", "python_exception", "user"),
+    "a corrected PCIe error minutes before does not outrank the exception a rank raised": (
+        [ev("pcie_aer", "gpu001", 420, attrs={"aer": "corrected"}),
+         ev("python_exception", None, 560, "nccl", rank=9, job_id="7")] + timeouts(600),
+        "gpu002", "python_exception", "user"),
+    "a corrected PCIe error on a healthy node does not outrank an OOM kill on another": (
+        [ev("pcie_aer", "gpu001", 540, attrs={"aer": "corrected"}), ev("oom_kill", "gpu002", 560)] + timeouts(600),
+        "gpu002", "oom_kill", "memory"),
+    "an uncorrected fatal PCIe error is the node's": (
+        [ev("pcie_aer", "gpu001", 540, attrs={"aer": "fatal"}), ev("python_exception", None, 560, "nccl", rank=9, job_id="7")]
+        + timeouts(600), "gpu001", "pcie_aer", "gpu"),
 }
 
 
@@ -223,3 +233,12 @@ def test_job_output_node_claims_and_untrusted_verdicts(store) -> None:
     assert placed[5] is None and all(placed[r] == NODES[r // 8] for r in range(32) if r != 5)
     root = explain(store, "7").root_cause
     assert (root["node"], root["kind"], root["trusted"]) == ("gpu002", "gpu_xid", False)
+
+
+def test_application_xids_on_every_node_are_the_jobs_fault_with_nothing_for_the_node() -> None:
+    """Xid 13 on every node at once: the program faulted the GPUs; category user, no drain."""
+    rows = [ev("gpu_xid", n, i, code=13, attrs={"category": "application", "action": "restart_app"})
+            for i, n in enumerate(NODES)] + timeouts(600)
+    top = candidates(place_ranks(frame(rows), NODES), RUN, load_causes()).row(0, named=True)
+    assert (top["kind"], top["category"]) == ("gpu_xid", "user")
+    assert top["action"].startswith("none for the node")
