@@ -18,7 +18,7 @@ import polars as pl
 
 from observe import provenance
 from observe.store import Store
-from queries import jobs
+from queries import base_rate, jobs
 from queries.causes import Causes, load_causes
 from queries.search import first_line, search
 
@@ -109,10 +109,13 @@ def place_ranks(events: pl.DataFrame, nodes: list[str], per_node: int = 8) -> pl
             .drop("_host"))
 
 
-def candidates(events: pl.DataFrame, run: Run, causes: Causes) -> pl.DataFrame:
-    """Candidate root causes, best first: one row per (node, kind, code, gpu) with its score.
+def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Candidate root causes, best first: one row per (node, kind, code, gpu) with its score and the
+    evidence for and against it (``evidence``: each scoring term that applied, its points first).
 
-    ``events`` are the run's events with ranks placed on nodes (see :func:`place_ranks`).
+    ``events`` are the run's events with ranks placed on nodes (see :func:`place_ranks`);
+    ``succeeded_with`` (node, kind, code, succeeded): how many successful jobs the same event showed
+    on the same node during (:func:`queries.base_rate.succeeded_with`): what healthy nodes log anyway.
     """
     sc = causes.scoring
     skew = timedelta(seconds=sc.get("skew_s", 5))
@@ -141,27 +144,45 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes) -> pl.DataFrame:
               .agg(pl.col("node").n_unique().alias("_nodes")))
     groups = groups.join(spread, on=["kind", "code"], how="left", maintain_order="left", nulls_equal=True)
     first_cause = groups.filter(~pl.col("symptom"), ~pl.col("approx"), pl.col("ts").is_not_null()).get_column("ts").min()
+    if succeeded_with is not None:
+        groups = groups.join(succeeded_with, on=["node", "kind", "code"], how="left", maintain_order="left",
+                             nulls_equal=True)
     ts = pl.col("ts")
-    terms = [pl.col("weight"),
-             pl.when((pl.col("_nodes") == 1) & (len(run.nodes) > 1)).then(sc.get("unique_node", 10)).otherwise(0)]
+    # each term: its points where it applies, and what it says, for and against (``evidence``)
+    terms = [(pl.col("weight"), pl.format("weight of {}", pl.col("kind"))),
+             (pl.when((pl.col("_nodes") == 1) & (len(run.nodes) > 1)).then(sc.get("unique_node", 10)),
+              pl.lit(f"on this node only, of the job's {len(run.nodes)}"))]
     if onset is not None:
         late = timedelta(seconds=sc.get("late_s", 60))
         lead = pl.duration(seconds=pl.col("lead_s").fill_null(sc.get("onset_window_s", 1800)))
-        terms += [pl.when(ts.is_between(_lit(onset) - lead, _lit(onset) + skew)).then(sc.get("precedes_onset", 15))
-                  .when(ts < _lit(onset) - lead).then(sc.get("stale", -40)).otherwise(0),
-                  pl.when(ts > _lit(onset) + late).then(sc.get("after_onset", -25)).otherwise(0)]
+        terms += [(pl.when(ts.is_between(_lit(onset) - lead, _lit(onset) + skew)).then(sc.get("precedes_onset", 15)),
+                   pl.lit("came before the failure's first symptom")),
+                  (pl.when(ts < _lit(onset) - lead).then(sc.get("stale", -40)),
+                   pl.lit("long before the failure's first symptom")),
+                  (pl.when(ts > _lit(onset) + late).then(sc.get("after_onset", -25)),
+                   pl.lit("after the failure began: a consequence"))]
     if run.start is not None:
-        terms.append(pl.when(ts < _lit(run.start) - skew).then(sc.get("before_start", -40)).otherwise(0))
+        terms.append((pl.when(ts < _lit(run.start) - skew).then(sc.get("before_start", -40)),
+                      pl.lit("before the run started")))
     own = events.filter(pl.col("job_id") == run.job_id)
     if own.filter(pl.col("source") == "nccl").height:  # the job logs NCCL/PyTorch output: it can corroborate
         seen = own.get_column("kind").unique().to_list()
-        terms.append(pl.when(pl.col("needs").list.len() > 0, ~pl.col("needs").list.eval(pl.element().is_in(seen)).list.any())
-                     .then(sc.get("uncorroborated", -50)).otherwise(0))
+        terms.append((pl.when(pl.col("needs").list.len() > 0, ~pl.col("needs").list.eval(pl.element().is_in(seen)).list.any())
+                      .then(sc.get("uncorroborated", -50)),
+                      pl.format("the job's output shows none of {}", pl.col("needs").list.join(", "))))
     if first_cause is not None:
-        terms.append(pl.when(~pl.col("symptom") & ~pl.col("approx") & (ts <= _lit(first_cause) + skew))
-                     .then(sc.get("earliest", 5)).otherwise(0))
-    score = pl.sum_horizontal([t.fill_null(0) for t in terms])
-    return (groups.with_columns(score.alias("score")).drop("_nodes", "weight", "lead_s", "needs")
+        terms.append((pl.when(~pl.col("symptom") & ~pl.col("approx") & (ts <= _lit(first_cause) + skew))
+                      .then(sc.get("earliest", 5)), pl.lit("the first cause logged")))
+    if succeeded_with is not None:
+        per, most = sc.get("succeeded_with", -6), sc.get("succeeded_with_max", -36)
+        jobs_ok = pl.col("succeeded").fill_null(0)
+        terms.append((pl.when(jobs_ok > 0).then(pl.max_horizontal(jobs_ok * per, pl.lit(most))),
+                      pl.format("also seen on this node during {} successful job(s)", jobs_ok)))
+    points = [p.fill_null(0) for p, _ in terms]
+    evidence = pl.concat_list([pl.when(p != 0).then(pl.format("{} {}", p.round(0).cast(pl.Int64), why))
+                               for p, (_, why) in zip(points, terms)]).list.drop_nulls()
+    return (groups.with_columns(pl.sum_horizontal(points).alias("score"), evidence.alias("evidence"))
+            .drop("_nodes", "weight", "lead_s", "needs", *(["succeeded"] if succeeded_with is not None else []))
             .sort(["score", "ts"], descending=[True, False], nulls_last=True))
 
 
@@ -173,7 +194,8 @@ def _empty() -> pl.DataFrame:
     return pl.DataFrame(schema={"node": pl.String, "kind": pl.String, "code": pl.Int32, "gpu": pl.String,
                                 "ts": pl.Datetime("us", "UTC"), "count": pl.UInt32, "message": pl.String,
                                 "category": pl.String, "action": pl.String, "symptom": pl.Boolean,
-                                "rank": pl.Int32, "trusted": pl.Boolean, "score": pl.Float64})
+                                "rank": pl.Int32, "trusted": pl.Boolean, "score": pl.Float64,
+                                "evidence": pl.List(pl.String)})
 
 
 def _stalls(events: pl.DataFrame, run: Run, sc: dict) -> pl.DataFrame:
@@ -253,6 +275,17 @@ def run_events(store: Store, run: Run, before: timedelta, after: timedelta) -> p
             .collect())
 
 
+def _succeeded_with(store: Store, run: Run, events: pl.DataFrame, causes: Causes) -> pl.DataFrame | None:
+    """For the run's catalogued events on its nodes, the successful jobs they also showed during in
+    the ``base_rate_days`` before it (see :mod:`queries.base_rate`)."""
+    anchor = run.start or run.end
+    if anchor is None:
+        return None
+    kinds = sorted(set(events.get_column("kind").unique().drop_nulls()) & set(causes.kinds()))
+    since = anchor - timedelta(days=causes.scoring.get("base_rate_days", 14))
+    return base_rate.succeeded_with(store, run.nodes, kinds, since, anchor)
+
+
 def explain(store: Store, job_id: str, at: datetime | None = None, before: timedelta = timedelta(minutes=15),
             after: timedelta = timedelta(minutes=10), timeline_rows: int = 60) -> Explanation:
     """Explain why job ``job_id`` failed: its run at ``at``, else its last failed run.
@@ -271,7 +304,7 @@ def explain(store: Store, job_id: str, at: datetime | None = None, before: timed
                            "logs, jobcomp or sacct output)")
     events = place_ranks(run_events(store, run, before, after), run.nodes)
     causes = load_causes()
-    ranked = candidates(events, run, causes)
+    ranked = candidates(events, run, causes, _succeeded_with(store, run, events, causes))
     root = None
     if ranked.height and (run.state or "").split()[:1] != ["COMPLETED"]:
         top = ranked.row(0, named=True)
@@ -329,6 +362,8 @@ def report(e: Explanation) -> list[str]:
             code = "" if c["code"] is None else str(c["code"])
             lines.append(f"  {c['score']:5.0f}  {c['node'] or '-':10} {c['kind']:26} {code:>5}  {when(c['ts']):19}  "
                          f"{c['count']:5d}  {first_line(c['message'])[:100]}")
+            if c.get("evidence"):
+                lines.append(f"         why: {'; '.join(c['evidence'])}")
     if e.timeline:
         lines += ["", "TIMELINE (UTC)"]
         for t in e.timeline:

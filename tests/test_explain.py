@@ -14,7 +14,7 @@ from observe.cli import app
 from observe.rules import attrs_json
 from observe.schema import conform
 from queries.causes import load_causes
-from queries.explain import Run, candidates, explain, failed_run, job_runs, place_ranks, run_events
+from queries.explain import Run, candidates, explain, failed_run, job_runs, place_ranks, report, run_events
 
 T = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
 NODES = ["gpu001", "gpu002", "gpu003", "gpu004"]
@@ -242,3 +242,31 @@ def test_application_xids_on_every_node_are_the_jobs_fault_with_nothing_for_the_
     top = candidates(place_ranks(frame(rows), NODES), RUN, load_causes()).row(0, named=True)
     assert (top["kind"], top["category"]) == ("gpu_xid", "user")
     assert top["action"].startswith("none for the node")
+
+
+def test_what_a_node_logs_while_its_jobs_succeed_weighs_less(store) -> None:
+    """Machine checks logged on gpu001 during six earlier jobs that completed are background there:
+    the failed job's own exception wins, and the evidence says why."""
+    rows = []
+    for k in range(6):  # earlier jobs on gpu001, each completed with an MCE logged while it ran
+        start = -86400 * (k + 1)
+        rows += [ev("slurm_job_start", "ctl1", start, "slurm", job_id=f"10{k}", attrs={"nodes": "gpu001"}),
+                 ev("mce", "gpu001", start + 600, message=f"mce {k}"),
+                 ev("slurm_job_end", "ctl1", start + 3600, "slurm", job_id=f"10{k}", attrs={"state": "COMPLETED"})]
+    rows += [ev("slurm_job_start", "ctl1", -3600, "slurm", job_id="7", attrs={"nodes": "gpu[001-004]"}),
+             ev("mce", "gpu001", 540, message="mce now"),
+             ev("python_exception", None, 560, "nccl", rank=17, job_id="7"),
+             ev("slurm_job_end", "ctl1", 900, "slurm", job_id="7", attrs={"state": "FAILED", "exit_code": "1:0"})]
+    for i, row in enumerate(rows):
+        row["offset"] = i
+    store.write(frame(rows + timeouts(600) + inits()))
+    from queries.jobs import write_index
+
+    before = explain(store, "7").root_cause  # no job index yet: nothing known of earlier jobs
+    assert before["kind"] == "mce"
+    write_index(store)
+    result = explain(store, "7")
+    assert (result.root_cause["kind"], result.root_cause["category"]) == ("python_exception", "user")
+    mce = next(c for c in result.candidates if c["kind"] == "mce")
+    assert "-36 also seen on this node during 6 successful job(s)" in mce["evidence"]
+    assert any(line.strip().startswith("why: ") and "successful job(s)" in line for line in report(result))
