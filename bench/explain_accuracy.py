@@ -39,7 +39,7 @@ def main() -> None:
         t = time.perf_counter()
         scored = score(store, incidents)
         took = time.perf_counter() - t
-        print("\n" + "\n".join(lines(summary(scored))))
+        print("\n" + "\n".join(lines(summary(scored), scored)))
         print(f"\n{len(incidents)} failures explained in {took:.1f}s ({1000 * took / len(incidents):.0f} ms each)")
         if args.wrong:
             for row in scored.filter(~scored["top1"]).iter_rows(named=True):

@@ -1,5 +1,7 @@
 """How often ``explain`` names the injected root cause: top-1 and top-3 accuracy per scenario type,
-against the ground truth of :mod:`observe.demo` (used by the tests and ``bench/explain_accuracy``)."""
+drains recommended, and whether its confidence means the chance of being right (reliability by
+confidence bin, expected calibration error), against the ground truth of :mod:`observe.demo`
+(used by the tests and ``bench/explain_accuracy``)."""
 from __future__ import annotations
 
 from datetime import datetime
@@ -23,24 +25,46 @@ def score(store: Store, incidents: list[dict]) -> pl.DataFrame:
             ranked = []
         hits = [c.get("node") in right and c.get("kind") == inc["kind"] for c in ranked[:3]]
         top = ranked[0] if ranked else {}
+        root = result.root_cause if ranked else None
         rows.append({"type": inc["type"], "job_id": inc["job_id"], "top1": bool(hits[:1] and hits[0]),
                      "top3": any(hits), "node": top.get("node"), "kind": top.get("kind"),
-                     "expected": f"{inc['node']} {inc['kind']}"})
+                     "expected": f"{inc['node']} {inc['kind']}",
+                     "drain": bool(root and root.get("node_action") == "drain"),
+                     "confidence": float(root["confidence"]) if root else 0.0})
     return pl.DataFrame(rows, schema={"type": pl.String, "job_id": pl.String, "top1": pl.Boolean, "top3": pl.Boolean,
-                                      "node": pl.String, "kind": pl.String, "expected": pl.String})
+                                      "node": pl.String, "kind": pl.String, "expected": pl.String,
+                                      "drain": pl.Boolean, "confidence": pl.Float64})
 
 
 def summary(scored: pl.DataFrame) -> pl.DataFrame:
-    """Per scenario type and overall: failures, top-1 and top-3 accuracy (fractions)."""
-    per = (scored.group_by("type").agg(pl.len().alias("failures"), pl.col("top1").mean(), pl.col("top3").mean())
-           .sort("type"))
-    total = scored.select(pl.lit("all").alias("type"), pl.len().alias("failures"), pl.col("top1").mean(),
-                          pl.col("top3").mean())
-    return pl.concat([per, total])
+    """Per scenario type and overall: failures, top-1 and top-3 accuracy (fractions), drains recommended."""
+    aggs = [pl.len().alias("failures"), pl.col("top1").mean(), pl.col("top3").mean(), pl.col("drain").sum().alias("drains")]
+    per = scored.group_by("type").agg(aggs).sort("type")
+    return pl.concat([per, scored.select(pl.lit("all").alias("type"), *aggs)])
 
 
-def lines(table: pl.DataFrame) -> list[str]:
-    """The summary as printable lines."""
-    out = [f"{'scenario':22} {'failures':>8} {'top-1':>7} {'top-3':>7}"]
-    out += [f"{r['type']:22} {r['failures']:8d} {r['top1']:7.1%} {r['top3']:7.1%}" for r in table.iter_rows(named=True)]
+BINS = (0.5, 0.7, 0.9, 0.97)  # confidence bin edges: [0, 0.5), [0.5, 0.7), ... [0.97, 1]
+
+
+def reliability(scored: pl.DataFrame) -> tuple[pl.DataFrame, float]:
+    """Verdicts by confidence bin (count, mean confidence, accuracy) and the expected calibration
+    error: the count-weighted mean gap between a bin's accuracy and its confidence."""
+    labels = [f"<{BINS[0]}", *(f"{lo}-{hi}" for lo, hi in zip(BINS, BINS[1:])), f">={BINS[-1]}"]
+    table = (scored.with_columns(pl.col("confidence").cut(list(BINS), labels=labels, left_closed=True).alias("bin"))
+             .group_by("bin").agg(pl.len().alias("count"), pl.col("confidence").mean(), pl.col("top1").mean().alias("accuracy"))
+             .sort("bin"))
+    ece = float((table["count"] * (table["accuracy"] - table["confidence"]).abs()).sum() / max(scored.height, 1))
+    return table, ece
+
+
+def lines(table: pl.DataFrame, scored: pl.DataFrame | None = None) -> list[str]:
+    """The summary (and, given the scored verdicts, the reliability table) as printable lines."""
+    out = [f"{'scenario':22} {'failures':>8} {'top-1':>7} {'top-3':>7} {'drains':>7}"]
+    out += [f"{r['type']:22} {r['failures']:8d} {r['top1']:7.1%} {r['top3']:7.1%} {r['drains']:7d}"
+            for r in table.iter_rows(named=True)]
+    if scored is not None:
+        bins, ece = reliability(scored)
+        out += ["", f"{'confidence':22} {'count':>8} {'mean':>7} {'right':>7}"]
+        out += [f"{r['bin']:22} {r['count']:8d} {r['confidence']:7.2f} {r['accuracy']:7.1%}" for r in bins.iter_rows(named=True)]
+        out.append(f"expected calibration error {ece:.3f}")
     return out

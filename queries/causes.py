@@ -15,6 +15,7 @@ from observe.rules import rule_dirs
 
 CAUSES = Path(__file__).with_name("causes.toml")
 CATEGORIES = ("gpu", "network", "memory", "node", "software", "user", "unknown")
+NODE_ACTIONS = ("drain", "watch", "none")  # what a verdict calls for on the node
 XID_CATEGORY = {"application": "user", "memory": "gpu", "nvlink": "gpu", "driver": "gpu", "gpu": "gpu"}
 
 
@@ -28,6 +29,7 @@ class Cause:
     weight: float
     category: str
     action: str
+    node: str  # one of NODE_ACTIONS
     symptom: bool = False
     lead_s: float | None = None  # how long before the onset it can cause it (default: onset_window_s)
     needs: tuple[str, ...] = ()  # kinds in the job's own output that must corroborate it
@@ -49,14 +51,14 @@ class Causes:
     def table(self) -> pl.DataFrame:
         """The entries as a frame: kind, the attrs condition (``cond``, JSON or null) and the values."""
         rows = [{"kind": c.kind, "cond": json.dumps(dict(c.attrs)) if c.attrs else None, "weight": c.weight,
-                 "category": c.category, "action": c.action, "symptom": c.symptom, "lead_s": c.lead_s,
-                 "needs": list(c.needs)} for c in self.causes.values()]
+                 "category": c.category, "action": c.action, "node_action": c.node, "symptom": c.symptom,
+                 "lead_s": c.lead_s, "needs": list(c.needs)} for c in self.causes.values()]
         return pl.DataFrame(rows, schema={"kind": pl.String, "cond": pl.String, "weight": pl.Float64,
-                                          "category": pl.String, "action": pl.String, "symptom": pl.Boolean,
-                                          "lead_s": pl.Float64, "needs": pl.List(pl.String)})
+                                          "category": pl.String, "action": pl.String, "node_action": pl.String,
+                                          "symptom": pl.Boolean, "lead_s": pl.Float64, "needs": pl.List(pl.String)})
 
     def annotate(self, events: pl.DataFrame) -> pl.DataFrame:
-        """Events of catalogued kinds with weight, category, action, symptom, lead_s and needs (the
+        """Events of catalogued kinds with weight, category, action, node_action, symptom, lead_s and needs (the
         most specific entry wins: one whose attrs condition matches over the plain one)."""
         table = self.table
         plain = table.filter(pl.col("cond").is_null()).drop("cond")
@@ -96,12 +98,16 @@ def _load_causes(paths: tuple[Path, ...]) -> Causes:
             nodes.update(doc.get("nodes", {}))
             for entry in doc.get("cause", []):
                 cause = Cause(entry["kind"], float(entry["weight"]), entry.get("category", "unknown"),
-                              entry.get("action", ""), bool(entry.get("symptom", False)), entry.get("lead_s"),
+                              entry.get("action", ""), entry["node"], bool(entry.get("symptom", False)), entry.get("lead_s"),
                               tuple(entry.get("needs", [])),
                               tuple(sorted((k, str(v)) for k, v in entry.get("attrs", {}).items())))
                 if cause.category not in CATEGORIES:
                     raise ValueError(f"category {cause.category!r} not one of {', '.join(CATEGORIES)}")
+                if cause.node not in NODE_ACTIONS:
+                    raise ValueError(f"{cause.kind}: node {cause.node!r} not one of {', '.join(NODE_ACTIONS)}")
                 causes[(cause.kind, cause.attrs)] = cause
-        except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as exc:
+        except KeyError as exc:
+            raise CauseError(f"{path}: a [[cause]] without {exc} (every cause needs kind, weight and node)") from None
+        except (tomllib.TOMLDecodeError, TypeError, ValueError) as exc:
             raise CauseError(f"{path}: {exc}") from None
     return Causes(causes, scoring, nodes)

@@ -136,6 +136,7 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: p
               .group_by(*same, "_episode", maintain_order=True)
               .agg(pl.col("ts").min(), pl.len().alias("count"), pl.col("message").first(),
                    pl.col("weight").first(), pl.col("category").first(), pl.col("action").first(),
+                   pl.col("node_action").first(),
                    pl.col("symptom").first(), pl.col("lead_s").first(), pl.col("needs").first(), pl.col("approx").all(),
                    pl.col("rank").drop_nulls().first(), provenance.trusted().any().alias("trusted")))
     groups = (pl.concat([groups.drop("_episode"), _stalls(events, run, sc)], how="diagonal_relaxed")
@@ -193,7 +194,8 @@ def _lit(ts: datetime) -> pl.Expr:
 def _empty() -> pl.DataFrame:
     return pl.DataFrame(schema={"node": pl.String, "kind": pl.String, "code": pl.Int32, "gpu": pl.String,
                                 "ts": pl.Datetime("us", "UTC"), "count": pl.UInt32, "message": pl.String,
-                                "category": pl.String, "action": pl.String, "symptom": pl.Boolean,
+                                "category": pl.String, "action": pl.String, "node_action": pl.String,
+                                "symptom": pl.Boolean,
                                 "rank": pl.Int32, "trusted": pl.Boolean, "score": pl.Float64,
                                 "evidence": pl.List(pl.String)})
 
@@ -217,7 +219,7 @@ def _stalls(events: pl.DataFrame, run: Run, sc: dict) -> pl.DataFrame:
                          "message": f"rank {r['rank']} stalled at collective {r['seq']} while other ranks reached {top}",
                          "weight": float(sc.get("lagging_rank_weight", 60)), "category": "software",
                          "action": "a rank hung before the collective (dataloader, deadlock, slow GPU): py-spy dump it; "
-                                   "drain its node if it repeats", "symptom": False})
+                                   "drain its node if it repeats", "node_action": "watch", "symptom": False})
     ranks = events.filter(pl.col("kind") == "nccl_comm_init").select(pl.col("rank"), "node").unique("rank")
     quiet = ranks.join(per_rank.select("rank"), on="rank", how="anti")
     if ranks.height and per_rank.height >= ranks.height / 2 and 0 < quiet.height < ranks.height / 2:
@@ -227,7 +229,8 @@ def _stalls(events: pl.DataFrame, run: Run, sc: dict) -> pl.DataFrame:
                          "message": f"{part.height} rank(s) on {node[0]} never reported the timeout that "
                                     f"{per_rank.height} other ranks reported",
                          "weight": float(sc.get("missing_rank_weight", 45)), "category": "node",
-                         "action": "the ranks went silent: check whether their node crashed or hung", "symptom": False})
+                         "action": "the ranks went silent: check whether their node crashed or hung",
+                         "node_action": "watch", "symptom": False})
     if not rows:
         return _empty().drop("score")
     return pl.DataFrame(rows, schema_overrides={"rank": pl.Int32, "ts": pl.Datetime("us", "UTC"), "count": pl.UInt32})
@@ -308,8 +311,8 @@ def explain(store: Store, job_id: str, at: datetime | None = None, before: timed
     root = None
     if ranked.height and (run.state or "").split()[:1] != ["COMPLETED"]:
         top = ranked.row(0, named=True)
-        root = {k: top[k] for k in ("node", "kind", "code", "gpu", "ts", "message", "category", "action", "rank", "score",
-                                    "trusted")}
+        root = {k: top[k] for k in ("node", "kind", "code", "gpu", "ts", "message", "category", "action", "node_action",
+                                    "rank", "score", "trusted")}
         root["confidence"] = confidence(ranked)
     return Explanation(run.job_id, run.state, run.exit_code, run.nodes, run.start, run.end, root,
                        ranked.head(10).to_dicts(), timeline(events, causes, timeline_rows))
@@ -355,7 +358,7 @@ def report(e: Explanation) -> list[str]:
         rank = f"  rank {r['rank']}" if r["rank"] is not None else ""
         lines += [f"ROOT CAUSE  {where}{gpu}{rank}  {what}  category {r['category']}  confidence {r['confidence']:.2f}",
                   f"  {when(r['ts'])}  {first_line(r['message'])}",
-                  f"  action: {r['action']}"]
+                  f"  action: {r['action']}  (for the node: {r['node_action']})"]
     if e.candidates:
         lines += ["", "CANDIDATES", f"  {'score':>5}  {'node':10} {'kind':26} {'code':>5}  {'first seen':19}  {'count':>5}  message"]
         for c in _fold_symptoms(e.candidates):

@@ -97,6 +97,8 @@ def test_root_cause(name: str) -> None:
     ranked = candidates(events, RUN, load_causes())
     top = ranked.row(0, named=True)
     assert (top["node"], top["kind"], top["category"]) == (node, kind, category), ranked.head(3)
+    if category in ("user", "software"):  # the job's own fault, or a hang: nothing calls for a drain
+        assert top["node_action"] != "drain", top
 
 
 def test_place_ranks_prefers_nccl_init_over_block_order() -> None:
@@ -241,7 +243,7 @@ def test_application_xids_on_every_node_are_the_jobs_fault_with_nothing_for_the_
             for i, n in enumerate(NODES)] + timeouts(600)
     top = candidates(place_ranks(frame(rows), NODES), RUN, load_causes()).row(0, named=True)
     assert (top["kind"], top["category"]) == ("gpu_xid", "user")
-    assert top["action"].startswith("none for the node")
+    assert top["action"].startswith("none for the node") and top["node_action"] == "none"
 
 
 def test_what_a_node_logs_while_its_jobs_succeed_weighs_less(store) -> None:
