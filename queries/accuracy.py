@@ -50,9 +50,11 @@ def reliability(scored: pl.DataFrame) -> tuple[pl.DataFrame, float]:
     """Verdicts by confidence bin (count, mean confidence, accuracy) and the expected calibration
     error: the count-weighted mean gap between a bin's accuracy and its confidence."""
     labels = [f"<{BINS[0]}", *(f"{lo}-{hi}" for lo, hi in zip(BINS, BINS[1:])), f">={BINS[-1]}"]
-    table = (scored.with_columns(pl.col("confidence").cut(list(BINS), labels=labels, left_closed=True).alias("bin"))
-             .group_by("bin").agg(pl.len().alias("count"), pl.col("confidence").mean(), pl.col("top1").mean().alias("accuracy"))
-             .sort("bin"))
+    index = pl.sum_horizontal([(pl.col("confidence") >= edge).cast(pl.Int32) for edge in BINS])  # which bin
+    table = (scored.with_columns(index.alias("_i"))
+             .group_by("_i").agg(pl.len().alias("count"), pl.col("confidence").mean(), pl.col("top1").mean().alias("accuracy"))
+             .sort("_i").with_columns(pl.col("_i").replace_strict(list(range(len(labels))), labels).alias("bin"))
+             .select("bin", "count", "confidence", "accuracy"))
     ece = float((table["count"] * (table["accuracy"] - table["confidence"]).abs()).sum() / max(scored.height, 1))
     return table, ece
 

@@ -208,7 +208,7 @@ def test_crash_between_segment_and_commit_is_undone(tmp_path: Path) -> None:
     log = tmp_path / "c-logs" / "syslog"
     _write(log, range(50))
     node = NodeCollector(config)
-    node.positions.save = lambda path: (_ for _ in ()).throw(OSError("killed before the commit"))
+    node.positions.save = lambda path, store=None: (_ for _ in ()).throw(OSError("killed before the commit"))
     with pytest.raises(OSError):
         node.cycle()
     assert list((tmp_path / "c-spool" / "events").rglob("b*.parquet"))
