@@ -29,16 +29,19 @@ def score(store: Store, incidents: list[dict]) -> pl.DataFrame:
         rows.append({"type": inc["type"], "job_id": inc["job_id"], "top1": bool(hits[:1] and hits[0]),
                      "top3": any(hits), "node": top.get("node"), "kind": top.get("kind"),
                      "expected": f"{inc['node']} {inc['kind']}",
-                     "drain": bool(root and root.get("node_action") == "drain"),
+                     "drain": bool(root and root["verdict"] == "cause" and root.get("node_action") == "drain"),
+                     "undetermined": bool(root and root["verdict"] == "undetermined"),
                      "confidence": float(root["confidence"]) if root else 0.0})
     return pl.DataFrame(rows, schema={"type": pl.String, "job_id": pl.String, "top1": pl.Boolean, "top3": pl.Boolean,
                                       "node": pl.String, "kind": pl.String, "expected": pl.String,
-                                      "drain": pl.Boolean, "confidence": pl.Float64})
+                                      "drain": pl.Boolean, "undetermined": pl.Boolean, "confidence": pl.Float64})
 
 
 def summary(scored: pl.DataFrame) -> pl.DataFrame:
-    """Per scenario type and overall: failures, top-1 and top-3 accuracy (fractions), drains recommended."""
-    aggs = [pl.len().alias("failures"), pl.col("top1").mean(), pl.col("top3").mean(), pl.col("drain").sum().alias("drains")]
+    """Per scenario type and overall: failures, top-1 and top-3 accuracy (fractions), drains
+    recommended and verdicts left undetermined."""
+    aggs = [pl.len().alias("failures"), pl.col("top1").mean(), pl.col("top3").mean(), pl.col("drain").sum().alias("drains"),
+            pl.col("undetermined").sum()]
     per = scored.group_by("type").agg(aggs).sort("type")
     return pl.concat([per, scored.select(pl.lit("all").alias("type"), *aggs)])
 
@@ -61,8 +64,8 @@ def reliability(scored: pl.DataFrame) -> tuple[pl.DataFrame, float]:
 
 def lines(table: pl.DataFrame, scored: pl.DataFrame | None = None) -> list[str]:
     """The summary (and, given the scored verdicts, the reliability table) as printable lines."""
-    out = [f"{'scenario':22} {'failures':>8} {'top-1':>7} {'top-3':>7} {'drains':>7}"]
-    out += [f"{r['type']:22} {r['failures']:8d} {r['top1']:7.1%} {r['top3']:7.1%} {r['drains']:7d}"
+    out = [f"{'scenario':22} {'failures':>8} {'top-1':>7} {'top-3':>7} {'drains':>7} {'undetermined':>13}"]
+    out += [f"{r['type']:22} {r['failures']:8d} {r['top1']:7.1%} {r['top3']:7.1%} {r['drains']:7d} {r['undetermined']:13d}"
             for r in table.iter_rows(named=True)]
     if scored is not None:
         bins, ece = reliability(scored)

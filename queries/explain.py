@@ -50,6 +50,7 @@ class Explanation:
     root_cause: dict | None
     candidates: list[dict] = field(default_factory=list)
     timeline: list[dict] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)  # evidence the store lacks (a node's logs in the window)
 
     def to_dict(self) -> dict:
         """Plain JSON-able dict (times as ISO 8601 strings)."""
@@ -314,8 +315,16 @@ def explain(store: Store, job_id: str, at: datetime | None = None, before: timed
         root = {k: top[k] for k in ("node", "kind", "code", "gpu", "ts", "message", "category", "action", "node_action",
                                     "rank", "score", "trusted")}
         root["confidence"] = confidence(ranked)
+        root["verdict"] = "undetermined" if root["confidence"] < causes.scoring["undetermined_below"] else "cause"
     return Explanation(run.job_id, run.state, run.exit_code, run.nodes, run.start, run.end, root,
-                       ranked.head(10).to_dicts(), timeline(events, causes, timeline_rows))
+                       ranked.head(10).to_dicts(), timeline(events, causes, timeline_rows), missing(events, run))
+
+
+def missing(events: pl.DataFrame, run: Run) -> list[str]:
+    """The run's nodes that logged no kernel or syslog line in the window read: a verdict cannot
+    rest on what is not there (a crashed node's last lines, a collector that stopped)."""
+    heard = set(events.filter(pl.col("source").is_in(["kernel", "syslog"])).get_column("node").drop_nulls().unique())
+    return [f"no kernel or syslog line from {n} in the window read" for n in run.nodes if n not in heard]
 
 
 def timeline(events: pl.DataFrame, causes: Causes, rows: int = 60) -> list[dict]:
@@ -352,6 +361,9 @@ def report(e: Explanation) -> list[str]:
     elif r is None:
         lines.append("ROOT CAUSE  none found: no event on the job's nodes or in its output explains it")
     else:
+        if r["verdict"] == "undetermined":
+            lines.append(f"UNDETERMINED  confidence {r['confidence']:.2f}: the evidence is weak or points several ways; "
+                         "the likeliest cause, then the candidates:")
         what = r["kind"] + (f" {r['code']}" if r["code"] is not None else "")
         where = r["node"] or "(job output)"
         gpu = f"  GPU {r['gpu']}" if r["gpu"] else ""
@@ -359,6 +371,7 @@ def report(e: Explanation) -> list[str]:
         lines += [f"ROOT CAUSE  {where}{gpu}{rank}  {what}  category {r['category']}  confidence {r['confidence']:.2f}",
                   f"  {when(r['ts'])}  {first_line(r['message'])}",
                   f"  action: {r['action']}  (for the node: {r['node_action']})"]
+    lines += [f"MISSING     {m}" for m in e.missing]
     if e.candidates:
         lines += ["", "CANDIDATES", f"  {'score':>5}  {'node':10} {'kind':26} {'code':>5}  {'first seen':19}  {'count':>5}  message"]
         for c in _fold_symptoms(e.candidates):

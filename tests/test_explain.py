@@ -272,3 +272,24 @@ def test_what_a_node_logs_while_its_jobs_succeed_weighs_less(store) -> None:
     mce = next(c for c in result.candidates if c["kind"] == "mce")
     assert "-36 also seen on this node during 6 successful job(s)" in mce["evidence"]
     assert any(line.strip().startswith("why: ") and "successful job(s)" in line for line in report(result))
+
+
+def test_weak_evidence_is_undetermined_and_says_what_is_missing(store) -> None:
+    """Two rivals on two nodes scoring alike, and a node that logged nothing: the verdict is
+    undetermined, the report says so, and names the node whose logs are missing."""
+    rows = [ev("slurm_job_start", "ctl1", -3600, "slurm", job_id="7", attrs={"nodes": "gpu[001-004]"}),
+            ev("slurm_job_end", "ctl1", 900, "slurm", job_id="7", attrs={"state": "FAILED", "exit_code": "1:0"}),
+            ev("ib_link_down", "gpu001", 540), ev("ib_link_down", "gpu002", 541),
+            ev("nccl_net_error", None, 560, "nccl", rank=3, job_id="7"),
+            ev("log", "gpu003", 100, "syslog")]
+    for i, row in enumerate(rows):
+        row["offset"] = i
+    store.write(frame(rows + timeouts(600)))
+    result = explain(store, "7")
+    assert result.root_cause["verdict"] == "undetermined" and result.root_cause["confidence"] < 0.6
+    text = report(result)
+    assert any(line.startswith("UNDETERMINED") for line in text)
+    assert result.missing == ["no kernel or syslog line from gpu004 in the window read"]
+    assert "MISSING     no kernel or syslog line from gpu004 in the window read" in text
+    clear = explain(store, "7").to_dict()
+    assert clear["missing"] and clear["root_cause"]["verdict"] == "undetermined"
