@@ -90,6 +90,9 @@ def failed_run(runs: list[Run], at: datetime | None = None) -> Run | None:
 # ------------------------------------------------------------------------------------- ranking
 
 
+ADDRESS = r"(?:Bootstrap : Using|OOB) (?:\[\d+\])?[\w.-]+:(\S+?)<\d+>"  # a rank's own address, NCCL INFO at init
+
+
 def place_ranks(events: pl.DataFrame, nodes: list[str], per_node: int = 8) -> pl.DataFrame:
     """Fill ``node`` of rank-tagged events (PyTorch lines carry no host) from the job's
     ``nccl_comm_init`` lines, else by Slurm's default block distribution: ranks fill the run's nodes
@@ -125,7 +128,12 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: p
     ev = causes.annotate(events.filter(pl.col("job_id").is_null() | (pl.col("job_id") == run.job_id)))
     if run.end is not None:
         ev = ev.filter(pl.col("ts").is_null() | (pl.col("ts") <= run.end + timedelta(minutes=10)))
-    if ev.is_empty() and not _stalls(events, run, sc).height:
+    # the peer other ranks lost: evidence for what its node logged, else a candidate of its own
+    lost = _lost_peers(events, run, sc)
+    logged = set(ev.filter(~pl.col("symptom")).get_column("node").drop_nulls())
+    derived = pl.concat([_stalls(events, run, sc), lost.filter(~pl.col("node").is_in(list(logged)))],
+                        how="diagonal_relaxed")
+    if ev.is_empty() and not derived.height:
         return _empty()
     # the onset: the first symptom, or the first error the job itself printed, or the end
     first_signs = ev.filter(pl.col("symptom") | (pl.col("job_id") == run.job_id), pl.col("ts").is_not_null())
@@ -140,7 +148,7 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: p
                    pl.col("node_action").first(),
                    pl.col("symptom").first(), pl.col("lead_s").first(), pl.col("needs").first(), pl.col("approx").all(),
                    pl.col("rank").drop_nulls().first(), provenance.trusted().any().alias("trusted")))
-    groups = (pl.concat([groups.drop("_episode"), _stalls(events, run, sc)], how="diagonal_relaxed")
+    groups = (pl.concat([groups.drop("_episode"), derived], how="diagonal_relaxed")
               .with_columns(pl.col("approx").fill_null(False), pl.col("trusted").fill_null(False)))
     spread = (groups.filter(pl.col("node").is_not_null()).group_by("kind", "code")
               .agg(pl.col("node").n_unique().alias("_nodes")))
@@ -175,14 +183,20 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: p
     if first_cause is not None:
         terms.append((pl.when(~pl.col("symptom") & ~pl.col("approx") & (ts <= _lit(first_cause) + skew))
                       .then(sc.get("earliest", 5)), pl.lit("the first cause logged")))
+    if lost.height:
+        terms.append((pl.when(pl.col("node").is_in(lost.get_column("node").to_list()) & ~pl.col("symptom")
+                              & (pl.col("kind") != "nccl_peer_lost")).then(sc["peer_named"]),
+                      pl.lit("other ranks' NCCL errors name this node as the peer they lost")))
     if succeeded_with is not None:
         per, most = sc.get("succeeded_with", -6), sc.get("succeeded_with_max", -36)
         jobs_ok = pl.col("succeeded").fill_null(0)
         terms.append((pl.when(jobs_ok > 0).then(pl.max_horizontal(jobs_ok * per, pl.lit(most))),
                       pl.format("also seen on this node during {} successful job(s)", jobs_ok)))
     points = [p.fill_null(0) for p, _ in terms]
-    evidence = pl.concat_list([pl.when(p != 0).then(pl.format("{} {}", p.round(0).cast(pl.Int64), why))
-                               for p, (_, why) in zip(points, terms)]).list.drop_nulls()
+    signed = [pl.when(p > 0).then(pl.lit("+")).otherwise(pl.lit("")) + p.round(0).cast(pl.Int64).cast(pl.String)
+              for p in points]  # +15 for, -40 against
+    evidence = pl.concat_list([pl.when(p != 0).then(pl.format("{} {}", sign, why))
+                               for p, sign, (_, why) in zip(points, signed, terms)]).list.drop_nulls()
     return (groups.with_columns(pl.sum_horizontal(points).alias("score"), evidence.alias("evidence"))
             .drop("_nodes", "weight", "lead_s", "needs", *(["succeeded"] if succeeded_with is not None else []))
             .sort(["score", "ts"], descending=[True, False], nulls_last=True))
@@ -199,6 +213,36 @@ def _empty() -> pl.DataFrame:
                                 "symptom": pl.Boolean,
                                 "rank": pl.Int32, "trusted": pl.Boolean, "score": pl.Float64,
                                 "evidence": pl.List(pl.String)})
+
+
+def _lost_peers(events: pl.DataFrame, run: Run, sc: dict) -> pl.DataFrame:
+    """The node that ranks' NCCL network errors name as the peer they lost. NCCL names it by address
+    (``Got completion from peer 10.1.4.1<43521>``, ``Connection closed by remote peer
+    gpu004-ib.cluster<51159>``); each rank printed its own (``Bootstrap : Using ib0:10.1.4.1<0>``,
+    ``OOB ib0:...``) at init, on its node. A peer that is on none of the job's nodes names nothing."""
+    own = events.filter(pl.col("job_id") == run.job_id, pl.col("node").is_in(run.nodes or []))
+    addresses = dict(own.select(pl.col("message").str.extract(ADDRESS, 1).alias("addr"), "node")
+                     .drop_nulls().unique("addr").iter_rows())
+    attr = pl.col("attrs").str.json_path_match
+    errors = (events.filter(pl.col("kind") == "nccl_net_error", pl.col("job_id") == run.job_id)
+              .with_columns(pl.coalesce(attr("$.peer"), attr("$.peer2"), attr("$.peer3"))
+                            .str.replace(r"<\d+>$", "").alias("_peer")).drop_nulls("_peer"))
+    if errors.is_empty():
+        return _empty().drop("score")
+    short = pl.col("_peer").str.extract(r"^([^.:%]+?)(?:-ib)?(?:\.|$)", 1)  # gpu004-ib.cluster -> gpu004
+    named = errors.with_columns(
+        pl.coalesce(pl.col("_peer").replace_strict(addresses, default=None, return_dtype=pl.String),
+                    pl.when(short.is_in(run.nodes or [])).then(short)).alias("_lost")).drop_nulls("_lost")
+    rows = [{"node": node, "kind": "nccl_peer_lost", "ts": part.get_column("ts").min(), "count": part.height,
+             "message": f"{part.get_column('rank').n_unique()} rank(s) lost their NCCL peer on {node} "
+                        f"({part.get_column('_peer').first()})",
+             "weight": float(sc["peer_named_weight"]), "category": "network", "node_action": "watch",
+             "action": "the ranks' network errors name this node as the peer they lost: check whether it crashed, "
+                       "its HCA and its link", "symptom": False}
+            for (node,), part in named.group_by("_lost", maintain_order=True)]
+    if not rows:
+        return _empty().drop("score")
+    return pl.DataFrame(rows, schema_overrides={"ts": pl.Datetime("us", "UTC"), "count": pl.UInt32})
 
 
 def _stalls(events: pl.DataFrame, run: Run, sc: dict) -> pl.DataFrame:

@@ -293,3 +293,30 @@ def test_weak_evidence_is_undetermined_and_says_what_is_missing(store) -> None:
     assert "MISSING     no kernel or syslog line from gpu004 in the window read" in text
     clear = explain(store, "7").to_dict()
     assert clear["missing"] and clear["root_cause"]["verdict"] == "undetermined"
+
+
+@pytest.mark.parametrize("peer", ["10.0.0.4<43521>", "gpu004-ib.cluster.local<51159>"])
+def test_the_peer_nccl_errors_name_is_placed_on_its_node(peer: str) -> None:
+    """gpu004 went quiet in its kernel log; ranks elsewhere lost their NCCL peer, which they name by
+    the address gpu004's own ranks printed at init (or by its host name): gpu004 is the candidate."""
+    boot = [ev("log", NODES[r // 8], None, "nccl", rank=r, job_id="7",
+               message=f"NCCL INFO Bootstrap : Using [0]ib0:10.0.0.{r // 8 + 1}<0>") for r in range(0, 32, 8)]
+    lost = [ev("nccl_net_error", None, 590 + r / 10, "nccl", rank=r, job_id="7",
+               attrs={"peer2" if "ib" in peer else "peer": peer}) for r in (1, 9, 17)]
+    ranked = candidates(place_ranks(frame(inits() + boot + lost + timeouts(600)), NODES), RUN, load_causes())
+    top = ranked.row(0, named=True)
+    assert (top["node"], top["kind"], top["category"], top["node_action"]) == ("gpu004", "nccl_peer_lost", "network", "watch")
+    assert "3 rank(s) lost their NCCL peer on gpu004" in top["message"] and top["evidence"]
+
+
+def test_a_lost_peers_own_fault_stays_the_verdict_with_the_peers_as_evidence() -> None:
+    """When the node the ranks lost logged its own fault (a panic), that fault is the verdict, and
+    the peers' errors count for it."""
+    boot = [ev("log", NODES[r // 8], None, "nccl", rank=r, job_id="7",
+               message=f"NCCL INFO Bootstrap : Using ib0:10.0.0.{r // 8 + 1}<0>") for r in range(0, 32, 8)]
+    lost = [ev("nccl_net_error", None, 590 + r / 10, "nccl", rank=r, job_id="7", attrs={"peer": "10.0.0.4<1>"})
+            for r in (1, 9, 17)]
+    rows = inits() + boot + lost + timeouts(600) + [ev("kernel_panic", "gpu004", 585)]
+    top = candidates(place_ranks(frame(rows), NODES), RUN, load_causes()).row(0, named=True)
+    assert (top["node"], top["kind"]) == ("gpu004", "kernel_panic")
+    assert "+10 other ranks' NCCL errors name this node as the peer they lost" in top["evidence"]
