@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from observe.store import Store, fsync_path, open_nofollow, regular_names, subdirs
+from observe.store import Store, create_temp, fsync_path, open_nofollow, regular_names, subdirs
 
 
 class Destination:
@@ -53,8 +53,7 @@ class LocalDir(Destination):
         final = self.store.root / rel
         self.store.make_dirs(final.parent)
         tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
-        tmp.unlink(missing_ok=True)  # a crash's leftover, or a planted link: removed, not followed
-        with open_nofollow(src) as r, self.store.create(tmp) as w:
+        with open_nofollow(src) as r, create_temp(tmp, self.store) as w:
             shutil.copyfileobj(r, w, 1 << 20)
             w.flush()
             os.fsync(w.fileno())

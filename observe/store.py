@@ -526,12 +526,18 @@ class Store:
                                           "rows": pl.Int64, "bytes": pl.Int64})
 
 
+def create_temp(path: Path, store: Store | None = None) -> BinaryIO:
+    """A temporary file at ``path`` made as ``store`` makes its files (else as :func:`create_file`
+    does), whatever had the name removed first: a crash's leftover, or a planted link, never followed."""
+    path.unlink(missing_ok=True)
+    return store.create(path) if store else create_file(path)
+
+
 def write_atomic(path: Path, data: bytes, store: Store | None = None) -> None:
     """Write ``data`` to ``path`` through a temporary file, fsync'd, renamed, directory fsync'd; the
     temporary is made as ``store`` makes its files (mode, group) when given, never through a symlink."""
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.unlink(missing_ok=True)  # a crash's leftover, or a planted link: removed, not followed
-    with store.create(tmp) if store else create_file(tmp) as f:
+    with create_temp(tmp, store) as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())

@@ -85,7 +85,7 @@ class Found:
     ino: int
     size: int
     mtime: float
-    route: str = "user_file"
+    route: str
 
 
 class Finder:

@@ -9,7 +9,7 @@ from pathlib import Path
 import hostlist
 import polars as pl
 
-from observe.store import Store
+from observe.store import Store, create_temp
 
 RUN_KINDS = ["slurm_job_start", "slurm_job_end", "slurm_job_requeue"]
 SAME_MOMENT = timedelta(minutes=2)  # a job record and the slurmctld line of the same start or end
@@ -129,8 +129,7 @@ def write_index(store: Store) -> int:
     path = index_path(store)
     store.make_dirs(path.parent)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.unlink(missing_ok=True)  # a crash's leftover, or a planted link: removed, not followed
-    with store.create(tmp) as f:
+    with create_temp(tmp, store) as f:
         table.write_parquet(f)
     os.replace(tmp, path)
     return table.height
