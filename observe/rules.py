@@ -3,7 +3,9 @@
 A rule file holds ``source = "kernel"`` and ``[[rule]]`` tables: ``kind``, ``severity``, ``pattern``
 (Rust regex with named groups), optional ``literal`` (a string or list of strings, one of which
 every match contains: a cheap prefilter), ``attrs`` (static extras),
-``examples`` (must match) and ``counterexamples`` (must not). Within a source the first matching rule
+``examples`` (must match) and ``counterexamples`` (must not), and ``cite``: where the emitter prints
+the matched text (``"<repository> <path> <version>: <format string>"``, one per version or wording
+covered), so a rule is built from the source of truth and checked against it. Within a source the first matching rule
 wins, files taken in name order. Named groups called like schema fields (``gpu``, ``code``, ``rank``,
 ``job_id``, ``pid``, ``node``, ``program``) fill those fields; other groups go to ``attrs``.
 
@@ -49,6 +51,7 @@ class Rule:
     examples: tuple[str, ...] = ()
     counterexamples: tuple[str, ...] = ()
     groups: tuple[str, ...] = field(default=())
+    cite: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,14 @@ def _rule(raw: dict, source: str, where: str) -> Rule:
         examples=tuple(raw.get("examples", ())),
         counterexamples=tuple(raw.get("counterexamples", ())),
         groups=_check_pattern(raw["pattern"], where),
+        cite=_strings(raw.get("cite", ()), "cite", where),
     )
+
+
+def _strings(value: object, key: str, where: str) -> tuple[str, ...]:
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
+        raise RuleError(f"{where}: {key} must be a list of non-empty strings")
+    return tuple(value)
 
 
 def _literals(value: object, where: str) -> tuple[str, ...]:
@@ -365,7 +375,8 @@ def enrich(df: pl.DataFrame) -> pl.DataFrame:
 def describe() -> list[dict]:
     """Every rule as a plain dict (for ``observe rules`` and the docs)."""
     return [
-        {"source": r.source, "kind": r.kind, "severity": r.severity, "pattern": r.pattern, "where": r.where}
+        {"source": r.source, "kind": r.kind, "severity": r.severity, "pattern": r.pattern, "where": r.where,
+         "cite": list(r.cite)}
         for r in load()[0]
     ]
 
