@@ -13,7 +13,7 @@ from datetime import datetime
 
 import polars as pl
 
-from collectors.syslog import Syslog, severity_from_pri
+from collectors.syslog import Syslog, kernel_device, severity_from_pri
 from observe import timeparse as tp
 from observe.collector import Collector, Context, register, split_header
 from observe.rules import attrs_json
@@ -75,7 +75,7 @@ def _dmesg(records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
         ("uptime", pl.coalesce(pl.col("up"), (pl.col("usec").cast(pl.Float64) / 1e6).cast(pl.String))), ("seq", pl.col("seq")), ("delta", pl.col("rel")),
         ("facility", pl.col("fac")),
     ])
-    return g.select(
+    return kernel_device(g.select(
         "raw", "offset", ts.alias("ts"), severity.alias("severity"), pl.lit("kernel").alias("program"),
         pl.coalesce("kmsg", "msg").alias("message"), attrs.alias("attrs"), pl.lit("kernel").alias("source"),
-    )
+    ))

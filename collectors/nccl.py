@@ -31,6 +31,9 @@ TORCH = (
 )
 RANK_PREFIX = r"^\s*(?:\[(?:rank|default))?(\d{1,6})(?:\]:\s?|: )"  # [rank3]: or srun's 3:
 RANKED_INDENT = r"^(?:\s*" + TASK_LABEL + r"\s)?\s"
+# torchrun's ChildFailedError prints each failure as an ``[i]:`` line and indented fields: the line
+# continues the heading before it ("Root Cause (first observed failure):"), so one record holds both
+FAILURE_INDEX = r"^\s*(?:" + TASK_LABEL + r"\s?)?\[\d+\]:\s*$"
 RECORD_START = (
     r"^\s*(?:" + TASK_LABEL + r"\s?\S|(?:" + TORCHRUN_LABEL + r"\s?)?"
     r"(?:\[[EWIF][\d ]|\[\d+\]\s*[\w.-]+:\d+:\d+ |[\w.-]+:\d+:\d+ \[\d+\]))"
@@ -61,11 +64,12 @@ class Nccl(Collector):
     priority = 5
     sniff = r"NCCL (?:INFO|WARN)|ProcessGroupNCCL|^\[rank\d+\]:"
 
-    continuation_hint = RANKED_INDENT
+    continuation_hint = RANKED_INDENT + "|" + FAILURE_INDEX
 
     def continuation(self, line: pl.Expr) -> pl.Expr:
-        """Indented lines (tracebacks, wrapped messages) that do not start a record themselves."""
-        return line.str.contains(RANKED_INDENT) & ~line.str.contains(RECORD_START)
+        """Indented lines (tracebacks, wrapped messages) that do not start a record themselves, and
+        ChildFailedError's ``[i]:`` lines."""
+        return (line.str.contains(RANKED_INDENT) & ~line.str.contains(RECORD_START)) | line.str.contains(FAILURE_INDEX)
 
     def parse(self, records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
         """NCCL, PyTorch and Slurm client prefixes; any other text is a valid message.

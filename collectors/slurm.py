@@ -16,9 +16,37 @@ HEADER = (
     r"(?:\[(?P<step>\d+(?:\.\w+)?)\] )?(?:(?P<prog>slurmctld|slurmd|slurmstepd|slurmdbd|srun|salloc|sbatch|scontrol)"
     r"(?:-\S+)?: )?"
 )
-LEVEL = r"^(?:(?:slurmctld|slurmd|slurmstepd|slurmdbd): )?(error|fatal|warning|debug\d?|verbose|info): "
+# srun, salloc and sbatch print through the same log.c: "srun: error: ..." (their messages in job output too)
+LEVEL = r"^(?:(?:slurmctld|slurmd|slurmstepd|slurmdbd|srun|salloc|sbatch): )?(error|fatal|warning|debug\d?|verbose|info): "
 SEVERITY = {"error": "err", "fatal": "crit", "warning": "warning", "verbose": "info", "info": "info"}
 JOB = r"(?:JobId=|StepId=|job_id=|JOB |STEP |job |step )(\d+(?:_\d+)?(?:\+\d+)?)"
+# slurmctld messages about one node, which name it (that node is the event's node, not the host that
+# logged it). Only a single node name: a hostlist (``gpu[01-04]``, ``a,b``) names several.
+# source: SchedMD/slurm src/slurmctld/node_mgr.c 17.02-24.11: error("Node %s appears to have a different
+#   slurm.conf than the slurmctld. ...", ...), error("Node %s has low socket*core*thread count (%d < %d)", ...),
+#   error("Node %s has low cpu count (%u < %u)", ...), error("Node %s has low real_memory size (...)", ...),
+#   info("Node %s now responding", node_ptr->name), info("node %s returned to service", ...),
+#   debug2("node_did_resp %s", name), error("node_did_resp unable to find node %s", name),
+#   info("node_not_resp: node %s responded since msg sent", ...)
+# source: SchedMD/slurm src/slurmctld/proc_req.c 17.02-24.11: error("_slurm_rpc_node_registration node=%s: %s",
+#   node_reg_stat_msg->node_name, slurm_strerror(error_code))
+# source: SchedMD/slurm src/common/read_config.c 17.02-24.11: error("Duplicated NodeHostName %s in the config file", ...)
+# source: SchedMD/slurm src/slurmctld/power_save.c: verbose("power_save: waking nodes %s", host) and
+#   "suspending nodes %s", "rewaking nodes %s" (17.02-20.11); log_flag(POWER, "power_save: waking nodes %s",
+#   host) (21.08+, log_flag prefixes "POWER: ")
+NODE = r"([^\s\[\],:]+)(?:[\s,:.]|$)"
+NODE_NAMED = (
+    r"^(?:slurmctld: )?(?:(?:error|warning|verbose|info|debug\d?): )?(?:POWER: )?(?:"
+    r"Node " + NODE.replace("(", "(?P<n1>", 1) + r"(?:appears to have a different slurm\.conf|has low |now responding)|"
+    r"node " + NODE.replace("(", "(?P<n2>", 1) + r"returned to service|"
+    r"_slurm_rpc_node_registration node=(?P<n3>[^\s\[\],:]+): |"
+    r"Duplicated NodeHostName " + NODE.replace("(", "(?P<n4>", 1) + r"|"
+    r"power_save: (?:re)?(?:waking|suspending) nodes " + NODE.replace("(", "(?P<n5>", 1) + r"|"
+    r"node_did_resp (?:unable to find node )?" + NODE.replace("(", "(?P<n6>", 1) + r"|"
+    r"node_not_resp: node " + NODE.replace("(", "(?P<n7>", 1) + r")"
+)
+_NODE_GROUPS = ("n1", "n2", "n3", "n4", "n5", "n6", "n7")
+_NODE_WORDS = r"[Nn]ode|NodeHostName|power_save"  # every NODE_NAMED wording holds one of these
 _SYSLOG = Syslog()
 
 
@@ -48,13 +76,27 @@ class Slurm(Collector):
 
 
 def slurm_fields(df: pl.DataFrame) -> pl.DataFrame:
-    """Slurm lines' severity from their ``error:``-style prefix and the job their message names
-    (where the header gave none): for this collector's lines and Slurm daemons' lines in syslog."""
+    """Slurm lines' severity from their ``error:``-style prefix, the job their message names (where
+    the header gave none) and the node a slurmctld message is about (NODE_NAMED; before the host of a
+    syslog header, which is the controller's): for this collector's lines and Slurm daemons' lines in syslog."""
     job = pl.col("job_id") if "job_id" in df.columns else pl.lit(None, dtype=pl.String)
-    return df.with_columns(
+    node = pl.col("node") if "node" in df.columns else pl.lit(None, dtype=pl.String)
+    return named_node(df.with_columns(
         pl.coalesce(slurm_severity(pl.col("message")), pl.col("severity")).alias("severity"),
         pl.coalesce(job, pl.col("message").str.extract(JOB, 1)).alias("job_id"),
-    )
+        node.alias("node"),
+    ))
+
+
+def named_node(df: pl.DataFrame) -> pl.DataFrame:
+    """``node`` set to the node a message names (NODE_NAMED), only on the rows that name one."""
+    rows = df.select(pl.col("message").str.contains(_NODE_WORDS).fill_null(False)).to_series().arg_true()
+    if not len(rows):
+        return df
+    named = df.select("message", "node").gather(rows).with_columns(
+        pl.col("message").str.extract_groups(NODE_NAMED).alias("_n")).unnest("_n")
+    fixed = named.select(pl.coalesce(*_NODE_GROUPS, "node").alias("node"))
+    return df.with_columns(df.get_column("node").clone().scatter(rows, fixed.get_column("node")))
 
 
 def _native(records: pl.DataFrame, ctx: Context) -> pl.DataFrame:

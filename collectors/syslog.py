@@ -1,8 +1,16 @@
 """Syslog: RFC 3164 (localized months, space-padded days), RFC 5424, RFC 3339 / journald short-iso,
-``journalctl -o json``, and the Sandia archive prefix (``- 1131566461 2005.11.09 dn228 ...``).
+journalctl's other ``short`` modes, ``journalctl -o json``, and the Sandia archive prefix
+(``- 1131566461 2005.11.09 dn228 ...``).
 
 Sample: ``Apr 29 19:24:11 EVE kernel: NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.``
 Kernel lines become source ``kernel`` (their ``[uptime]`` kept in attrs), Slurm daemons ``slurm``.
+
+Each header form below names where its emitter prints it (``# source:``). After the stamp comes
+``HOSTNAME SP TAG``; the host is optional (``journalctl --no-hostname``, BSD senders that leave it
+out): as rsyslog's parser decides (source: rsyslog/rsyslog tools/pmrfc3164.c parse2, "there are
+certain characters which are frequently used in TAG (e.g. ':'), which are *invalid* in host names"),
+a first word that ends with ``:`` is the tag, never a host. A line with no header is unparsed
+(message null), its node whatever the context says.
 """
 from __future__ import annotations
 
@@ -15,20 +23,62 @@ from observe import timeparse as tp
 from observe.collector import Collector, Context, per_value, register, split_header
 from observe.rules import attrs_json, merge_attrs, scatter_rows
 
+# TAG as rsyslog writes %syslogtag% and journalctl ``identifier[pid]: ``: a program name (paths,
+# dots, dashes: ``/apps/x/gmetad[1682]:``), a parenthesised part (``sshd(pam_unix)[1327]:``), the
+# pid optional (``kernel:``).
 TAG = r"(?:(?P<tag>[^\s:\[\]]+(?:\([^)\s]*\))?)(?:\[(?P<pid>\d+)\])?: ?)?"
+# HOSTNAME, optional: a word that holds no ``[`` and does not end with ``:`` (else it is the tag).
+HOST = r"(?:(?P<host>[^\s\[]*[^\s\[:]) )?"
+# source: rsyslog/rsyslog tools/smtradfile.c (RSYSLOG_TraditionalFileFormat,
+#   "%TIMESTAMP% %HOSTNAME% %syslogtag%%msg:::sp-if-no-1st-sp%%msg:::drop-last-lf%\n"), the stamp by
+#   runtime/datetime.c formatTimestamp3164 ("%s %2d %2.2d:%2.2d:%2.2d": English month, day space-padded);
+#   RSYSLOG_TraditionalForwardFormat "<%PRI%>%TIMESTAMP% %HOSTNAME% %syslogtag:1:32%%msg%" (runtime/rsconf.c).
+# source: syslog-ng/syslog-ng lib/logwriter.c log_writer_format_log (a9b2bc66), file destination without
+#   template: stamp (ts-format, default BSD "Mmm dd HH:MM:SS", day zero-padded), " ", HOST, " ",
+#   MSGHDR or "PROGRAM[PID]: ", MESSAGE (no program: no tag).
+# source: systemd/systemd src/shared/logs-show.c (002951ce) output_timestamp_realtime, journalctl -o short
+#   strftime("%b %d %H:%M:%S") and -o short-precise (+ ".%06"PRIu64), then output_short: " hostname"
+#   (left out with --no-hostname), " identifier" (or comm, or "unknown"), "[pid]", ": ", message; %b is
+#   the locale's abmon (observe/timeparse.py MONTHS), `` 3月`` (ja_JP) padded with a space.
+# Also the Sandia archive prefix (``- 1131566461 2005.11.09 dn228 ``) and a year after the clock.
+MONTH = r"(?P<mon>\p{L}{2,6}\.?|\d{1,2}[月월])"
 RFC3164 = (
     r"(?:(?P<tb_label>\S+) (?P<tb_epoch>\d{9,11}) (?P<tb_date>\d{4}\.\d\d\.\d\d) (?P<tb_node>\S+) )?"
-    r"(?:<(?P<pri>\d{1,3})>)?(?P<mon>\p{L}{3,5}\.?) {1,2}(?P<day>\d{1,2}) (?P<clock>\d\d:\d\d:\d\d(?:\.\d+)?) "
-    r"(?:(?P<year>\d{4}) )?(?P<host>\S+) " + TAG
+    r"(?:<(?P<pri>\d{1,3})>)? ?" + MONTH + r" {1,2}(?P<day>\d{1,2}) (?P<clock>\d\d:\d\d:\d\d(?:\.\d+)?) "
+    r"(?:(?P<year>\d{4}) )?" + HOST + TAG
 )
+# source: rsyslog/rsyslog tools/smfile.c (RSYSLOG_FileFormat,
+#   "%TIMESTAMP:::date-rfc3339% %HOSTNAME% %syslogtag%%msg:::sp-if-no-1st-sp%%msg:::drop-last-lf%\n") and
+#   RSYSLOG_ForwardFormat "<%PRI%>%TIMESTAMP:::date-rfc3339% %HOSTNAME% %syslogtag:1:32%%msg%" (runtime/rsconf.c).
+# source: systemd/systemd src/shared/logs-show.c output_timestamp_realtime, journalctl -o short-iso
+#   strftime("%Y-%m-%dT%H:%M:%S") + "%+03d:%02d" (tm_gmtoff), -o short-iso-precise with ".%06" before the offset.
 RFC3339 = (
     r"(?:<(?P<pri>\d{1,3})>)?(?P<stamp>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?) "
-    r"(?P<host>\S+) " + TAG
+    + HOST + TAG
 )
+# source: RFC 5424 section 6 (HEADER = PRI VERSION SP TIMESTAMP SP HOSTNAME SP APP-NAME SP PROCID SP MSGID,
+#   then SP STRUCTURED-DATA [SP MSG], "-" for a nil value, MSG optionally BOM-prefixed); rsyslog's
+#   RSYSLOG_SyslogProtocol23Format "<%PRI%>1 %TIMESTAMP:::date-rfc3339% %HOSTNAME% %APP-NAME% %PROCID%
+#   %MSGID% %STRUCTURED-DATA% %msg%\n" (rsyslog/rsyslog runtime/rsconf.c).
 RFC5424 = (
     r"(?s)^<(?P<pri>\d{1,3})>1 (?P<stamp>\S+) (?P<host>\S+) (?P<tag>\S+) (?P<pid>\S+) (?P<msgid>\S+) "
     r"(?P<sd>-|(?:\[(?:[^\]\\]|\\.)*\])+)(?: \x{FEFF}?(?P<msg>.*))?$"
 )
+# source: systemd/systemd src/shared/logs-show.c output_timestamp_realtime, journalctl -o short-full (and
+#   -o with-unit): format_timestamp() (src/basic/time-util.c format_timestamp_style, 003b845c): an English
+#   weekday from its own table ("Sun".."Sat", not the locale's), strftime(" %Y-%m-%d %H:%M:%S"), then
+#   " UTC" (--utc) or " " tm_zone (``CET``, ``EDT``, ``+03``; left out when it does not fit).
+SHORT_FULL = (
+    r"(?:Sun|Mon|Tue|Wed|Thu|Fri|Sat) (?P<stamp>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})?)"
+    r"(?: (?P<zone>[A-Z]{2,6}|[+-]\d\d(?:\d\d)?))? " + HOST + TAG
+)
+# source: systemd/systemd src/shared/logs-show.c output_timestamp_monotonic, journalctl -o short-monotonic
+#   "[%5"PRI_USEC".%06"PRI_USEC"]" (seconds since boot), -o short-delta adds " <%5"PRI_USEC".%06"PRI_USEC"%s>"
+#   (" " or "*") inside the brackets; then output_short's " hostname identifier[pid]: message".
+SHORT_MONOTONIC = r"\[\s*(?P<up>\d+\.\d+)(?: <\s*(?P<delta>\d+\.\d+)[ *]>)?\] " + HOST + TAG
+# source: systemd/systemd src/shared/logs-show.c output_timestamp_realtime, journalctl -o short-unix
+#   "%10"PRI_TIME".%06"PRIu64 (seconds since the epoch), then output_short's " hostname identifier[pid]: ".
+SHORT_UNIX = r"\s*(?P<epoch>\d{9,11}\.\d{1,6}) " + HOST + TAG
 SLURM_DAEMONS = r"^slurm(?:ctld|d|stepd|dbd|restd)?$"
 UPTIME = r"^\[\s*(\d+\.\d+)\]\s?"
 SEVERITY_BY_PRI = ["emerg", "alert", "crit", "err", "warning", "notice", "info", "debug"]
@@ -54,9 +104,15 @@ class Syslog(Collector):
     priority = 10
     relayed = True
     sniff = (
-        r"^(?:\S+ \d{9,11} \d{4}\.\d\d\.\d\d \S+ )?(?:<\d{1,3}>)?\p{L}{3,5}\.? {1,2}\d{1,2} \d\d:\d\d:\d\d(?:\.\d{1,9})? |"
-        r"^(?:<\d{1,3}>1? ?)?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d\S* \S+ [^\s:]+: |"
+        r"^(?:\S+ \d{9,11} \d{4}\.\d\d\.\d\d \S+ )?(?:<\d{1,3}>)? ?(?:\p{L}{2,6}\.?|\d{1,2}[月월]) {1,2}\d{1,2} "
+        r"\d\d:\d\d:\d\d(?:\.\d{1,9})? |"
+        r"^(?:<\d{1,3}>1? ?)?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d\S* (?:\S+ [^\s:]+|[^\s:\[]+\[\d+\]): |"
         r"^<\d{1,3}>1 (?:\d{4}-\d\d-\d\dT\S+|-) \S+ \S+ \S+ \S+ |"  # RFC 5424: no tag's colon
+        r"^(?:Sun|Mon|Tue|Wed|Thu|Fri|Sat) \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})? |"  # short-full
+        r"^\s*\d{9,11}\.\d{6} (?:[^\s\[:]+ )?[^\s:\[]+(?:\[\d+\])?: |"  # short-unix
+        # short-monotonic only with a host and a pid (or ``kernel:``): the same stamp starts every
+        # dmesg line (``[    5.1] usb 1-1: ...``), whose lines the kernel collector routes here by this
+        r"^\[\s*\d+\.\d{6}(?: <\s*\d+\.\d{6}[ *]>)?\] [^\s\[:]+ (?:kernel|[^\s:\[]+\[\d+\]): |"
         r"^\{.*\"__REALTIME_TIMESTAMP\""
     )
 
@@ -71,7 +127,7 @@ class Syslog(Collector):
         else:
             out = pl.concat([_rfc3164_fast(records.with_columns(ts.alias("_ts")).filter(fast)),
                              _by_format(records.filter(~fast), ctx)], how="diagonal_relaxed")
-        return _slurm_lines(kernel_uptime(out.with_columns(_source(out))))
+        return _slurm_lines(kernel_device(kernel_uptime(out.with_columns(_source(out)))))
 
 
 def _source(df: pl.DataFrame) -> pl.Expr:
@@ -90,8 +146,8 @@ def _slurm_lines(df: pl.DataFrame) -> pl.DataFrame:
         return df
     from collectors.slurm import slurm_fields  # collectors.slurm reads syslog-framed lines through this module
 
-    part = df.select("message", "severity", *(["job_id"] if "job_id" in df.columns else [])).gather(rows)
-    fixed = slurm_fields(part).select("severity", "job_id")
+    part = df.select("message", "severity", "node", *(["job_id"] if "job_id" in df.columns else [])).gather(rows)
+    fixed = slurm_fields(part).select("severity", "job_id", "node")
     if "job_id" not in df.columns:
         df = df.with_columns(pl.lit(None, dtype=pl.String).alias("job_id"))
     return scatter_rows(df, rows, fixed)
@@ -104,9 +160,13 @@ def _by_format(records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
         pl.when(raw.str.starts_with("{")).then(pl.lit("json"))
         .when(raw.str.contains(r"^<\d{1,3}>1 ")).then(pl.lit("5424"))
         .when(raw.str.contains(r"^(?:<\d{1,3}>)?\d{4}-\d\d-\d\d[T ]")).then(pl.lit("3339"))
+        .when(raw.str.contains(r"^(?:Sun|Mon|Tue|Wed|Thu|Fri|Sat) \d{4}-\d\d-\d\d ")).then(pl.lit("full"))
+        .when(raw.str.contains(r"^\[\s*\d+\.\d+(?: <[^>]*>)?\] ")).then(pl.lit("mono"))
+        .when(raw.str.contains(r"^\s*\d{9,11}\.\d+ ")).then(pl.lit("unix"))
         .otherwise(pl.lit("3164")).alias("_fmt")
     )
-    parsers = {"json": _json, "5424": _rfc5424, "3339": _rfc3339, "3164": _rfc3164_regex}
+    parsers = {"json": _json, "5424": _rfc5424, "3339": _rfc3339, "3164": _rfc3164_regex,
+               "full": _short_full, "mono": _short_monotonic, "unix": _short_unix}
     return pl.concat([parsers[fmt](part.drop("_fmt"), ctx) for (fmt,), part in kinds.group_by("_fmt")],
                      how="diagonal_relaxed")
 
@@ -124,14 +184,64 @@ def kernel_uptime(df: pl.DataFrame) -> pl.DataFrame:
     )
     return scatter_rows(df, rows, fixed)
 
+# The device a kernel line is about, from the prefix its printing helper puts before the message:
+# source: torvalds/linux drivers/base/core.c __dev_printk (v3.x-v6.x): dev_printk_emit(level, dev,
+#   "%s %s: %pV", dev_driver_string(dev), dev_name(dev), vaf): "<driver> <dev_name>: " ("mlx5_core
+#   0000:03:00.0: ", "pcieport 0000:00:03.0: "; a PCI device's dev_name is its "%04x:%02x:%02x.%d"
+#   address: attrs.pci). A device without a driver prints its class name: an InfiniBand device on
+#   itself "infiniband rxe0: " (rdma_rxe, drivers/infiniband/sw/rxe/rxe_net.c dev_info(&rxe->ib_dev.dev,
+#   "set active\n")): attrs.device.
+# source: torvalds/linux drivers/infiniband/core/device.c __ibdev_printk (v5.1+): dev_printk_emit(level,
+#   ibdev->dev.parent, "%s %s %s: %pV", dev_driver_string(parent), dev_name(parent), dev_name(&ibdev->dev),
+#   vaf): "mlx5_core 0000:ab:00.0 mlx5_5: " (attrs.pci, attrs.device).
+# source: torvalds/linux drivers/net/ethernet/mellanox/mlx5/core/mlx5_core.h mlx5_core_err/_dbg/_info
+#   (v4.x-v6.x): dev_err(dev, "%s:%d:(pid %d): " format, __func__, __LINE__, current->pid): the task
+#   that printed (pid), after the device prefix ("mlx5_core_warn": "%s:%s:%d:(pid %d): " with the name).
+# source: NVIDIA/open-gpu-kernel-modules src/nvidia/arch/nvalloc/unix/include/os-interface.h NV_DEV_PRINTF:
+#   nv_printf(level, "NVRM: GPU " NV_PCI_DEV_FMT ": " format, ...), NV_PCI_DEV_FMT "%04x:%02x:%02x.%x"
+#   (kernel-open/common/inc/nv.h): the GPU (gpu).
+PCI_ADDRESS = r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]"
+DEVICE_PREFIX = (
+    r"^(?:[\w.-]+ (?P<pci>" + PCI_ADDRESS + r")(?: (?P<ibdev>[\w.-]+))?|infiniband (?P<classdev>[\w.-]+)): "
+    r"(?:(?:[\w.-]+:)?\w+:\d+:\(pid (?P<dpid>\d+)\): )?"
+)
+NVRM_GPU = r"^NVRM: GPU (?P<nvgpu>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): "
+_DEVICE_LINE = r"^(?:[\w.-]+ [0-9a-f]{4}:[0-9a-f]{2}:|infiniband [\w.-]+: |NVRM: GPU [0-9a-fA-F]{4}:)"
+
+
+def kernel_device(df: pl.DataFrame) -> pl.DataFrame:
+    """A kernel line's device prefix (see DEVICE_PREFIX) into attrs.pci and attrs.device, the mlx5
+    printer's pid into pid, an NVRM GPU prefix into gpu (only the rows that have one are touched)."""
+    if "source" not in df.columns or "message" not in df.columns:
+        return df
+    has = (pl.col("source") == "kernel") & pl.col("message").str.contains(_DEVICE_LINE)
+    rows = df.select(has.fill_null(False)).to_series().arg_true()
+    if not len(rows):
+        return df
+    for name, dtype in (("pid", pl.Int64), ("gpu", pl.String), ("attrs", pl.String)):
+        if name not in df.columns:
+            df = df.with_columns(pl.lit(None, dtype=dtype).alias(name))
+    msg = pl.col("message")
+    part = df.select("message", "attrs", "pid", "gpu").gather(rows).with_columns(
+        msg.str.extract_groups(DEVICE_PREFIX).alias("_d"), msg.str.extract(NVRM_GPU, 1).alias("_gpu")).unnest("_d")
+    fixed = part.select(
+        merge_attrs(pl.col("attrs"), attrs_json([("pci", pl.col("pci")),
+                                                 ("device", pl.coalesce("ibdev", "classdev"))])).alias("attrs"),
+        pl.coalesce(pl.col("pid"), pl.col("dpid").cast(pl.Int64, strict=False)).alias("pid"),
+        pl.coalesce(pl.col("gpu"), pl.col("_gpu")).alias("gpu"),
+    )
+    return scatter_rows(df, rows, fixed)
+
+
 def _header(part: pl.DataFrame, pattern: str) -> pl.DataFrame:
     return part.with_columns(pl.col("raw").str.extract_groups(pattern).alias("_h")).unnest("_h")
 
-def _common(g: pl.DataFrame, ts: pl.Expr, host: pl.Expr, severity: pl.Expr) -> pl.DataFrame:
+def _common(g: pl.DataFrame, ts: pl.Expr, host: pl.Expr, severity: pl.Expr,
+            attrs: pl.Expr | None = None) -> pl.DataFrame:
     return g.select(
         "raw", "offset", ts.alias("ts"), host.alias("node"), severity.alias("severity"),
         pl.col("tag").alias("program"), pl.col("pid").cast(pl.Int64, strict=False).alias("pid"),
-        pl.col("msg").alias("message"), pl.lit(None, dtype=pl.String).alias("attrs"),
+        pl.col("msg").alias("message"), (attrs if attrs is not None else pl.lit(None, dtype=pl.String)).alias("attrs"),
     )
 
 def _rfc3164_fast(part: pl.DataFrame) -> pl.DataFrame:
@@ -140,7 +250,12 @@ def _rfc3164_fast(part: pl.DataFrame) -> pl.DataFrame:
     raw = pl.col("raw")
     g = part.with_columns(
         raw.str.slice(16).str.splitn(" ", 2).struct.rename_fields(["host", "body"]).alias("_h")
-    ).unnest("_h").with_columns(
+    ).unnest("_h")
+    hostless = pl.col("host").str.ends_with(":")  # ``Mar 01 10:00:00 sshd[1]: ...``: the word is the tag
+    if g.select(hostless.any()).item():
+        g = g.with_columns(pl.when(hostless).then(raw.str.slice(16)).otherwise(pl.col("body")).alias("body"),
+                           pl.when(~hostless).then(pl.col("host")).alias("host"))
+    g = g.with_columns(
         pl.col("body").str.splitn(": ", 2).struct.rename_fields(["tagpart", "msg"]).alias("_t")
     ).unnest("_t")
     tagged = pl.col("msg").is_not_null() & (pl.col("tagpart") != "") & ~pl.col("tagpart").str.contains(" ", literal=True)
@@ -164,13 +279,34 @@ def _rfc3164_regex(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
         tp.yearless(pl.col("mon"), pl.col("day"), pl.col("clock"), ctx.reference_time, ctx.tz),
     )
     host = pl.coalesce(pl.col("tb_node"), pl.col("host").str.extract(r"^([^/]+)", 1))
-    ok = pl.col("msg").is_not_null() & tp.month_number(pl.col("mon")).is_not_null()
-    g = g.with_columns(pl.when(ok).then(pl.col("msg")).alias("msg"))
+    ok = pl.col("msg").is_not_null() & tp.month_number(pl.col("mon")).is_not_null()  # else no header at all
+    g = g.with_columns(pl.when(ok).then(pl.col(c)).alias(c) for c in ["msg", "tag", "pid", "host", "pri"])
     return _common(g, ts, host, severity_from_pri(pl.col("pri")))
 
 def _rfc3339(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
     g = split_header(part, RFC3339)
     return _common(g, tp.iso(pl.col("stamp"), ctx.tz), pl.col("host"), severity_from_pri(pl.col("pri")))
+
+def _short_full(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
+    """journalctl ``-o short-full``: the zone ``UTC`` or a numeric one is exact; an abbreviation
+    (``CET``) names the local zone, which is ``ctx.tz``."""
+    g = split_header(part, SHORT_FULL)
+    zone = pl.col("zone")
+    offset = pl.when(zone.is_in(["UTC", "GMT"])).then(pl.lit("Z")).when(zone.str.contains(r"^[+-]")).then(zone)
+    stamp = pl.concat_str(pl.col("stamp"), offset.fill_null(""))
+    return _common(g, tp.iso(stamp, ctx.tz), pl.col("host"), pl.lit(None, dtype=pl.String))
+
+def _short_monotonic(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
+    """journalctl ``-o short-monotonic`` / ``short-delta``: seconds since boot (a time given the
+    boot time), kept in attrs.uptime (and attrs.delta) as the kernel collector keeps dmesg's."""
+    g = split_header(part, SHORT_MONOTONIC)
+    ts = tp.since_boot(pl.col("up").cast(pl.Float64, strict=False), ctx.boot_time)
+    attrs = attrs_json([("uptime", pl.col("up")), ("delta", pl.col("delta"))])
+    return _common(g, ts, pl.col("host"), pl.lit(None, dtype=pl.String), attrs)
+
+def _short_unix(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
+    g = split_header(part, SHORT_UNIX)
+    return _common(g, tp.epoch(pl.col("epoch")), pl.col("host"), pl.lit(None, dtype=pl.String))
 
 def _rfc5424(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
     g = part.with_columns(pl.col("raw").str.extract_groups(RFC5424).alias("_h")).unnest("_h").with_columns(

@@ -7,22 +7,41 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import polars as pl
 
-# Three-letter month abbreviations as syslog and journalctl print them under common locales.
+# Month abbreviations as syslog daemons and journalctl print them: journalctl formats its ``short``
+# stamps with strftime's ``%b`` (systemd/systemd src/shared/logs-show.c, output_timestamp_realtime:
+# ``"%b %d %H:%M:%S"``), dmesg its ``-T`` and ``-H`` stamps too (util-linux/util-linux
+# sys-utils/dmesg.c, record_ctime ``"%a %b %e %H:%M:%S %Y"``, short_ctime ``"%b%e %H:%M"``), so under
+# a non-English LC_TIME the month is the locale's ``abmon``.
+# source: glibc localedata/locales/<xx_YY> (glibc 2.36, LC_TIME abmon; bminor/glibc mirrors it),
+# lower-cased, a trailing "." dropped (month_number does the same to the text it reads):
+#   en_US Jan..Dec; de_DE Jan Feb Mär Apr Mai Jun Jul Aug Sep Okt Nov Dez; de_AT Jän;
+#   fr_FR janv. févr. mars avril mai juin juil. août sept. oct. nov. déc.;
+#   fr_CA/fr_BE jan fév mar avr mai jun jui aoû sep oct nov déc; es_ES ene feb mar abr may jun jul ago sep oct nov dic;
+#   it_IT gen feb mar apr mag giu lug ago set ott nov dic; pt_PT/pt_BR jan fev mar abr mai jun jul ago set out nov dez;
+#   nl_NL jan feb mrt apr mei jun jul aug sep okt nov dec; pl_PL sty lut mar kwi maj cze lip sie wrz paź lis gru;
+#   cs_CZ led úno bře dub kvě čen čec srp zář říj lis pro; sk_SK máj jún júl; hu_HU febr márc ápr máj jún júl szept;
+#   ro_RO ian iun iul; sv_SE/da_DK maj okt; nb_NO jan. feb. mars april mai juni juli aug. sep. okt. nov. des.;
+#   fi_FI tammi helmi maalis huhti touko kesä heinä elo syys loka marras joulu;
+#   tr_TR Oca Şub Mar Nis May Haz Tem Ağu Eyl Eki Kas Ara; ru_RU янв фев мар апр мая июн июл авг сен окт ноя дек;
+#   uk_UA січ лют бер кві тра чер лип сер вер жов лис гру; el_GR Ιαν Φεβ Μαρ Απρ Μαΐ Ιουν Ιουλ Αυγ Σεπ Οκτ Νοε Δεκ;
+#   zh_CN 1月..12月; zh_TW/ja_JP " 1月".." 9月" 10月..12月 (space-padded); ko_KR " 1월"..12월.
+# No name stands for two months across these locales (tests/test_timeparse.py checks it).
 _MONTHS = {
-    1: "jan janv ene gen sty янв",
-    2: "feb fév févr fev lut фев",
-    3: "mar mär mrt мар",
-    4: "apr avr abr kwi апр",
-    5: "may mai mag maj mei мая май",
-    6: "jun juin giu cze июн",
-    7: "jul juil lug lip июл",
-    8: "aug aoû août ago sie авг",
-    9: "sep sept set wrz сен",
-    10: "oct okt ott out paź paz окт",
-    11: "nov lis ноя",
-    12: "dec déc dez dic gru дек",
+    1: "jan janv ene gen sty янв jän led tammi ian oca січ ιαν",
+    2: "feb fév févr fev lut фев úno febr helmi şub лют φεβ",
+    3: "mar mär mrt мар mars bře márc maalis бер μαρ",
+    4: "apr avr abr kwi апр avril april dub ápr huhti nis кві απρ",
+    5: "may mai mag maj mei мая май kvě máj touko тра μαΐ",
+    6: "jun juin giu cze июн čen jún juni kesä iun haz чер ιουν",
+    7: "jul juil lug lip июл jui čec júl juli heinä iul tem лип ιουλ",
+    8: "aug aoû août ago sie авг srp elo ağu сер αυγ",
+    9: "sep sept set wrz сен zář szept syys eyl вер σεπ",
+    10: "oct okt ott out paź paz окт říj loka eki жов οκτ",
+    11: "nov lis ноя marras kas лис νοε",
+    12: "dec déc dez dic gru дек pro des joulu ara гру δεκ",
 }
 MONTHS: dict[str, int] = {name: n for n, names in _MONTHS.items() for name in names.split()}
+MONTHS.update({f"{n}{suffix}": n for n in range(1, 13) for suffix in "月월"})  # zh/ja ``3月``, ko ``3월``
 ISO_SHAPE = r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d(?::?\d\d)?)?$"
 _UTC = "UTC"
 UTC_US = pl.Datetime("us", _UTC)
@@ -145,14 +164,28 @@ def _naive() -> pl.Expr:
 
 
 def ctime(s: pl.Expr, tz: str = _UTC) -> pl.Expr:
-    """``Sat Oct 12 18:35:32 2024`` (dmesg -T, nvidia-smi) to UTC."""
-    norm = s.str.strip_chars().str.replace_all(r"\s+", " ").str.replace(r"^[A-Za-z]{3} ", "")  # weekday not checked
-    return localize(norm.str.to_datetime("%b %d %H:%M:%S %Y", time_unit="us", strict=False), tz)
+    """``Sat Oct 12 18:35:32 2024`` (dmesg -T, nvidia-smi) to UTC; a localized month (dmesg formats
+    ``"%a %b %e %H:%M:%S %Y"`` with strftime, util-linux sys-utils/dmesg.c record_ctime) by
+    :data:`MONTHS`."""
+    return s.map_batches(lambda batch: _ctime(batch, tz), return_dtype=UTC_US, is_elementwise=True)
+
+
+def _ctime(batch: pl.Series, tz: str) -> pl.Series:
+    norm = batch.str.strip_chars().str.replace_all(r"\s+", " ").str.replace(r"^\S+ ", "")  # weekday not checked
+    fast = pl.select(localize(pl.lit(norm).str.to_datetime("%b %d %H:%M:%S %Y", time_unit="us", strict=False), tz)).to_series()
+
+    def general(rows: pl.Series) -> pl.Series:
+        parts = norm.gather(rows).str.extract_groups(r"^(?P<month>\S+) (?P<day>\d{1,2}) (?P<clock>\S+) (?P<year>\d{4})$")
+        f = pl.DataFrame({"_p": parts}).unnest("_p").with_columns(pl.col("year").cast(pl.Int64, strict=False))
+        return _yearless_general(f, datetime(1970, 1, 1), tz, True)
+
+    return or_general(fast, norm, general)
 
 
 def month_number(name: pl.Expr) -> pl.Expr:
-    """Localized three-letter month name to 1..12 (null when unknown)."""
-    key = name.str.to_lowercase().str.strip_chars_end(".")
+    """Localized month abbreviation (``%b`` under the locales above: ``Mär``, ``janv.``, `` 3月``) to
+    1..12 (null when unknown)."""
+    key = name.str.strip_chars(" ").str.to_lowercase().str.strip_chars_end(".")
     return key.replace_strict(MONTHS, default=None, return_dtype=pl.Int32)
 
 
@@ -231,6 +264,15 @@ def _yearless_general(f: pl.DataFrame, reference: datetime, tz: str, has_year: b
     us = _micros(pl.when(clock.str.slice(8, 1).is_in([".", ","])).then(clock.str.slice(9)))
     f = f.with_columns(pl.when(sep).then(_clock(_int(clock, 0, 2), _int(clock, 3, 2), _int(clock, 6, 2), us)).alias("us"))
     return f.select(localize(_naive(), tz)).to_series()
+
+
+def epoch(text: pl.Expr) -> pl.Expr:
+    """Seconds since the epoch with an optional fraction (``1709283600.123456``, journalctl
+    ``-o short-unix``) to UTC, exactly (integer microseconds, no float rounding)."""
+    parts = text.str.strip_chars().str.splitn(".", 2)
+    secs = parts.struct.field("field_0").cast(pl.Int64, strict=False)
+    us = _micros(parts.struct.field("field_1"))
+    return pl.from_epoch(secs * 1_000_000 + us, time_unit="us").dt.replace_time_zone(_UTC)
 
 
 def since_boot(seconds: pl.Expr, boot_time: datetime | None) -> pl.Expr:

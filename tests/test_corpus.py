@@ -80,7 +80,8 @@ def test_every_nccl_warn_is_a_nccl_event() -> None:
     out = parse_file(REAL / "nccl.log", "nccl")
     warns = out.filter(pl.col("raw").str.contains("NCCL WARN"))
     assert warns.height == len([line for line in _lines("nccl.log") if "NCCL WARN" in line]) == 24
-    assert set(warns.get_column("kind")) <= {"nccl_warn", "nccl_net_error"}
+    assert set(warns.get_column("kind")) <= {"nccl_warn", "nccl_net_error", "cuda_oom"}
+    assert warns.filter(pl.col("kind") == "cuda_oom").get_column("raw").str.contains("Cuda failure 'out of memory'").all()
     assert warns.get_column("node").null_count() == 0 and warns.get_column("gpu").null_count() == 0
     traces = out.filter(pl.col("kind") == "nccl_error", pl.col("code").is_not_null())
     assert traces.height == 16 and set(traces.get_column("code")) == {1, 2, 3, 6}
@@ -103,7 +104,7 @@ def test_pcie_aer_and_ib() -> None:
     out = parse_file(REAL / "ib_pcie.log", "kernel")
     aer = out.filter(pl.col("kind") == "pcie_aer")
     assert {_attrs(r)["aer"] for r in aer.iter_rows(named=True)} == {"corrected", "non_fatal", "fatal"}
-    assert out.filter(pl.col("kind") == "ib_link_up").height == 1
+    assert out.filter(pl.col("kind") == "ib_link_up").height == 2  # an mlx5 port and an rxe device
     assert out.filter(pl.col("kind") == "ib_hca_error").height == 3
 
 

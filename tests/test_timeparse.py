@@ -81,3 +81,23 @@ def test_syslog_stamp_agrees_with_yearless() -> None:
         assert got[:6] == want[:6], (ref, tz)
         assert got[6:] == [None] * 4
     assert tp.syslog_stamp(stamps, datetime(2026, 1, 2, tzinfo=UTC))[1] == datetime(2025, 12, 31, 23, 59, 59, tzinfo=UTC)
+
+
+def test_month_names_mean_one_month_each() -> None:
+    """The locales' abmon lists (observe/timeparse.py cites glibc localedata) share no name between two months."""
+    seen: dict[str, int] = {}
+    for month, names in tp._MONTHS.items():
+        for name in names.split():
+            assert seen.setdefault(name, month) == month, name
+    months = pl.Series(["janv.", " 3月", "10월", "Şub", "Mär", "maalis", "лис", "Foo"])
+    assert pl.select(tp.month_number(pl.lit(months))).to_series().to_list() == [1, 3, 10, 2, 3, 3, 11, None]
+
+
+def test_ctime_localized_and_epoch() -> None:
+    """dmesg -T under a non-English LC_TIME (``%a %b %e``); journalctl -o short-unix seconds."""
+    stamps = pl.Series(["Sat Oct 12 18:35:32 2024", "Fr Mär  1 10:00:00 2024", "ven. mars  1 10:00:00 2024", "garbage", None])
+    got = pl.select(tp.ctime(pl.lit(stamps))).to_series().to_list()
+    assert got == [datetime(2024, 10, 12, 18, 35, 32, tzinfo=UTC), datetime(2024, 3, 1, 10, tzinfo=UTC),
+                   datetime(2024, 3, 1, 10, tzinfo=UTC), None, None]
+    assert _one(tp.epoch(pl.lit("1709283600.000001"))) == datetime(2024, 3, 1, 9, 0, 0, 1, tzinfo=UTC)
+    assert _one(tp.epoch(pl.lit("1709283600"))) == datetime(2024, 3, 1, 9, tzinfo=UTC)

@@ -1,0 +1,266 @@
+"""Every header form syslog daemons, journalctl and dmesg print, rendered from the emitter's own format
+(the ``# source:`` comments in collectors/syslog.py and observe/timeparse.py cite them), through the
+real collectors: ts, node, program, pid and message must come out right, and no node is made up
+from a message word."""
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from conftest import parse_file
+
+from observe.collector import Context, detect
+
+REF = datetime(2024, 6, 1, 12, tzinfo=UTC)  # the year of year-less stamps
+BOOT = datetime(2024, 3, 1, 9, tzinfo=UTC)
+
+
+def _rows(tmp_path: Path, lines: list[str], collector: str = "syslog", **ctx: object) -> list[dict]:
+    path = tmp_path / "input.log"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return parse_file(path, collector, Context(**{"reference_time": REF, **ctx})).to_dicts()  # type: ignore[arg-type]
+
+
+def _fields(row: dict) -> tuple:
+    return row["ts"], row["node"], row["program"], row["pid"], row["message"]
+
+
+def _at(*args: int) -> datetime:
+    return datetime(*args, tzinfo=UTC)
+
+
+# rsyslog RSYSLOG_TraditionalFileFormat "%TIMESTAMP% %HOSTNAME% %syslogtag%%msg%" (tools/smtradfile.c),
+# TIMESTAMP by runtime/datetime.c formatTimestamp3164 "%s %2d %2.2d:%2.2d:%2.2d"
+def test_rsyslog_traditional_file_format(tmp_path: Path) -> None:
+    rows = _rows(tmp_path, ["Mar  1 10:00:00 node01 sshd[1327]: Accepted publickey for root",
+                            "Mar 11 23:59:59 node01 sshd[1327]: Disconnected"])
+    assert _fields(rows[0]) == (_at(2024, 3, 1, 10), "node01", "sshd", 1327, "Accepted publickey for root")
+    assert _fields(rows[1]) == (_at(2024, 3, 11, 23, 59, 59), "node01", "sshd", 1327, "Disconnected")
+
+
+@pytest.mark.parametrize(("tag", "program", "pid"), [
+    ("/apps/x/gmetad[1682]:", "/apps/x/gmetad", 1682),  # a path
+    ("sshd(pam_unix)[1327]:", "sshd(pam_unix)", 1327),  # a parenthesised part
+    ("org.gnome.Shell.desktop[2345]:", "org.gnome.Shell.desktop", 2345),  # dots
+    ("systemd-logind[977]:", "systemd-logind", 977),
+    ("CRON:", "CRON", None),  # no pid
+])
+def test_rfc3164_tag_shapes(tmp_path: Path, tag: str, program: str, pid: int | None) -> None:
+    for line in [f"Mar  1 10:00:00 node01 {tag} the message", f"Mär  1 10:00:00 node01 {tag} the message"]:
+        (row,) = _rows(tmp_path, [line])  # the fast path and the regex path (localized month)
+        assert _fields(row) == (_at(2024, 3, 1, 10), "node01", program, pid, "the message"), line
+
+
+def test_rfc3164_kernel_tag_with_uptime(tmp_path: Path) -> None:
+    (row,) = _rows(tmp_path, ["Apr 29 19:24:11 EVE kernel: [  123.456789] NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus."])
+    assert _fields(row) == (_at(2024, 4, 29, 19, 24, 11), "EVE", "kernel", None,
+                            "NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.")
+    assert row["source"] == "kernel" and '"uptime":"123.456789"' in row["attrs"]
+
+
+# RSYSLOG_TraditionalForwardFormat "<%PRI%>%TIMESTAMP% %HOSTNAME% %syslogtag:1:32%%msg%" (runtime/rsconf.c)
+def test_rsyslog_traditional_forward_format(tmp_path: Path) -> None:
+    (row,) = _rows(tmp_path, ["<27>Mar  1 10:00:00 node01 slurmd[4242]: error: Node configuration differs"])
+    assert _fields(row) == (_at(2024, 3, 1, 10), "node01", "slurmd", 4242, "error: Node configuration differs")
+    assert row["severity"] == "err"
+
+
+# RSYSLOG_FileFormat "%TIMESTAMP:::date-rfc3339% %HOSTNAME% %syslogtag%..." (tools/smfile.c)
+def test_rsyslog_file_format(tmp_path: Path) -> None:
+    (row,) = _rows(tmp_path, ["2024-03-01T10:00:00.123456+01:00 node01 sshd[1327]: Accepted publickey"])
+    assert _fields(row) == (_at(2024, 3, 1, 9, 0, 0, 123456), "node01", "sshd", 1327, "Accepted publickey")
+
+
+# RSYSLOG_ForwardFormat "<%PRI%>%TIMESTAMP:::date-rfc3339% %HOSTNAME% %syslogtag:1:32%%msg%" (runtime/rsconf.c)
+def test_rsyslog_forward_format(tmp_path: Path) -> None:
+    (row,) = _rows(tmp_path, ["<30>2024-03-01T10:00:00.123456-05:00 node01 nvidia-persistenced[812]: started"])
+    assert _fields(row) == (_at(2024, 3, 1, 15, 0, 0, 123456), "node01", "nvidia-persistenced", 812, "started")
+    assert row["severity"] == "info"
+
+
+# syslog-ng lib/logwriter.c log_writer_format_log, file destination without template: BSD stamp
+# (day zero-padded), HOST, "PROGRAM[PID]: " (nothing when there is no program), MESSAGE
+def test_syslog_ng_default_file_format(tmp_path: Path) -> None:
+    rows = _rows(tmp_path, ["Mar 01 10:00:00 node01 ntpd[1001]: synchronized to 10.0.0.1",
+                            "Mar 01 10:00:01 node01 -- MARK --"])
+    assert _fields(rows[0]) == (_at(2024, 3, 1, 10), "node01", "ntpd", 1001, "synchronized to 10.0.0.1")
+    assert _fields(rows[1]) == (_at(2024, 3, 1, 10, 0, 1), "node01", None, None, "-- MARK --")
+
+
+# RFC 5424 section 6; rsyslog RSYSLOG_SyslogProtocol23Format
+# "<%PRI%>1 %TIMESTAMP:::date-rfc3339% %HOSTNAME% %APP-NAME% %PROCID% %MSGID% %STRUCTURED-DATA% %msg%"
+def test_rfc5424(tmp_path: Path) -> None:
+    rows = _rows(tmp_path, [
+        "<34>1 2024-03-01T10:00:00.123+01:00 host app 123 ID47 - msg",
+        '<165>1 2024-03-01T09:00:00Z node01 evntslog - ID47 [exampleSDID@32473 iut="3"] \ufeffAn application event',
+        "<13>1 2024-03-01T09:00:00Z - - - - -",
+    ])
+    assert _fields(rows[0]) == (_at(2024, 3, 1, 9, 0, 0, 123000), "host", "app", 123, "msg")
+    assert rows[0]["severity"] == "crit"
+    assert _fields(rows[1]) == (_at(2024, 3, 1, 9), "node01", "evntslog", None, "An application event")
+    assert _fields(rows[2]) == (_at(2024, 3, 1, 9), None, None, None, "")
+
+
+# systemd src/shared/logs-show.c: -o short strftime("%b %d %H:%M:%S"), -o short-precise + ".%06"
+def test_journalctl_short_and_short_precise(tmp_path: Path) -> None:
+    rows = _rows(tmp_path, ["Mar 05 10:00:00 node01 systemd[1]: Started Session 3 of user root.",
+                            "Mar 05 10:00:00.123456 node01 systemd[1]: Started Session 4 of user root."])
+    assert _fields(rows[0]) == (_at(2024, 3, 5, 10), "node01", "systemd", 1, "Started Session 3 of user root.")
+    assert _fields(rows[1]) == (_at(2024, 3, 5, 10, 0, 0, 123456), "node01", "systemd", 1, "Started Session 4 of user root.")
+
+
+# glibc localedata/locales/<xx_YY> LC_TIME abmon (glibc 2.36): what %b prints under each locale
+ABMON = {
+    "de_DE": "Jan Feb Mär Apr Mai Jun Jul Aug Sep Okt Nov Dez",
+    "de_AT": "Jän Feb Mär Apr Mai Jun Jul Aug Sep Okt Nov Dez",
+    "fr_FR": "janv. févr. mars avril mai juin juil. août sept. oct. nov. déc.",
+    "fr_CA": "jan fév mar avr mai jun jui aoû sep oct nov déc",
+    "es_ES": "ene feb mar abr may jun jul ago sep oct nov dic",
+    "it_IT": "gen feb mar apr mag giu lug ago set ott nov dic",
+    "pt_BR": "jan fev mar abr mai jun jul ago set out nov dez",
+    "nl_NL": "jan feb mrt apr mei jun jul aug sep okt nov dec",
+    "pl_PL": "sty lut mar kwi maj cze lip sie wrz paź lis gru",
+    "cs_CZ": "led úno bře dub kvě čen čec srp zář říj lis pro",
+    "sk_SK": "jan feb mar apr máj jún júl aug sep okt nov dec",
+    "hu_HU": "jan febr márc ápr máj jún júl aug szept okt nov dec",
+    "ro_RO": "ian feb mar apr mai iun iul aug sep oct nov dec",
+    "sv_SE": "jan feb mar apr maj jun jul aug sep okt nov dec",
+    "nb_NO": "jan. feb. mars april mai juni juli aug. sep. okt. nov. des.",
+    "fi_FI": "tammi helmi maalis huhti touko kesä heinä elo syys loka marras joulu",
+    "tr_TR": "Oca Şub Mar Nis May Haz Tem Ağu Eyl Eki Kas Ara",
+    "ru_RU": "янв фев мар апр мая июн июл авг сен окт ноя дек",
+    "uk_UA": "січ лют бер кві тра чер лип сер вер жов лис гру",
+    "el_GR": "Ιαν Φεβ Μαρ Απρ Μαΐ Ιουν Ιουλ Αυγ Σεπ Οκτ Νοε Δεκ",
+    "zh_CN": "1月 2月 3月 4月 5月 6月 7月 8月 9月 10月 11月 12月",
+    "ja_JP": "_1月 _2月 _3月 _4月 _5月 _6月 _7月 _8月 _9月 10月 11月 12月",  # "_": glibc's leading space
+    "ko_KR": "_1월 _2월 _3월 _4월 _5월 _6월 _7월 _8월 _9월 10월 11월 12월",
+}
+
+
+@pytest.mark.parametrize("locale", sorted(ABMON))
+def test_journalctl_short_under_locales(tmp_path: Path, locale: str) -> None:
+    names = [n.replace("_", " ") for n in ABMON[locale].split()]
+    lines = [f"{name} {month:02d} 10:00:00 node01 sshd[{month}]: month {month}" for month, name in enumerate(names, 1)]
+    lines += [f"{names[2]} 05 10:00:00 sshd[99]: no hostname"]  # journalctl --no-hostname
+    rows = _rows(tmp_path, lines, reference_time=datetime(2024, 12, 31, tzinfo=UTC))
+    for month, row in enumerate(rows[:12], 1):
+        assert _fields(row) == (_at(2024, month, month, 10), "node01", "sshd", month, f"month {month}"), (locale, row["raw"])
+    assert _fields(rows[12]) == (_at(2024, 3, 5, 10), None, "sshd", 99, "no hostname")
+
+
+# logs-show.c: -o short-iso strftime("%Y-%m-%dT%H:%M:%S") + "%+03d:%02d", -o short-iso-precise ".%06" before it
+def test_journalctl_short_iso_and_precise(tmp_path: Path) -> None:
+    rows = _rows(tmp_path, ["2024-03-01T10:00:00+01:00 node01 kernel: NVRM: loading NVIDIA UNIX x86_64 Kernel Module",
+                            "2024-03-01T10:00:00.000042+01:00 node01 nv-fabricmanager[2001]: Connected"])
+    assert _fields(rows[0]) == (_at(2024, 3, 1, 9), "node01", "kernel", None, "NVRM: loading NVIDIA UNIX x86_64 Kernel Module")
+    assert _fields(rows[1]) == (_at(2024, 3, 1, 9, 0, 0, 42), "node01", "nv-fabricmanager", 2001, "Connected")
+
+
+# logs-show.c -o short-full: format_timestamp (src/basic/time-util.c): English weekday, " %Y-%m-%d %H:%M:%S",
+# " UTC" or " " tm_zone
+def test_journalctl_short_full(tmp_path: Path) -> None:
+    rows = _rows(tmp_path, ["Fri 2024-03-01 10:00:00 CET node01 sshd[1327]: Accepted publickey",
+                            "Fri 2024-03-01 09:00:00 UTC node01 sshd[1327]: Accepted publickey",
+                            "Fri 2024-03-01 12:00:00 +03 node01 sshd[1327]: Accepted publickey",
+                            "Fri 2024-03-01 10:00:00 CET sshd[1327]: Accepted publickey"],
+                 tz="Europe/Berlin")
+    for row in rows[:3]:
+        assert _fields(row) == (_at(2024, 3, 1, 9), "node01", "sshd", 1327, "Accepted publickey"), row["raw"]
+    assert _fields(rows[3]) == (_at(2024, 3, 1, 9), None, "sshd", 1327, "Accepted publickey")
+
+
+# logs-show.c output_timestamp_monotonic: "[%5llu.%06llu]", -o short-delta " <%5llu.%06llu%s>" inside
+def test_journalctl_short_monotonic_and_delta(tmp_path: Path) -> None:
+    lines = ["[  123.456789] node01 sshd[1327]: Accepted publickey",
+             "[  123.456900 <    0.000111 >] node01 kernel: NVRM: GPU at PCI:0000:01:00: GPU-uuid",
+             "[  124.000000] sshd[1327]: no hostname"]
+    rows = _rows(tmp_path, lines, boot_time=BOOT)
+    up = BOOT + timedelta(seconds=123, microseconds=456789)
+    assert _fields(rows[0]) == (up, "node01", "sshd", 1327, "Accepted publickey")
+    assert _fields(rows[1]) == (up + timedelta(microseconds=111), "node01", "kernel", None, "NVRM: GPU at PCI:0000:01:00: GPU-uuid")
+    assert '"delta":"0.000111"' in rows[1]["attrs"] and rows[1]["source"] == "kernel"
+    assert _fields(rows[2]) == (BOOT + timedelta(seconds=124), None, "sshd", 1327, "no hostname")
+    unknown_boot = _rows(tmp_path, lines[:1])[0]
+    assert unknown_boot["ts"] is None and '"uptime":"123.456789"' in unknown_boot["attrs"]
+
+
+def test_journalctl_short_monotonic_in_the_kernel_collector(tmp_path: Path) -> None:
+    """The kernel collector hands the lines that match the syslog sniff to the syslog parser: a
+    short-monotonic line with a host and a ``tag[pid]:`` is one; a dmesg line (``usb 1-1:``) is not."""
+    rows = _rows(tmp_path, ["[  123.456789] node01 sshd[1327]: Accepted publickey",
+                            "[    5.123456] usb 1-1: new high-speed USB device number 2 using xhci_hcd"],
+                 collector="kernel", boot_time=BOOT)
+    assert _fields(rows[0]) == (BOOT + timedelta(seconds=123, microseconds=456789), "node01", "sshd", 1327, "Accepted publickey")
+    assert _fields(rows[1]) == (BOOT + timedelta(seconds=5, microseconds=123456), None, "kernel", None,
+                                "usb 1-1: new high-speed USB device number 2 using xhci_hcd")
+
+
+# logs-show.c -o short-unix: "%10"PRI_TIME".%06"PRIu64
+def test_journalctl_short_unix(tmp_path: Path) -> None:
+    rows = _rows(tmp_path, ["1709283600.123456 node01 sshd[1327]: Accepted publickey",
+                            "1709283600.000001 kernel: NVRM: no hostname"])
+    assert _fields(rows[0]) == (_at(2024, 3, 1, 9, 0, 0, 123456), "node01", "sshd", 1327, "Accepted publickey")
+    assert _fields(rows[1]) == (_at(2024, 3, 1, 9, 0, 0, 1), None, "kernel", None, "NVRM: no hostname")
+
+
+def test_hostless_lines_make_no_node(tmp_path: Path) -> None:
+    """A stamp followed by the tag (rsyslog's parser: a word ending with ``:`` is no host name)."""
+    rows = _rows(tmp_path, ["Mar  1 10:00:00 kernel: usb 1-1: new high-speed USB device",
+                            "Mar  1 10:00:00 sshd[1327]: Accepted publickey",
+                            "2024-03-01T10:00:00Z sshd[1327]: Accepted publickey",
+                            "<13>Mar  1 10:00:00 logger: hello"], node=None)
+    assert _fields(rows[0]) == (_at(2024, 3, 1, 10), None, "kernel", None, "usb 1-1: new high-speed USB device")
+    assert _fields(rows[1]) == (_at(2024, 3, 1, 10), None, "sshd", 1327, "Accepted publickey")
+    assert _fields(rows[2]) == (_at(2024, 3, 1, 10), None, "sshd", 1327, "Accepted publickey")
+    assert _fields(rows[3]) == (_at(2024, 3, 1, 10), None, "logger", None, "hello")
+    given = _rows(tmp_path, ["Mar  1 10:00:00 sshd[1327]: Accepted publickey"], node="gpu7")[0]
+    assert given["node"] == "gpu7"  # the node the context names
+
+
+def test_lines_without_a_header_are_unparsed(tmp_path: Path) -> None:
+    rows = _rows(tmp_path, ["Mar  1 10:00:00 node01 sshd[1]: first", "a line without any header",
+                            "Foo 99 10:00:00 not a month either"])
+    for row in rows[1:]:
+        assert row["kind"] == "unparsed" and row["ts"] is None and row["node"] is None and row["program"] is None
+        assert row["message"] == row["raw"]
+
+
+@pytest.mark.parametrize("line", [
+    "Mär 01 10:00:00 node01 sshd[1]: x", " 3月 05 10:00:00 node01 sshd[1]: x", "janv. 05 10:00:00 node01 sshd[1]: x",
+    "Fri 2024-03-01 10:00:00 CET node01 sshd[1]: x", "1709283600.123456 node01 sshd[1]: x",
+    "2024-03-01T10:00:00+01:00 sshd[1]: x", "<34>1 2024-03-01T10:00:00.123+01:00 host app 123 ID47 - msg",
+])
+def test_auto_detection_picks_syslog(line: str) -> None:
+    collector, score = detect([line] * 3)
+    assert collector is not None and collector.name == "syslog" and score == 1.0, line
+
+
+# util-linux sys-utils/dmesg.c print_record: "[%5ld.%06ld] " (default), "[%s] " record_ctime
+# "%a %b %e %H:%M:%S %Y" (-T), iso_8601_time ISO_TIMESTAMP_COMMA_T (--time-format iso), "%-6s:%-6s: "
+# facility:level before the stamp (-x), raw "<%d>[%5ld.%06ld] " (-r), reltime "[  %+8.06f] " deltas (-H)
+@pytest.mark.parametrize(("line", "ts", "attr"), [
+    ("[  123.456789] NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.", BOOT + timedelta(seconds=123.456789), '"uptime"'),
+    ("[Fri Mar  1 10:00:00 2024] NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.", _at(2024, 3, 1, 10), None),
+    ("2024-03-01T10:00:00,123456+01:00 NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.", _at(2024, 3, 1, 9, 0, 0, 123456), None),
+    ("kern  :err   : [  123.456789] NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.", BOOT + timedelta(seconds=123.456789), '"facility":"kern"'),
+    ("<3>[  123.456789] NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.", BOOT + timedelta(seconds=123.456789), '"uptime"'),
+    ("[  +0.000012] NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.", None, '"delta":"0.000012"'),
+])
+def test_dmesg_forms(tmp_path: Path, line: str, ts: datetime | None, attr: str | None) -> None:
+    (row,) = _rows(tmp_path, [line], collector="kernel", boot_time=BOOT)
+    assert _fields(row) == (ts, None, "kernel", None, "NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.")
+    assert row["kind"] == "gpu_xid"
+    assert attr is None or attr in row["attrs"]
+
+
+@pytest.mark.xfail(strict=True, reason="collectors/kernel.py DMESG regex (not this module's) has no reltime "
+                                       "'[%b%e %H:%M] ', '-d' '[%5ld.%06ld <%12.06f>] ' or caller-id '[    T1] ' form")
+@pytest.mark.parametrize("line", [
+    "[Mar 1 10:00] NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.",  # short_ctime "%b%e %H:%M"
+    "[  123.456789 <    0.000012>] NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.",
+    "[  123.456789] [    T1] NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.",
+])
+def test_dmesg_forms_the_kernel_collector_lacks(tmp_path: Path, line: str) -> None:
+    (row,) = _rows(tmp_path, [line], collector="kernel", boot_time=BOOT)
+    assert row["ts"] is not None and row["message"] == "NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus."

@@ -1,0 +1,351 @@
+"""Kernel-side rules against the emitters' own format strings, one case per wording/version.
+
+Each line below is the rendering of a format string cited in collectors/rules/kernel.toml or
+nvrm.toml (realistic values filled in), fed through the real kernel collector (dmesg framing)."""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+import pytest
+
+from observe import rules
+from observe.collector import Context
+from observe.ingest import parse_bytes
+
+CTX = Context(node="n1", reference_time=datetime(2026, 11, 23, tzinfo=timezone.utc))
+
+
+def _one(message: str) -> dict:
+    out = parse_bytes(f"[ 1234.567890] {message}\n".encode(), "kernel", CTX)
+    assert out.height == 1, out
+    row = out.row(0, named=True)
+    row["attrs"] = json.loads(row["attrs"]) if row["attrs"] else {}
+    return row
+
+
+def _check(message: str, kind: str, **want: object) -> dict:
+    row = _one(message)
+    assert row["kind"] == kind, (message, row["kind"])
+    for key, value in want.items():
+        got = row[key] if key in ("code", "gpu", "pid", "severity") else row["attrs"].get(key)
+        assert got == value, (message, key, got, value)
+    return row
+
+
+def test_every_kernel_rule_cites_its_source() -> None:
+    for rule in rules.load()[0]:
+        if rule.where.split(":rule")[0].endswith(("kernel.toml", "nvrm.toml")):
+            assert rule.cite, rule.where
+            assert all(": " in c for c in rule.cite), rule.where
+
+
+# ---- PCIe AER ----
+AER = [
+    # drivers/pci/pcie/aer/aerdrv_errprint.c v4.x: "PCIe Bus Error: severity=%s, type=%s, id=%04x(%s)"
+    ("pcieport 0000:00:1d.0: PCIe Bus Error: severity=Corrected, type=Physical Layer, id=00e8(Receiver ID)",
+     "corrected", {"pci": "0000:00:1d.0", "layer": "Physical Layer"}),
+    ("pcieport 0000:00:1c.0: PCIe Bus Error: severity=Uncorrected (Non-Fatal), type=Transaction Layer, id=00e0(Requester ID)",
+     "non_fatal", {"pci": "0000:00:1c.0", "layer": "Transaction Layer"}),
+    ("pcieport 0000:00:03.0: PCIe Bus Error: severity=Uncorrected (Fatal), type=Transaction Layer, id=0018(Requester ID)",
+     "fatal", {"layer": "Transaction Layer"}),
+    # aerdrv_errprint.c v4.x: "AER: %s%s error received: id=%04x"
+    ("pcieport 0000:00:1d.0: AER: Multiple Corrected error received: id=00e8", "corrected", {"source": "00e8"}),
+    ("pcieport 0000:00:1c.0: AER: Uncorrected (Non-Fatal) error received: id=0300", "non_fatal", {"source": "0300"}),
+    ("pcieport 0000:00:03.0: AER: Multiple Uncorrected (Fatal) error received: id=0018", "fatal", {"source": "0018"}),
+    # aer.c v4.19-v6.x: "PCIe Bus Error: severity=%s, type=%s, (%s)", "%s%s error received: %04x:%02x:%02x.%d"
+    ("pcieport 0000:00:03.0: PCIe Bus Error: severity=Corrected, type=Data Link Layer, (Transmitter ID)",
+     "corrected", {"layer": "Data Link Layer"}),
+    ("pcieport 0000:00:03.0: AER: Corrected error received: 0000:00:03.0", "corrected",
+     {"pci": "0000:00:03.0", "source": "0000:00:03.0"}),
+    ("pcieport 0000:00:1c.0: AER: Uncorrected (Non-Fatal) error received: 0000:03:00.0", "non_fatal",
+     {"source": "0000:03:00.0"}),
+    ("pcieport 0000:00:03.0: AER: Multiple Uncorrected (Fatal) error received: 0000:00:03.0", "fatal",
+     {"source": "0000:00:03.0"}),
+    # aer.c v6.x severity strings "Correctable", "Uncorrectable (Non-Fatal)", "Uncorrectable (Fatal)"
+    ("pcieport 0000:00:03.1: PCIe Bus Error: severity=Correctable, type=Data Link Layer, (Receiver ID)",
+     "corrected", {"layer": "Data Link Layer"}),
+    ("nvidia 0000:03:00.0: PCIe Bus Error: severity=Uncorrectable (Non-Fatal), type=Transaction Layer, (Completer ID)",
+     "non_fatal", {"pci": "0000:03:00.0"}),
+    ("pcieport 0000:00:03.0: PCIe Bus Error: severity=Uncorrectable (Fatal), type=Inaccessible, (Unregistered Agent ID)",
+     "fatal", {"layer": "Inaccessible"}),
+    # aer.c v6.16+: "%s%s error message received from %04x:%02x:%02x.%d%s"
+    ("pcieport 0000:00:03.1: AER: Correctable error message received from 0000:00:00.0", "corrected",
+     {"source": "0000:00:00.0"}),
+    ("pcieport 0000:00:1c.0: AER: Multiple Uncorrectable (Non-Fatal) error message received from 0000:73:00.1",
+     "non_fatal", {"source": "0000:73:00.1"}),
+    ("pcieport 0000:00:03.0: AER: Uncorrectable (Fatal) error message received from 0000:03:00.0 (no details found",
+     "fatal", {"source": "0000:03:00.0"}),
+    # drivers/pci/pcie/err.c, both capitalisations
+    ("nvidia 0000:03:00.0: AER: Can't recover (no error_detected callback)", "fatal",
+     {"pci": "0000:03:00.0", "recovery": "failed"}),
+    ("nvidia 0000:03:00.0: AER: can't recover (no error_detected callback)", "fatal", {"recovery": "failed"}),
+    ("pcieport 0000:00:03.0: AER: Device recovery failed", "fatal", {"recovery": "failed"}),
+    ("pcieport 0000:00:03.0: AER: device recovery failed", "fatal", {"recovery": "failed"}),
+]
+
+
+@pytest.mark.parametrize(("line", "aer", "attrs"), AER, ids=range(len(AER)))
+def test_pcie_aer(line: str, aer: str, attrs: dict) -> None:
+    severity = {"corrected": "warning", "non_fatal": "err", "fatal": "crit"}[aer]
+    _check(line, "pcie_aer", aer=aer, severity=severity, **attrs)
+
+
+def test_aer_detail_lines_are_not_events() -> None:
+    for line in ("pcieport 0000:00:03.0:   device [8086:6f08] error status/mask=00001000/00002000",
+                 "pcieport 0000:00:03.0:    [12] Timeout               ",
+                 "pcieport 0000:00:03.0: AER: Device recovery successful"):
+        assert _one(line)["kind"] == "log", line
+
+
+# ---- OOM killer ----
+OOM = [
+    # 2.6.2x "%s: Killed process %d (%s).", 4.x "Killed process %d (%s) total-vm:...", 5.x+ with "%s: " and UID
+    ("Out of memory: Killed process 4242 (python).", "oom_kill", 4242, "python", {}),
+    ("Killed process 935 (python) total-vm:113656kB, anon-rss:102104kB, file-rss:0kB", "oom_kill", 935, "python",
+     {"total_vm": "113656", "anon_rss": "102104"}),
+    ("Killed process 935 (python) total-vm:113656kB, anon-rss:102104kB, file-rss:0kB, shmem-rss:0kB", "oom_kill",
+     935, "python", {"total_vm": "113656"}),
+    ("Out of memory: Killed process 7899 (python) total-vm:26184840kB, anon-rss:15370088kB, file-rss:0kB, "
+     "shmem-rss:0kB, UID:1001 pgtables:38964kB oom_score_adj:0", "oom_kill", 7899, "python", {"anon_rss": "15370088"}),
+    ("Memory cgroup out of memory: Killed process 4242 (python3) total-vm:1000kB, anon-rss:900kB, file-rss:0kB, "
+     "shmem-rss:0kB, UID:1001 pgtables:100kB oom_score_adj:0", "oom_kill", 4242, "python3", {"scope": "Memory cgroup"}),
+    # victim choice, up to 5.0: "%s: Kill process %d (%s) score %u or sacrifice child"; 2.6: "... and children."
+    ("Out of memory: Kill process 4242 (python) score 912 or sacrifice child", "oom_kill", 4242, "python",
+     {"score": "912"}),
+    ("Memory cgroup out of memory: Kill process 4242 (python3) score 1999 or sacrifice child", "oom_kill", 4242,
+     "python3", {"scope": "Memory cgroup"}),
+    ("Out of Memory: Kill process 4242 (python) score 81234 and children.", "oom_kill", 4242, "python", {}),
+    # dump_oom_summary, 5.0+
+    ("oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0-1,oom_memcg=/slurm/job_42,"
+     "task_memcg=/slurm/job_42/step_0,task=python3,pid=4242,uid=1000", "oom_kill", 4242, "python3",
+     {"constraint": "CONSTRAINT_MEMCG", "memcg": "/slurm/job_42/step_0"}),
+    # oom_reaper, 4.6+
+    ("oom_reaper: reaped process 935 (python), now anon-rss:0kB, file-rss:0kB, shmem-rss:0kB", "oom_reaped", 935,
+     "python", {}),
+    # dump_header: 2.6 and 5.x+ wordings
+    ("python invoked oom-killer: gfp_mask=0x201d2, order=0, oomkilladj=0", "oom_invoked", None, "python", {}),
+    ("GC Thread#9 invoked oom-killer: gfp_mask=0x100cca(GFP_HIGHUSER_MOVABLE), order=0, oom_score_adj=0",
+     "oom_invoked", None, "GC Thread#9", {}),
+]
+
+
+@pytest.mark.parametrize(("line", "kind", "pid", "process", "attrs"), OOM, ids=range(len(OOM)))
+def test_oom(line: str, kind: str, pid: int | None, process: str, attrs: dict) -> None:
+    _check(line, kind, pid=pid, process=process, **attrs)
+
+
+# ---- hung task, lockups, MCE, EDAC, panic ----
+def test_hung_task() -> None:
+    # kernel/hung_task.c: "INFO: task %s:%d blocked for more than %ld seconds."
+    _check("INFO: task cache_mgr_event:620917 blocked for more than 120 seconds.", "hung_task", pid=620917,
+           process="cache_mgr_event", seconds="120")
+    _check("INFO: task kworker/u16:3:1234 blocked for more than 241 seconds.", "hung_task", pid=1234,
+           process="kworker/u16:3")
+    _check("INFO: task CPU 0/KVM:24430 blocked for more than 122 seconds.", "hung_task", pid=24430,
+           process="CPU 0/KVM")
+
+
+def test_lockups() -> None:
+    # kernel/watchdog.c: "BUG: soft lockup - CPU#%d stuck for %us! [%s:%d]"
+    _check("watchdog: BUG: soft lockup - CPU#12 stuck for 22s! [python:4242]", "soft_lockup", pid=4242,
+           process="python", cpu="12", seconds="22")
+    _check("BUG: soft lockup - CPU#3 stuck for 23s! [kworker/3:1:1234]", "soft_lockup", pid=1234,
+           process="kworker/3:1")
+    # watchdog_hld.c: "Watchdog detected hard LOCKUP on cpu %d"
+    _check("NMI watchdog: Watchdog detected hard LOCKUP on cpu 1", "soft_lockup", lockup="hard", cpu="1",
+           severity="crit")
+
+
+def test_mce_and_panic() -> None:
+    _check("mce: [Hardware Error]: Machine check events logged", "mce", detail="Machine check events logged")
+    _check("Kernel panic - not syncing: Fatal exception", "kernel_panic", detail="Fatal exception")
+
+
+EDAC = [
+    # edac_mc.c v5.8+: "%d CE %s%son %s (%s page:0x%lx offset:0x%lx grain:%ld syndrome:0x%lx%s%s)"
+    ("EDAC MC0: 1 CE memory read error on CPU_SrcID#0_Ha#0_Chan#1_DIMM#0 (channel:1 slot:0 page:0x5a4f "
+     "offset:0x0 grain:32 syndrome:0x0)", "corrected", "1"),
+    ("EDAC MC1: 1 UE memory read error on CPU_SrcID#1_MC#0_Chan#0_DIMM#0 (channel:0 slot:0 page:0x12345 "
+     "offset:0x0 grain:32 - err_code:0x0000:0x009f)", "uncorrected", "1"),
+    # v3.5-v5.7: "%d CE %s%son %s (%s %s - %s)"
+    ("EDAC MC0: 2 CE memory read error on CPU_SrcID#0_Ha#0_Chan#0_DIMM#1 (channel:0 slot:1 page:0x1234 offset:0x0 "
+     "grain:32 syndrome:0x0 - area:DRAM err_code:0001:0090)", "corrected", "2"),
+    ("EDAC MC0: 1 UE memory scrubbing error on CPU_SrcID#0_Ha#0_Chan#0_DIMM#1 (channel:0 slot:1 page:0x1234 "
+     "offset:0x0 grain:32 - area:DRAM err_code:0001:00c0)", "uncorrected", "1"),
+    # v2.6-v3.4: "CE page 0x%lx, offset 0x%lx, grain %d, syndrome 0x%lx, row %d, channel %d, label \"%s\": %s"
+    ('EDAC MC0: CE page 0x5a4f, offset 0x0, grain 32, syndrome 0x0, row 0, channel 1, label "DIMM_A1": i5000 CE',
+     "corrected", None),
+    ('EDAC MC0: UE page 0x5a4f, offset 0x0, grain 32, row 0, labels "DIMM_A1": i5000 UE', "uncorrected", None),
+]
+
+
+@pytest.mark.parametrize(("line", "severity", "count"), EDAC, ids=range(len(EDAC)))
+def test_edac(line: str, severity: str, count: str | None) -> None:
+    row = _check(line, "memory_ecc", controller="MC0" if "MC0" in line else "MC1", count=count)
+    assert row["attrs"]["severity"] == severity
+    assert row["severity"] == ("warning" if severity == "corrected" else "crit")
+
+
+# ---- InfiniBand / mlx5 ----
+def test_ib_port_state() -> None:
+    # drivers/infiniband/core/cache.c ibdev_info: "Port: %d Link %s"
+    down = _check("mlx5_core 0000:ab:00.0 mlx5_5: Port: 1 Link DOWN", "ib_link_down", hca="mlx5_5", port="1",
+                  pci="0000:ab:00.0")
+    up = _check("mlx5_core 0000:ab:00.0 mlx5_5: Port: 1 Link ACTIVE", "ib_link_up", hca="mlx5_5", port="1")
+    assert (down["attrs"]["hca"], down["attrs"]["port"]) == (up["attrs"]["hca"], up["attrs"]["port"])
+    _check("mlx5_core 0000:ab:00.0 mlx5_5: Port: 1 Link ACTIVE_DEFER", "ib_link_up", port="1")
+    for transient in ("INIT", "ARMED"):
+        assert _one(f"mlx5_core 0000:ab:00.0 mlx5_5: Port: 1 Link {transient}")["kind"] == "log"
+    _check("ib0: Lost carrier", "ib_link_down", hca="ib0")
+
+
+def test_mlx5_health() -> None:
+    # mlx5/core/health.c poll_health: "device's health compromised - reached miss count"
+    _check("mlx5_core 0000:d2:00.0: poll_health:825: device's health compromised - reached miss count",
+           "ib_hca_error", driver="mlx5_core", pci="0000:d2:00.0")
+    # drivers/base/dd.c: "%s: probe of %s failed with error %d" (no dev_printk prefix: the device after "probe of")
+    _check("mlx5_core: probe of 0000:03:00.0 failed with error -22", "ib_hca_error", driver="mlx5_core", pci="0000:03:00.0")
+
+
+def _attrs_text(message: str) -> str:
+    return parse_bytes(f"[ 1234.567890] {message}\n".encode(), "kernel", CTX).item(0, "attrs")
+
+
+# drivers/base/core.c __dev_printk "%s %s: %pV" (driver, dev_name) and drivers/infiniband/core/device.c
+# __ibdev_printk "%s %s %s: %pV" (driver, parent's dev_name, IB device): the device of every such line
+DEVICE_LINES = [
+    ("mlx5_core 0004:01:00.0: 63.008 Gb/s available PCIe bandwidth (8.0 GT/s PCIe x8 link)", "log",
+     {"pci": "0004:01:00.0"}),
+    ("mlx5_core 0000:03:00.0: firmware version: 14.32.1010", "log", {"pci": "0000:03:00.0"}),
+    ("mlx4_core 0000:81:00.0: PCIe link speed is 8.0GT/s, device supports 8.0GT/s", "log", {"pci": "0000:81:00.0"}),
+    ("mlx5_core 0000:ab:00.0 mlx5_5: Port: 1 Link INIT", "log", {"pci": "0000:ab:00.0", "device": "mlx5_5"}),
+    ("mlx5_core 0000:ab:00.0 mlx5_5: Port: 1 Link ACTIVE", "ib_link_up",
+     {"pci": "0000:ab:00.0", "device": "mlx5_5", "hca": "mlx5_5", "port": "1"}),
+    ("pcieport 0000:00:03.0: AER: Root Port link has been reset (0)", "log", {"pci": "0000:00:03.0"}),
+    ("pcieport 0000:00:03.0: PCIe Bus Error: severity=Corrected, type=Data Link Layer, (Transmitter ID)", "pcie_aer",
+     {"pci": "0000:00:03.0", "aer": "corrected"}),
+]
+
+
+@pytest.mark.parametrize(("line", "kind", "attrs"), DEVICE_LINES, ids=range(len(DEVICE_LINES)))
+def test_device_prefix(line: str, kind: str, attrs: dict) -> None:
+    _check(line, kind, **attrs)
+    text = _attrs_text(line)
+    assert text.count('"pci"') == 1 and text.count('"device"') <= 1, text  # read once, by the collector
+
+
+def test_device_prefix_through_syslog() -> None:
+    out = parse_bytes(b"Feb 14 05:03:41 gpu-1 kernel: mlx5_core 0000:ab:00.0 mlx5_5: Port: 1 Link ACTIVE\n", "kernel", CTX)
+    row = out.row(0, named=True)
+    assert row["kind"] == "ib_link_up" and row["node"] == "gpu-1"
+    assert {k: json.loads(row["attrs"]).get(k) for k in ("pci", "device", "port")} == {
+        "pci": "0000:ab:00.0", "device": "mlx5_5", "port": "1"}
+
+
+def test_mlx5_debug_prefix_pid() -> None:
+    # mlx5_core.h mlx5_core_err/_info: dev_err(dev, "%s:%d:(pid %d): " format, __func__, __LINE__, current->pid)
+    row = _check("mlx5_core 0004:01:00.0: mlx5_pcie_event:294:(pid 542): PCIe slot advertised sufficient power (75W).",
+                 "log", pci="0004:01:00.0")
+    assert row["pid"] == 542
+
+
+def test_rxe_port_state() -> None:
+    # rdma_rxe rxe_net.c: v4.9+ dev_info(&rxe->ib_dev.dev, "set active\n") / "set down\n" (class prefix
+    # "infiniband rxe0: "), v4.8 pr_info("rxe: set %s active\n") / "rxe: set %s down\n"
+    _check("infiniband rxe0: set active", "ib_link_up", hca="rxe0", device="rxe0")
+    _check("infiniband rxe0: set down", "ib_link_down", hca="rxe0", device="rxe0")
+    _check("rxe: set rxe0 active", "ib_link_up", hca="rxe0")
+    _check("rxe: set rxe1 down", "ib_link_down", hca="rxe1")
+    assert _one("rdma_rxe: Failed sending ack")["kind"] == "log"
+
+
+def test_nvrm_gpu_prefix() -> None:
+    # os-interface.h NV_DEV_PRINTF: "NVRM: GPU " NV_PCI_DEV_FMT ": " format, NV_PCI_DEV_FMT "%04x:%02x:%02x.%x"
+    _check("NVRM: GPU 0000:06:00.0: GPU serial number is 0.", "log", gpu="0000:06:00")
+    _check("NVRM: GPU 0000:06:00.0: GPU has fallen off the bus.", "gpu_fell_off_bus", gpu="0000:06:00")
+
+
+# ---- NVRM ----
+XID = [
+    # kernel_rc.c krcReportXid, process known / unknown ('<unknown>' in 5xx) / none
+    ("NVRM: Xid (PCI:0000:0a:00): 31, pid=13332, name=cuda_plot_k32_v, Ch 00000010, intr 00000000.", 31,
+     "0000:0a:00", 13332, {"process": "cuda_plot_k32_v"}),
+    ("NVRM: Xid (PCI:0000:0a:00): 62, pid='<unknown>', name=<unknown>, 2023b230 20238a3a", 62, "0000:0a:00", None,
+     {"process": "<unknown>"}),
+    ("NVRM: Xid (PCI:0000:06:00): 79, GPU has fallen off the bus.", 79, "0000:06:00", None,
+     {"detail": "GPU has fallen off the bus."}),
+    # MIG attribution: "PCI:%04x:%02x:%02x GPU-I:%02u" and "... GPU-CI:%02u"
+    ("NVRM: Xid (PCI:0000:3b:00 GPU-I:01): 43, pid=4242, name=python, Ch 00000008", 43, "0000:3b:00", 4242,
+     {"gpu_instance": "01"}),
+    ("NVRM: Xid (PCI:0000:3b:00 GPU-I:02 GPU-CI:00): 31, pid=4242, name=python, Ch 00000010", 31, "0000:3b:00", 4242,
+     {"gpu_instance": "02", "compute_instance": "00"}),
+    # root cause suffix " caused by previous Xid %d"
+    ("NVRM: Xid (PCI:0000:3b:00): 45, pid=4242, name=python, Ch 00000010 caused by previous Xid 31", 45,
+     "0000:3b:00", 4242, {"caused_by": "31", "detail": "Ch 00000010"}),
+    # Xid 119 messages (kernel_gsp.c), old and new
+    ("NVRM: Xid (PCI:0000:00:06): 119, pid='<unknown>', name=<unknown>, Timeout waiting for RPC from GSP! "
+     "Expected function FREE (0x0 0x0).", 119, "0000:00:06", None, {}),
+    ("NVRM: Xid (PCI:0002:00:00): 119, pid=67769, name=nvidia-smi, Timeout waiting for RPC from GSP1! Expected "
+     "function 76 (GSP_RM_CONTROL) (0x2080014b 0x5).", 119, "0002:00:00", 67769, {}),
+    # NVLink units (Fatal / Nonfatal) and Xid 154
+    ("NVRM: Xid (PCI:0000:00:00): 149, NETIR_LINK_EVT Fatal XC0 i0 Link 00 (0x026001c6 0x00000000)", 149,
+     "0000:00:00", None, {"nvlink_unit": "NETIR_LINK_EVT", "nvlink_severity": "fatal"}),
+    ("NVRM: Xid (PCI:0018:01:00): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 0x00000008)", 145,
+     "0018:01:00", None, {"nvlink_severity": "nonfatal"}),
+    ("NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)",
+     154, "0000:01:00", None, {"recovery_action": "Node Reboot Required"}),
+    # drivers before the "PCI:" prefix
+    ("NVRM: Xid (0000:01:00): 13, 0005 00000000 0000502d 00000104 00000000 00000100", 13, "0000:01:00", None, {}),
+]
+
+
+@pytest.mark.parametrize(("line", "code", "gpu", "pid", "attrs"), XID, ids=range(len(XID)))
+def test_xid(line: str, code: int, gpu: str, pid: int | None, attrs: dict) -> None:
+    _check(line, "gpu_xid", code=code, gpu=gpu, pid=pid, **attrs)
+
+
+def test_xid_with_continuation_lines() -> None:
+    out = parse_bytes(b"[ 8130.000000] NVRM: Xid (PCI:0000:3b:00): 120, GSP task exception: store access page "
+                      b"fault (cause:0xf) @ pc:0x13ebd80, partition:2#0, task:3\n"
+                      b"[ 8130.000010] NVRM:     Reported by libos partition:2#4 kernel v3.1 [0] @ ts:1770232285\n",
+                      "kernel", CTX)
+    row = out.row(0, named=True)
+    assert (row["kind"], row["code"], row["gpu"]) == ("gpu_xid", 120, "0000:3b:00")
+    assert json.loads(row["attrs"])["detail"].endswith("task:3")
+
+
+NVRM = [
+    # NV_DEV_PRINTF "NVRM: GPU %04x:%02x:%02x.%x: " + osinit.c / nv.c messages (gpu stored without the function)
+    ("NVRM: GPU 0000:06:00.0: GPU has fallen off the bus.", "gpu_fell_off_bus", {"gpu": "0000:06:00"}),
+    ("NVRM: GPU 0000:01:00.0: RmInitAdapter failed! (0x62:0x40:1941)", "gpu_init_failed", {"gpu": "0000:01:00"}),
+    ("NVRM: GPU 0000:01:00.0: rm_init_adapter failed, device minor number 0", "gpu_init_failed",
+     {"gpu": "0000:01:00"}),
+    ("NVRM: RmInitAdapter: Cannot initialize GSP firmware RM", "gpu_init_failed", {}),
+    ("NVRM: GPU7 RmInitAdapter: Cannot initialize GSP firmware RM", "gpu_init_failed", {}),
+    ("NVRM: kgspInitRm_IMPL: Error preparing GSP-RM image", "gpu_init_failed", {}),
+    ("NVRM: GPU7 _kgspBootGspRm: unexpected WPR2 already up, cannot proceed with booting GSP", "gpu_init_failed", {}),
+    ("NVRM: GPU7 _kgspBootGspRm: (the GPU is likely in a bad state and may need to be reset)", "gpu_reset_required",
+     {"gpu": "7"}),
+    # kernel_rc.c _krcLogUuidOnce: "NVRM: GPU at PCI:%04x:%02x:%02x: %s"
+    ("NVRM: GPU at PCI:0000:01:00: GPU-10eb9e88-c56c-2ca3-3722-b7aec3028d35", "gpu_uuid",
+     {"gpu": "0000:01:00", "uuid": "GPU-10eb9e88-c56c-2ca3-3722-b7aec3028d35"}),
+    # kernel_gsp.c heartbeat / RPC timeout banner
+    ("NVRM: GPU6 _kgspIsHeartbeatTimedOut: Heartbeat timed out, currentTimeMs 812751949 heartbeat 1899482 "
+     "heartbeatWithOffsetMs 812745879 diff 6070 timeout 5200", "gpu_gsp_error", {"gpu": "6"}),
+    ("NVRM: GPU6 _kgspLogRpcTimeout: ********************************* GSP Timeout "
+     "**********************************", "gpu_gsp_error", {}),
+    # kernel_nvlink.c
+    ("NVRM: knvlinkDiscoverPostRxDetLinks_GH100: Getting peer0's postRxDetLinkMask failed!", "gpu_nvlink", {}),
+    ("NVRM: knvlinkUpdatePostRxDetectLinkMask_IMPL: Failed to update Rx Detect Link mask!", "gpu_nvlink", {}),
+    # nv.c "NVRM: loading %s": open and closed driver banners
+    ("NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  595.71.05  Release Build  (root@epyc)  "
+     "Fri Jul  3 11:27:00 AM UTC 2026", "gpu_driver_loaded", {"driver_version": "595.71.05"}),
+    ("NVRM: loading NVIDIA UNIX x86_64 Kernel Module  535.183.01  Sun May 12 19:39:15 UTC 2024", "gpu_driver_loaded",
+     {"driver_version": "535.183.01"}),
+]
+
+
+@pytest.mark.parametrize(("line", "kind", "attrs"), NVRM, ids=range(len(NVRM)))
+def test_nvrm(line: str, kind: str, attrs: dict) -> None:
+    _check(line, kind, **attrs)
