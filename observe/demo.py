@@ -44,6 +44,8 @@ from typing import BinaryIO
 import numpy as np
 from hostlist import collect_hostlist
 
+from observe.real_lines import RealLines, Record, rehome
+
 S = 1_000_000  # the simulation's clock: integer microseconds since the Unix epoch
 MINUTE = 60 * S
 HOUR = 60 * MINUTE
@@ -70,14 +72,33 @@ INCIDENTS = {"xid79": (1, True), "ib_link_down": (1, True), "oom": (1, True),
 # in a job that survives it (and Xid 43/45 when a cancelled job's processes are killed).
 SCENARIOS = {"xid79": (0.8, True), "fatal_xid": (1.5, True), "ib_link_down": (1.5, True), "ib_switch": (0.8, True),
              "oom": (1.2, True), "node_not_responding": (1.2, True), "node_crash": (1, True), "hung_rank": (1.2, True),
-             "app_xid": (1.0, False), "xid_noise": (4, False)}
+             "app_xid": (1.0, False), "xid_noise": (4, False), "user_bug_all": (0.6, True), "silent_hang": (0.7, True),
+             "prior_fault": (1.0, True), "logs_lost": (0.4, True)}
+# The regression set (tests, the generator's own bench) and, for the evaluation on real lines, the mix of
+# ../shared/notes/failure-mix.md (a shared Slurm GPU cluster: gpu 40%, network 12%, node 10%, host OOM 5%,
+# software 15%, user 18%; one failure in ten or more left by the node's previous job): rates per day per 16 nodes.
+REGRESSION = ("xid79", "fatal_xid", "ib_link_down", "ib_switch", "oom", "node_not_responding", "node_crash",
+              "hung_rank", "app_xid", "xid_noise")
+FLEET_MIX = {"xid79": 1.2, "fatal_xid": 1.6, "prior_fault": 0.9, "ib_link_down": 0.8, "ib_switch": 0.4,
+             "node_not_responding": 0.5, "node_crash": 0.5, "oom": 0.5, "hung_rank": 0.8, "silent_hang": 0.7,
+             "app_xid": 0.6, "user_bug_all": 0.6, "logs_lost": 0.4, "xid_noise": 4.0}
 # Ground truth per incident type: (observe event kind of the root cause, category). user_error's kind
 # is cuda_oom or python_exception (which error the job hit).
 TYPES = {"xid79": ("gpu_xid", "gpu"), "fatal_xid": ("gpu_xid", "gpu"), "ib_link_down": ("ib_link_down", "network"),
          "ib_switch": ("ib_link_down", "network"), "oom": ("oom_kill", "memory"),
          "node_not_responding": ("slurm_node_not_responding", "node"), "node_crash": ("slurm_node_not_responding", "node"),
-         "hung_rank": ("nccl_timeout", "software"), "app_xid": ("gpu_xid", "user"), "user_error": (None, "user")}
+         "hung_rank": ("nccl_timeout", "software"), "app_xid": ("gpu_xid", "user"), "user_error": (None, "user"),
+         "user_bug_all": ("python_exception", "user"), "silent_hang": (None, "software"), "prior_fault": ("gpu_xid", "gpu"),
+         "logs_lost": ("gpu_xid", "gpu")}
 FATAL_XIDS = (48, 64, 94, 95, 119, 120)  # fatal_xid's codes: ECC (48, 64, 94, 95) and GSP (119, 120)
+HANG_XIDS = (74, 119, 120)  # of fatal_xid's real records: the GPU stops (NVLink, GSP); the others abort a CUDA call
+APP_XIDS = (13, 31, 43)  # app_xid's real records
+# A healthy fleet's alarming-looking kernel lines, drawn from real records when a scenario run has
+# them: per node-hour rates (our judgement of orders of magnitude, not a measurement). A corrected
+# PCIe or memory error was fixed by the hardware; a link that flaps comes back within seconds; the
+# OOM killer takes some other process than the job's.
+BACKGROUND = {"aer_corrected": 0.05, "ecc_corrected": 0.02, "ib_flap": 0.01, "oom_other": 0.004}
+DISTRACTED = 0.3  # of failures with real records: an unrelated alarming line on another node of the job, minutes before
 
 
 @dataclass(frozen=True)
@@ -103,7 +124,9 @@ class Manifest:
     fault began), the expected root cause: ``kind`` (the event kind observe's rules give it) and
     ``code`` (the Xid number, else None), and ``category`` (gpu, network, memory, node, software,
     user). Some types add keys: hung_rank ``rank``; ib_switch ``switch_nodes`` (every node of the
-    leaf switch); hung_rank and node_crash ``evidence_ts`` (when the first line of ``kind`` appears).
+    leaf switch); hung_rank and node_crash ``evidence_ts`` (when the first line of ``kind`` appears);
+    prior_fault ``run_ts`` (a time the failed run was running: ``ts`` is the fault, in the run before);
+    logs_lost ``unsure_ok`` (the culprit's logs never arrived: an undetermined verdict is right too).
     """
 
     files: list[InputFile]
@@ -118,7 +141,7 @@ def generate(out_dir: Path, nodes: int = 16, gpus_per_node: int = 8, hours: floa
              start: datetime | None = None, target_bytes: int | None = None,
              progress: Callable[[int], None] | None = None, *, incident_rate: float = 1.0,
              clock_skew_s: float = 0.0, types: Iterable[str] | None = None,
-             first_job_id: int = FIRST_JOB_ID) -> Manifest:
+             first_job_id: int = FIRST_JOB_ID, real: RealLines | None = None, first_node: int = 1) -> Manifest:
     """Write a simulated cluster's logs under ``out_dir`` and return the manifest.
 
     The same arguments give the same bytes. ``start`` (UTC; naive means UTC) defaults to whole
@@ -131,14 +154,19 @@ def generate(out_dir: Path, nodes: int = 16, gpus_per_node: int = 8, hours: floa
     fixed clock offset drawn from [-clock_skew_s, +clock_skew_s], applied to everything the node
     stamps (syslog, the ranks' job-output stamps; its dmesg ``boot_time`` is the boot by its clock).
     ``types`` (names from :data:`SCENARIOS`) switches to scenario mode: those incident types at
-    :data:`SCENARIOS` rates, each failed job in at most one incident; None keeps :data:`INCIDENTS`.
-    ``first_job_id`` numbers the jobs (distinct ranges let several runs share one store).
+    :data:`SCENARIOS` rates (or, given a dict, at its rates), each failed job in at most one incident;
+    None keeps :data:`INCIDENTS`.
+    ``first_job_id`` numbers the jobs and ``first_node`` the nodes (``gpu001``...): distinct ranges let
+    several runs share one store without one cluster's history showing on another's nodes.
+    ``real`` (scenario mode): labelled real records to draw incident lines and a healthy fleet's
+    alarming-looking background from (:data:`BACKGROUND`), re-homed onto the simulated nodes.
     """
     if nodes < 1 or not 1 <= gpus_per_node <= len(GPU_BUS) or (target_bytes is None and hours <= 0):
         raise ValueError(f"need nodes >= 1, 1 <= gpus_per_node <= {len(GPU_BUS)} and hours > 0")
     if incident_rate < 0 or clock_skew_s < 0:
         raise ValueError("need incident_rate >= 0 and clock_skew_s >= 0")
-    plan = INCIDENTS if types is None else {t: SCENARIOS[t] for t in types}
+    rates = types if isinstance(types, dict) else {t: SCENARIOS[t][0] for t in types or ()}
+    plan = INCIDENTS if types is None else {t: (rate, SCENARIOS[t][1]) for t, rate in rates.items()}
     if start is None:
         span = hours if target_bytes is None else target_bytes / (nodes * BYTES_PER_NODE_HOUR)
         now = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
@@ -146,7 +174,8 @@ def generate(out_dir: Path, nodes: int = 16, gpus_per_node: int = 8, hours: floa
     t0 = _us(start)
     horizon = None if target_bytes is not None else t0 + round(hours * HOUR)
     sim = _Cluster(_Files(Path(out_dir), progress), nodes, gpus_per_node, seed, t0, horizon, plan=plan,
-                   scenario=types is not None, rate=incident_rate, skew_s=clock_skew_s, first_job_id=first_job_id)
+                   scenario=types is not None, rate=incident_rate, skew_s=clock_skew_s, first_job_id=first_job_id,
+                   real=real, first_node=first_node)
     t = t0
     while (t < horizon) if horizon is not None else (sim.files.bytes < target_bytes):
         t1 = t + HOUR if horizon is None else min(t + HOUR, horizon)
@@ -164,21 +193,22 @@ BENCH = dict(seeds=range(24), sizes=(8, 12, 16, 24), hours=12.0)
 
 def scenarios(out_dir: Path, seeds: Iterable[int] = FAST["seeds"], sizes: tuple[int, ...] = FAST["sizes"],
               hours: float = FAST["hours"], *, incident_rate: float = 6.0, clock_skew_s: float = 3.0,
-              gpus_per_node: int = 8, types: Iterable[str] = tuple(SCENARIOS),
-              start: datetime = SCENARIO_START) -> list[Manifest]:
+              gpus_per_node: int = 8, types: Iterable[str] | dict[str, float] = REGRESSION,
+              start: datetime = SCENARIO_START, real: RealLines | None = None) -> list[Manifest]:
     """Many small clusters with failures of known root cause, one per subdirectory of ``out_dir``
     (``000-s0-n8``: index, seed, nodes), sizes taken in turn from ``sizes``. Their times do not
     overlap (each starts after the one before ends) and their job ids do not either (cluster ``i``
-    numbers from ``FIRST_JOB_ID + 10000 * i``), so all can go into one store. The failures are
+    numbers from ``FIRST_JOB_ID + 10000 * i``, its nodes from ``gpu{100 * i + 1}``), so all can go into one store. The failures are
     ``[i for m in manifests for i in m.incidents]``; ``scenarios(dir, **BENCH)`` gives at least 300.
     """
-    out, types, manifests = Path(out_dir), tuple(types), []
+    out, types, manifests = Path(out_dir), types if isinstance(types, dict) else tuple(types), []
     step = timedelta(hours=math.ceil(hours) + 1)
     for i, seed in enumerate(seeds):
         nodes = sizes[i % len(sizes)]
         manifests.append(generate(out / f"{i:03d}-s{seed}-n{nodes}", nodes=nodes, gpus_per_node=gpus_per_node,
                                   hours=hours, seed=seed, start=start + i * step, incident_rate=incident_rate,
-                                  clock_skew_s=clock_skew_s, types=types, first_job_id=FIRST_JOB_ID + 10_000 * i))
+                                  clock_skew_s=clock_skew_s, types=types, first_job_id=FIRST_JOB_ID + 10_000 * i,
+                                  real=real, first_node=100 * i + 1))
     return manifests
 
 
@@ -519,9 +549,9 @@ class _Gpu:
 class _Node:
     """A GPU node: hardware, boot time, Slurm state, and its noise source."""
 
-    def __init__(self, index: int, gpus: int, rng: np.random.Generator, start: int) -> None:
+    def __init__(self, index: int, gpus: int, rng: np.random.Generator, start: int, first: int = 1) -> None:
         self.index = index
-        self.name = f"gpu{index + 1:03d}"
+        self.name = f"gpu{first + index:03d}"
         self.ib_ip = f"10.0.{index // 200}.{index % 200 + 11}"
         self.ip = f"10.1.{index // 200}.{index % 200 + 11}"
         self.boot = start - int(rng.integers(2 * HOUR, 30 * DAY))
@@ -538,6 +568,7 @@ class _Node:
         self.state = "idle"  # idle, alloc, drain, down
         self.run: _Run | None = None
         self.fallen: int | None = None  # index of a GPU off the bus, until repaired
+        self.broken: tuple[int, int, int] | None = None  # (GPU, since, Xid) failed unnoticed (scenario prior_fault)
         self.skew = 0  # this node's clock minus true time (microseconds)
 
     def uptime(self, t: int) -> str:
@@ -855,6 +886,11 @@ BOOT = (  # (seconds after boot, dmesg text); {gpu}/{hca} lines repeat per devic
 )
 
 
+def _corrected(record: Record) -> bool:
+    """An EDAC/MCE record of a corrected error (``CE``, ``Corrected``), not an uncorrected one."""
+    return bool(re.search(r"\bCE\b|(?<![Uu]n)[Cc]orrected", record.texts[0]))
+
+
 def _outcome(rng: np.random.Generator) -> str:
     """How a run ends unless an incident intervenes."""
     u = rng.random()
@@ -866,11 +902,13 @@ class _Cluster:
 
     def __init__(self, files: _Files, n_nodes: int, gpus: int, seed: int, start: int, horizon: int | None,
                  plan: dict = INCIDENTS, scenario: bool = False, rate: float = 1.0, skew_s: float = 0.0,
-                 first_job_id: int = FIRST_JOB_ID) -> None:
+                 first_job_id: int = FIRST_JOB_ID, real: RealLines | None = None, first_node: int = 1) -> None:
         self.rng = np.random.default_rng(seed)
+        self.real = real
+        self.quiet_rng = np.random.default_rng([seed, 0xB6])  # the background's own stream
         self.start, self.horizon, self.gpus = start, horizon, gpus
         self.files, self.out = files, _Outbox()
-        self.nodes = [_Node(i, gpus, self.rng, start) for i in range(n_nodes)]
+        self.nodes = [_Node(i, gpus, self.rng, start, first_node) for i in range(n_nodes)]
         self.plan, self.scenario, self.rate = plan, scenario, rate
         # A separate stream, so that skew and scenario draws leave the default run's bytes unchanged.
         extra = np.random.default_rng([seed, 0x5CE7])
@@ -882,6 +920,7 @@ class _Cluster:
         self.leaf = int(extra.integers(4, 9))  # nodes per InfiniBand leaf switch (ib_switch)
         self.dead_at = np.full(n_nodes, np.iinfo(np.int64).max, dtype=np.int64)  # crashed nodes write nothing after
         self.crashed: list[_Node] = []
+        self.lost: dict[int, tuple[int, int]] = {}  # node index -> a window its kernel and syslog lines never reached us
         self.hit: set[int] = set()  # jobs with an incident record
         self.hosts = _Hosts({k: [n.daemons[k] for n in self.nodes] for k in ("logind", "chronyd", "exporter")},
                             [n.pid_base for n in self.nodes], [n.session for n in self.nodes])
@@ -923,6 +962,8 @@ class _Cluster:
         while self.events and self.events[0][0] < t1:
             t, _, fn, args = heapq.heappop(self.events)
             fn(t, *args)
+        if self.real is not None:
+            self._background(t0, t1)
         self._flush(t0, t1)
 
     def close(self, end: int) -> Manifest:
@@ -936,6 +977,42 @@ class _Cluster:
         files = self.files.close()
         skew = {n.name: n.skew / S for n in self.nodes} if self.skew.any() else {}
         return Manifest(files, self.files.bytes, self.incidents, _utc(self.start), _utc(end), skew)
+
+    # --- a healthy fleet's background (real records)
+
+    def _background(self, t0: int, t1: int) -> None:
+        rng = self.quiet_rng
+        for name, rate in BACKGROUND.items():
+            for _ in range(rng.poisson(rate * len(self.nodes) * (t1 - t0) / HOUR)):
+                node, t = self.nodes[int(rng.integers(len(self.nodes)))], int(rng.integers(t0, t1))
+                if t < self.dead_at[node.index]:
+                    getattr(self, "_quiet_" + name)(t, node, rng)
+
+    def _quiet_aer_corrected(self, t: int, node: _Node, rng: np.random.Generator) -> None:
+        self._quiet(t, node, rng, self.real.pick(rng, "pcie_aer", aer="corrected"), node.gpus[int(rng.integers(len(node.gpus)))].pci)
+
+    def _quiet_ecc_corrected(self, t: int, node: _Node, rng: np.random.Generator) -> None:
+        self._quiet(t, node, rng, self.real.pick(rng, "memory_ecc", test=_corrected), None)
+
+    def _quiet_ib_flap(self, t: int, node: _Node, rng: np.random.Generator) -> None:
+        hca = f"0000:{HCA_BUS[int(rng.integers(node.hcas))]}:00"
+        down, up = self.real.pick(rng, "ib_link_down"), self.real.pick(rng, "ib_link_up")
+        if down and up:
+            self._quiet(t, node, rng, down, hca)
+            self._quiet(t + int(rng.integers(S, 5 * S)), node, rng, up, hca)
+
+    def _quiet_oom_other(self, t: int, node: _Node, rng: np.random.Generator) -> None:
+        self._quiet(t, node, rng, self.real.pick(rng, "oom_kill", test=lambda r: "python" not in r.texts[0]), None)
+
+    def _quiet(self, t: int, node: _Node, rng: np.random.Generator, record: Record | None, pci: str | None) -> None:
+        if record is not None:
+            self._kernel(node, t, *rehome(record, pci=pci, host=node.name, pid=int(rng.integers(2000, 4_000_000))))
+
+    def _real_record(self, kind: str, test=None, **fields) -> Record | None:
+        """A real record for an incident, half the time when the run has them."""
+        if self.real is None or self.rng.random() < 0.5:
+            return None
+        return self.real.pick(self.rng, kind, test, **fields)
 
     # --- writing
 
@@ -999,10 +1076,13 @@ class _Cluster:
         return t[order], host[order], [texts[j] for j in order.tolist()]
 
     def _alive(self, t: np.ndarray, host: np.ndarray, texts: list[str]) -> tuple[np.ndarray, np.ndarray, list[str]]:
-        """Drop the lines of crashed nodes from their crash on."""
-        if not self.crashed:
+        """Drop the lines of crashed nodes from their crash on, and of nodes whose logs were lost
+        (scenario logs_lost) in that window."""
+        if not self.crashed and not self.lost:
             return t, host, texts
         keep = t < self.dead_at[host]
+        for index, (lo, hi) in self.lost.items():
+            keep &= ~((host == index) & (t >= lo) & (t < hi))
         return t[keep], host[keep], [x for x, k in zip(texts, keep.tolist()) if k]
 
     def _ctl(self, t: int, *lines: str) -> None:
@@ -1083,6 +1163,9 @@ class _Cluster:
         run.fate = fate if fate != "FAILED" else run.fate
         self._at(run.end, self._end, run)
         self.live.append(run)
+        for n in nodes:  # a GPU failed unnoticed in the node's previous job (scenario prior_fault)
+            if n.broken is not None:
+                self._at(t + int(rng.integers(40 * S, 4 * MINUTE)), self._inherited, run, n)
 
     def _end(self, t: int, run: _Run) -> None:
         """A run's last lines: the job's tail, slurmctld completion, jobcomp, slurmstepd; nodes freed."""
@@ -1217,6 +1300,8 @@ class _Cluster:
 
     def _record(self, name: str, t: int, run: _Run, node: _Node, gpu: _Gpu | None, kind: str, code: int | None,
                 nodes: list[str] | None = None, **extra) -> None:
+        if self.real is not None and self.quiet_rng.random() < DISTRACTED:
+            self._distract(t, run, node.name)
         self.incidents.append({"type": name, "node": node.name, "nodes": nodes or [node.name],
                                "gpu": gpu.pci if gpu else None, "job_id": run.id, "ts": _utc(t).isoformat(), "kind": kind,
                                "code": code, "category": TYPES[name][1], **extra})
@@ -1257,7 +1342,10 @@ class _Cluster:
         rank, node, g, pid = self._pick(run)
         gpu = node.gpus[g]
         node.fallen, node.state = g, "drain"
-        if self.scenario and rng.random() < 0.5:  # the real sample's shape: no pid, a sanity-check line after
+        record = self._real_record("gpu_xid", code=79)
+        if record is not None:
+            self._kernel(node, t, *rehome(record, pci=gpu.pci, host=node.name, pid=pid))
+        elif self.scenario and rng.random() < 0.5:  # the real sample's shape: no pid, a sanity-check line after
             self._kernel(node, t, *_real("xid79", pci=gpu.pci, uuid=gpu.uuid, serial=gpu.serial))
         else:
             self._kernel(node, t, f"NVRM: GPU at PCI:{gpu.pci}: {gpu.uuid}", f"NVRM: GPU Board Serial Number: {gpu.serial}",
@@ -1313,7 +1401,9 @@ class _Cluster:
         rank, node, g, pid = self._pick(run)
         hca = g % node.hcas
         dev = f"mlx5_core 0000:{HCA_BUS[hca]}:00.0 mlx5_{hca}"
-        self._kernel(node, t, f"{dev}: Port: 1 Link DOWN")
+        record = self._real_record("ib_link_down")
+        self._kernel(node, t, *(rehome(record, pci=f"0000:{HCA_BUS[hca]}:00", host=node.name) if record
+                                else [f"{dev}: Port: 1 Link DOWN"]))
         self._kernel(node, t + int(rng.integers(20, 180)) * S, f"{dev}: Port: 1 Link ACTIVE")
         peer = (rank + run.gpus) % run.ranks
         peer_node = run.where(peer)[0]
@@ -1340,15 +1430,12 @@ class _Cluster:
         """The kernel's OOM killer kills one rank (host memory); slurmstepd reports it, the step is killed."""
         rng = self.rng
         rank, node, g, pid = self._pick(run)
-        uid = run.job.user[1]
         rss, frss, shm = int(rng.integers(180_000_000, 260_000_000)), int(rng.integers(60_000, 900_000)), int(rng.integers(10_000, 90_000))
-        self._kernel(node, t, "python invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE|__GFP_COMP), order=0, oom_score_adj=0",
-                     f"CPU: {int(rng.integers(0, 224))} PID: {pid} Comm: python Tainted: P           OE      {KERNEL}",
-                     "Hardware name: NVIDIA DGXH100/DGXH100, BIOS 1.5.1 02/22/2024",
-                     f"oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0-1,global_oom,"
-                     f"task_memcg=/system.slice/slurmstepd.scope/job_{run.id}/step_0/user/task_{g},task=python,pid={pid},uid={uid}",
-                     f"Out of memory: Killed process {pid} (python) total-vm:{rss + 61_000_000}kB, anon-rss:{rss}kB, "
-                     f"file-rss:{frss}kB, shmem-rss:{shm}kB, UID:{uid} pgtables:{rss // 500}kB oom_score_adj:0")
+        record = self._real_record("oom_kill")
+        if record is not None:
+            self._kernel(node, t, *rehome(record, host=node.name, pid=pid))
+        else:
+            self._oom_lines(t, run, node, g, pid, rss, frss, shm)
         self._kernel(node, t + int(rng.integers(300_000, 1_500_000)),
                      f"oom_reaper: reaped process {pid} (python), now anon-rss:0kB, file-rss:{frss}kB, shmem-rss:{shm}kB")
         self._job(run, t + 2 * S, f"slurmstepd: error: Detected 1 oom_kill event in StepId={run.id}.0. "
@@ -1357,6 +1444,16 @@ class _Cluster:
         self._fail(run, t, done + int(rng.integers(5, 30)) * S, "OUT_OF_MEMORY", "WTERMSIG 9", "0:9")
         self._record("oom", t, run, node, None, "oom_kill", None)
 
+    def _oom_lines(self, t: int, run: _Run, node: _Node, g: int, pid: int, rss: int, frss: int, shm: int) -> None:
+        rng, uid = self.rng, run.job.user[1]
+        self._kernel(node, t, "python invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE|__GFP_COMP), order=0, oom_score_adj=0",
+                     f"CPU: {int(rng.integers(0, 224))} PID: {pid} Comm: python Tainted: P           OE      {KERNEL}",
+                     "Hardware name: NVIDIA DGXH100/DGXH100, BIOS 1.5.1 02/22/2024",
+                     f"oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0-1,global_oom,"
+                     f"task_memcg=/system.slice/slurmstepd.scope/job_{run.id}/step_0/user/task_{g},task=python,pid={pid},uid={uid}",
+                     f"Out of memory: Killed process {pid} (python) total-vm:{rss + 61_000_000}kB, anon-rss:{rss}kB, "
+                     f"file-rss:{frss}kB, shmem-rss:{shm}kB, UID:{uid} pgtables:{rss // 500}kB oom_score_adj:0")
+
     def _app_xid(self, t: int, run: _Run) -> None:
         """An application fault the driver reports as Xid 13 or 31: the job's own bug, not the GPU's."""
         rng = self.rng
@@ -1364,7 +1461,11 @@ class _Cluster:
         gpu, code = node.gpus[g], int(rng.choice([13, 31]))
         head = f"NVRM: Xid (PCI:{gpu.pci}): {code}, pid={pid}, name=python, "
         gpc, tpc = int(rng.integers(0, 8)), int(rng.integers(0, 9))
-        if code == 13:
+        record = self._real_record("gpu_xid", test=lambda r: r.fields.get("code") in APP_XIDS)
+        if record is not None:
+            code = record.fields["code"]
+            self._kernel(node, t, *rehome(record, pci=gpu.pci, host=node.name, pid=pid))
+        elif code == 13:
             self._kernel(node, t, head + f"Graphics SM Warp Exception on (GPC {gpc}, TPC {tpc}, SM 0): Out Of Range Address",
                          head + f"Graphics SM Global Exception on (GPC {gpc}, TPC {tpc}, SM 0): Multiple Warp Errors",
                          head + "Graphics Exception: ESR 0x524648=0x1000e 0x524650=0x0 0x524644=0xd3eff2 0x52464c=0x17f")
@@ -1444,19 +1545,25 @@ class _Cluster:
         return (int(rng.integers(800, 90_000)), str(rng.choice(["ALLREDUCE", "_REDUCE_SCATTER_BASE", "_ALLGATHER_BASE"])),
                 int(rng.choice([9801523, 2106881, 544997376, 5056])), bool(rng.random() < 0.5))
 
-    def _gpu_hang(self, t: int, run: _Run, rank: int) -> int:
-        """The GPU of ``rank`` stops: every rank's watchdog times out 10 minutes later, the job fails."""
+    def _all_time_out(self, run: _Run, fired: int, queued: int) -> int:
+        """Every rank's watchdog fires within a second of ``fired`` on the same collective (up to
+        ``queued`` - 1 more enqueued behind it); returns the last line's time."""
         rng = self.rng
         seq, op, numel, new = self._collective()
-        fired = t + 600 * S - int(rng.integers(0, 3 * S))
         times, lines = [], []
         for r in range(run.ranks):
-            a, b = self._watchdog(run, r, fired + int(rng.integers(0, 900_000)), seq, seq + int(rng.integers(0, 4)),
+            a, b = self._watchdog(run, r, fired + int(rng.integers(0, 900_000)), seq, seq + int(rng.integers(0, queued)),
                                   seq - 1, op, numel, new)
             times += a
             lines += b
         self._job(run, times, lines)
-        done = self._abort(run, max(times) + 2 * S, (rank + 1) % run.ranks, "Aborted (core dumped)")
+        return max(times)
+
+    def _gpu_hang(self, t: int, run: _Run, rank: int) -> int:
+        """The GPU of ``rank`` stops: every rank's watchdog times out 10 minutes later, the job fails."""
+        rng = self.rng
+        last = self._all_time_out(run, t + 600 * S - int(rng.integers(0, 3 * S)), 4)
+        done = self._abort(run, last + 2 * S, (rank + 1) % run.ranks, "Aborted (core dumped)")
         end = done + 30 * S
         self._fail(run, t, end, "FAILED", "WEXITSTATUS 1", "1:0")
         return end
@@ -1470,7 +1577,11 @@ class _Cluster:
         head, anon = f"NVRM: Xid (PCI:{gpu.pci}): {code}, ", "pid='<unknown>', name=<unknown>, "
         addr = int(rng.integers(0x1000000, 0xfffffffff))
         lines = [f"NVRM: GPU at PCI:{gpu.pci}: {gpu.uuid}"]
-        if code == 48:
+        record = self._real_record("gpu_xid", test=lambda r: r.fields.get("code") in FATAL_XIDS + HANG_XIDS)
+        if record is not None:
+            code = record.fields["code"]
+            lines = rehome(record, pci=gpu.pci, host=node.name, pid=pid)
+        elif code == 48:
             lines.append(head + anon + f"An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer "
                                        f"at physAddr 0x{addr:x} partition {int(rng.integers(0, 20))}, "
                                        f"subpartition {int(rng.integers(0, 4))}.")
@@ -1497,7 +1608,7 @@ class _Cluster:
                           cause="0xf" if store else "0xd", pc=f"0x{int(rng.integers(0x1300000, 0x1500000)):x}",
                           part=int(rng.integers(2, 5)), task=3, libos=int(rng.integers(4, 6)), ts=(t - node.boot) // S)
         self._kernel(node, t, *lines)
-        if code in (119, 120):
+        if code in HANG_XIDS:
             node.state = "drain"
             end = self._gpu_hang(t, run, rank)
             self._drain(node, end + int(rng.integers(60, 90)) * S, "Kill task failed")
@@ -1648,6 +1759,91 @@ class _Cluster:
                 "NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***"])
         self._fail(run, t, down + 2 * S, "NODE_FAIL", None, "0:0")
         self._record("node_crash", t, run, node, None, "slurm_node_not_responding", None, evidence_ts=_utc(seen).isoformat())
+
+    def _logs_lost(self, t: int, run: _Run) -> None:
+        """A GPU falls off the bus on a node whose kernel and syslog lines of the hour never reach the
+        store (its log shipping broke, its disk filled): every rank's watchdog fires, nothing names the
+        node. The honest verdict is undetermined, naming the node whose logs are missing."""
+        before = len(self.incidents)
+        self._xid79(t, run)
+        if len(self.incidents) > before:  # its lines are still in the outbox: lose them
+            incident = self.incidents[-1]
+            self.lost[next(n.index for n in run.nodes if n.name == incident["node"])] = (t - 20 * MINUTE, t + HOUR)
+            incident.update(type="logs_lost", unsure_ok=True)
+
+    def _distract(self, t: int, run: _Run, culprit: str) -> None:
+        """An unrelated alarming line on another node of a failing job, minutes before its failure:
+        an uncorrected but non-fatal PCIe error, a corrected one, a corrected memory error."""
+        others = [n for n in run.nodes if n.name != culprit]
+        if not others or self.real is None:
+            return
+        rng = self.quiet_rng
+        node = others[int(rng.integers(len(others)))]
+        at = t - int(rng.integers(MINUTE, 10 * MINUTE))
+        pick = int(rng.integers(3))
+        record = (self.real.pick(rng, "pcie_aer", aer="non_fatal") if pick == 0 else
+                  self.real.pick(rng, "pcie_aer", aer="corrected") if pick == 1 else
+                  self.real.pick(rng, "memory_ecc", test=_corrected))
+        self._quiet(at, node, rng, record, node.gpus[int(rng.integers(len(node.gpus)))].pci)
+
+    def _user_bug_all(self, t: int, run: _Run) -> None:
+        """Every rank hits the same bug at once (a bad config, a shape mismatch): the same traceback on
+        every rank within a second, no hardware event. The job's own fault, on no node in particular."""
+        rng = self.rng
+        kind, path, line, fn, code, exc = APP_ERRORS[1 + int(rng.integers(len(APP_ERRORS) - 1))]
+        shard = int(rng.integers(0, 4000))
+        for r in range(run.ranks):
+            self._traceback(run, t + int(rng.integers(0, S)), r, (path, line, fn, code),
+                            (exc.format(dev=run.where(r)[1], dataset=run.job.dataset, shard=shard),))
+        done = self._abort(run, t + 2 * S, 0, "Exited with exit code 1")
+        self._fail(run, t, done + int(rng.integers(5, 30)) * S, "FAILED", "WEXITSTATUS 1", "1:0")
+        self._record("user_bug_all", t, run, run.nodes[0], None, kind, None, nodes=[n.name for n in run.nodes])
+
+    def _silent_hang(self, t: int, run: _Run) -> None:
+        """A collective hangs on every rank at once (an NCCL or framework bug): every rank's watchdog
+        fires on the same collective, no rank lags, no node logs anything. No node is at fault."""
+        rng = self.rng
+        last = self._all_time_out(run, t + 600 * S, 3)
+        done = self._abort(run, last + 2 * S, int(rng.integers(run.ranks)), "Aborted (core dumped)")
+        self._fail(run, t, done + int(rng.integers(10, 40)) * S, "FAILED", "WEXITSTATUS 1", "1:0")
+        self._record("silent_hang", t, run, run.nodes[0], None, None, None, nodes=[n.name for n in run.nodes])
+
+    def _prior_fault(self, t: int, run: _Run) -> None:
+        """A GPU fails uncorrectably in one job and Slurm does not notice (no drain): the job fails of
+        it (a fatal_xid incident), and the next job to land on the node fails minutes into its run with
+        a misleading CUDA error on that GPU. The previous job's Xid explains the next job's failure."""
+        rank, node, g, _ = self._pick(run)
+        gpu, code = node.gpus[g], int(self.rng.choice((48, 64, 95)))
+        record = self._real_record("gpu_xid", test=lambda r: r.fields.get("code") in (48, 64, 95))
+        if record is not None:
+            code = record.fields["code"]
+        lines = (rehome(record, pci=gpu.pci, host=node.name) if record is not None else
+                 [f"NVRM: Xid (PCI:{gpu.pci}): {code}, pid='<unknown>', name=<unknown>, An uncorrectable double bit "
+                  f"error (DBE) has been detected on GPU in the framebuffer at physAddr 0x{int(self.rng.integers(1 << 24, 1 << 36)):x}."])
+        self._kernel(node, t, *lines)
+        self._traceback(run, t + S // 2, rank, ("trainer.py", 171, "training_step", "loss.backward()"), CUDA_ECC)
+        done = self._abort(run, t + S, rank, "Exited with exit code 1")
+        self._fail(run, t, done + int(self.rng.integers(5, 30)) * S, "FAILED", "WEXITSTATUS 1", "1:0")
+        self._record("fatal_xid", t, run, node, gpu, "gpu_xid", code)
+        node.broken = (g, t, code)
+
+    def _inherited(self, t: int, run: _Run, node: _Node) -> None:
+        """The next run on a node whose GPU failed before (see :meth:`_prior_fault`) dies of it."""
+        if run.doomed or run.ended or node.broken is None:
+            return
+        g, since, code = node.broken
+        node.broken = None
+        rank = run.nodes.index(node) * run.gpus + g
+        error = str(self.rng.choice(["RuntimeError: CUDA error: uncorrectable ECC error encountered",
+                                     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. "
+                                     f"GPU {g} has a total capacity of 79.11 GiB of which 0 bytes is free.",
+                                     "RuntimeError: CUDA error: unknown error"]))
+        self._traceback(run, t, rank, ("trainer.py", 96, "setup", "model.to(device)"), (error,))
+        done = self._abort(run, t + S // 2, rank, "Exited with exit code 1")
+        end = done + int(self.rng.integers(5, 30)) * S
+        self._fail(run, t, end, "FAILED", "WEXITSTATUS 1", "1:0")
+        self._drain(node, end + int(self.rng.integers(60, 600)) * S, f"NHC: nv_health: GPU {g} Xid {code}")  # twice: noticed
+        self._record("prior_fault", since, run, node, node.gpus[g], "gpu_xid", code, run_ts=_utc(t).isoformat())
 
     def _xid_noise(self, t: int, run: _Run) -> None:
         """An application Xid (13 or 31) that the job survives; no incident."""

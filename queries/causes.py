@@ -41,8 +41,9 @@ class Causes:
     """The cause catalog and scoring constants (``causes.toml``, then site overrides)."""
 
     causes: dict[tuple[str, tuple], Cause]
-    scoring: dict[str, float]
+    scoring: dict
     nodes: dict
+    calibration: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())  # margin -> chance of being right
 
     def kinds(self) -> list[str]:
         return sorted({c.kind for c in self.causes.values()})
@@ -89,13 +90,15 @@ def load_causes() -> Causes:
 @cache
 def _load_causes(paths: tuple[Path, ...]) -> Causes:
     causes: dict[tuple[str, tuple], Cause] = {}
-    scoring: dict[str, float] = {}
+    scoring: dict = {}
     nodes: dict = {}
+    calibration = {}
     for path in paths:
         try:
             doc = tomllib.loads(path.read_text())
             scoring.update(doc.get("scoring", {}))
             nodes.update(doc.get("nodes", {}))
+            calibration.update(doc.get("calibration", {}))
             for entry in doc.get("cause", []):
                 cause = Cause(entry["kind"], float(entry["weight"]), entry.get("category", "unknown"),
                               entry.get("action", ""), entry["node"], bool(entry.get("symptom", False)), entry.get("lead_s"),
@@ -110,4 +113,15 @@ def _load_causes(paths: tuple[Path, ...]) -> Causes:
             raise CauseError(f"{path}: a [[cause]] without {exc} (every cause needs kind, weight and node)") from None
         except (tomllib.TOMLDecodeError, TypeError, ValueError) as exc:
             raise CauseError(f"{path}: {exc}") from None
-    return Causes(causes, scoring, nodes)
+    return Causes(causes, scoring, nodes, _calibration(calibration, paths[-1] if paths else CAUSES))
+
+
+def _calibration(table: dict, where: Path) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    margin, right = table.get("margin", []), table.get("right", [])
+    ok = (len(margin) == len(right) >= 2 and all(isinstance(v, (int, float)) for v in [*margin, *right])
+          and all(a < b for a, b in zip(margin, margin[1:])) and all(a <= b for a, b in zip(right, right[1:]))
+          and all(0 <= v <= 1 for v in right))
+    if not ok:
+        raise CauseError(f"{where}: [calibration] needs margin (increasing) and right (non-decreasing, 0-1) "
+                         "lists of the same length, at least two points")
+    return tuple(map(float, margin)), tuple(map(float, right))

@@ -14,11 +14,12 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 
 import hostlist
+import numpy as np
 import polars as pl
 
 from observe import provenance
 from observe.store import Store
-from queries import base_rate, jobs
+from queries import base_rate, jobs, node_past
 from queries.causes import Causes, load_causes
 from queries.search import first_line, search
 
@@ -123,9 +124,11 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: p
     """
     sc = causes.scoring
     skew = timedelta(seconds=sc.get("skew_s", 5))
-    if "approx" not in events.columns:  # times placed from neighbouring lines (see run_events)
-        events = events.with_columns(pl.lit(False).alias("approx"))
+    # times placed from neighbouring lines (see run_events); the node's past (see _past)
+    events = events.with_columns(pl.col(flag).fill_null(False) if flag in events.columns else pl.lit(False).alias(flag)
+                                 for flag in ("approx", "past"))
     ev = causes.annotate(events.filter(pl.col("job_id").is_null() | (pl.col("job_id") == run.job_id)))
+    ev = ev.filter(~pl.col("past") | (pl.col("node_action") == "drain"))  # of the past, only what takes a node out
     if run.end is not None:
         ev = ev.filter(pl.col("ts").is_null() | (pl.col("ts") <= run.end + timedelta(minutes=10)))
     # the peer other ranks lost: evidence for what its node logged, else a candidate of its own
@@ -147,9 +150,11 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: p
                    pl.col("weight").first(), pl.col("category").first(), pl.col("action").first(),
                    pl.col("node_action").first(),
                    pl.col("symptom").first(), pl.col("lead_s").first(), pl.col("needs").first(), pl.col("approx").all(),
+                   pl.col("past").any(),
                    pl.col("rank").drop_nulls().first(), provenance.trusted().any().alias("trusted")))
     groups = (pl.concat([groups.drop("_episode"), derived], how="diagonal_relaxed")
-              .with_columns(pl.col("approx").fill_null(False), pl.col("trusted").fill_null(False)))
+              .with_columns(pl.col("approx").fill_null(False), pl.col("trusted").fill_null(False),
+                            pl.col("past").fill_null(False)))
     spread = (groups.filter(pl.col("node").is_not_null()).group_by("kind", "code")
               .agg(pl.col("node").n_unique().alias("_nodes")))
     groups = groups.join(spread, on=["kind", "code"], how="left", maintain_order="left", nulls_equal=True)
@@ -167,13 +172,15 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: p
         lead = pl.duration(seconds=pl.col("lead_s").fill_null(sc.get("onset_window_s", 1800)))
         terms += [(pl.when(ts.is_between(_lit(onset) - lead, _lit(onset) + skew)).then(sc.get("precedes_onset", 15)),
                    pl.lit("came before the failure's first symptom")),
-                  (pl.when(ts < _lit(onset) - lead).then(sc.get("stale", -40)),
+                  (pl.when((ts < _lit(onset) - lead) & ~pl.col("past")).then(sc.get("stale", -40)),
                    pl.lit("long before the failure's first symptom")),
                   (pl.when(ts > _lit(onset) + late).then(sc.get("after_onset", -25)),
                    pl.lit("after the failure began: a consequence"))]
     if run.start is not None:
-        terms.append((pl.when(ts < _lit(run.start) - skew).then(sc.get("before_start", -40)),
+        terms.append((pl.when((ts < _lit(run.start) - skew) & ~pl.col("past")).then(sc.get("before_start", -40)),
                       pl.lit("before the run started")))
+    terms.append((pl.when(pl.col("past")).then(sc["unrecovered"]),
+                  pl.lit("a fault that takes the node out, logged before the run, with no recovery since")))
     own = events.filter(pl.col("job_id") == run.job_id)
     if own.filter(pl.col("source") == "nccl").height:  # the job logs NCCL/PyTorch output: it can corroborate
         seen = own.get_column("kind").unique().to_list()
@@ -183,6 +190,10 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: p
     if first_cause is not None:
         terms.append((pl.when(~pl.col("symptom") & ~pl.col("approx") & (ts <= _lit(first_cause) + skew))
                       .then(sc.get("earliest", 5)), pl.lit("the first cause logged")))
+    first = first_failed(own)
+    if first:
+        terms.append((pl.when((pl.col("node") == first) & ~pl.col("symptom")).then(sc["first_to_fail"]),
+                      pl.lit("the first of the job's processes to die ran on this node")))
     if lost.height:
         terms.append((pl.when(pl.col("node").is_in(lost.get_column("node").to_list()) & ~pl.col("symptom")
                               & (pl.col("kind") != "nccl_peer_lost")).then(sc["peer_named"]),
@@ -200,6 +211,18 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: p
     return (groups.with_columns(pl.sum_horizontal(points).alias("score"), evidence.alias("evidence"))
             .drop("_nodes", "weight", "lead_s", "needs", *(["succeeded"] if succeeded_with is not None else []))
             .sort(["score", "ts"], descending=[True, False], nulls_last=True))
+
+
+def first_failed(own: pl.DataFrame) -> str | None:
+    """The node of the job's first process to die of its own: torchrun's root-cause block (the first
+    observed failure), else the first task srun saw exit other than by being killed."""
+    signal = pl.col("attrs").str.json_path_match("$.signal").fill_null("")
+    died = own.filter(pl.col("node").is_not_null(), (pl.col("kind") == "torch_elastic_root_cause")
+                      | ((pl.col("kind") == "slurm_task_exit") & ~signal.is_in(["Killed", "Terminated"])))
+    if died.is_empty():
+        return None
+    root = died.filter(pl.col("kind") == "torch_elastic_root_cause")
+    return (root if root.height else died).sort("ts", nulls_last=True).get_column("node")[0]
 
 
 def _lit(ts: datetime) -> pl.Expr:
@@ -245,6 +268,15 @@ def _lost_peers(events: pl.DataFrame, run: Run, sc: dict) -> pl.DataFrame:
     return pl.DataFrame(rows, schema_overrides={"ts": pl.Datetime("us", "UTC"), "count": pl.UInt32})
 
 
+def rank_gpus(events: pl.DataFrame) -> dict[int, str]:
+    """Each rank's GPU (``0000:3b:00``) from its NCCL init line's busId: NCCL prints the PCI id
+    with its separators dropped, as hex (src/misc/utils.cc busIdToInt64: ``0000:3b:00.0`` -> 3b000)."""
+    bus = (events.filter(pl.col("kind") == "nccl_comm_init", pl.col("rank").is_not_null())
+           .select("rank", pl.col("attrs").str.json_path_match("$.bus_id").str.zfill(9).alias("_bus")).drop_nulls())
+    pci = pl.format("{}:{}:{}", pl.col("_bus").str.slice(0, 4), pl.col("_bus").str.slice(4, 2), pl.col("_bus").str.slice(6, 2))
+    return dict(bus.select("rank", pci.alias("gpu")).unique("rank").iter_rows())
+
+
 def _stalls(events: pl.DataFrame, run: Run, sc: dict) -> pl.DataFrame:
     """Hung ranks from the PyTorch watchdog: a rank whose last collective lags the others', or the
     ranks that never reported the timeout every other rank reported."""
@@ -256,11 +288,13 @@ def _stalls(events: pl.DataFrame, run: Run, sc: dict) -> pl.DataFrame:
         pl.coalesce(attr("$.last_completed").cast(pl.Int64, strict=False) + 1,
                     attr("$.seq").cast(pl.Int64, strict=False)).min().alias("seq"),
         pl.col("node").drop_nulls().first(), pl.col("ts").min())
+    gpus = rank_gpus(events)
     top = per_rank.get_column("seq").max()
     rows = []
     if top is not None:
         for r in per_rank.filter(pl.col("seq") < top).iter_rows(named=True):
-            rows.append({"node": r["node"], "kind": "nccl_timeout", "rank": r["rank"], "ts": r["ts"], "count": 1,
+            rows.append({"node": r["node"], "kind": "nccl_timeout", "rank": r["rank"], "gpu": gpus.get(r["rank"]),
+                         "ts": r["ts"], "count": 1,
                          "message": f"rank {r['rank']} stalled at collective {r['seq']} while other ranks reached {top}",
                          "weight": float(sc.get("lagging_rank_weight", 60)), "category": "software",
                          "action": "a rank hung before the collective (dataloader, deadlock, slow GPU): py-spy dump it; "
@@ -269,7 +303,8 @@ def _stalls(events: pl.DataFrame, run: Run, sc: dict) -> pl.DataFrame:
     quiet = ranks.join(per_rank.select("rank"), on="rank", how="anti")
     if ranks.height and per_rank.height >= ranks.height / 2 and 0 < quiet.height < ranks.height / 2:
         for node, part in quiet.group_by("node"):
-            rows.append({"node": node[0], "kind": "nccl_timeout", "rank": int(part.get_column("rank").min()),
+            rank = int(part.get_column("rank").min())
+            rows.append({"node": node[0], "kind": "nccl_timeout", "rank": rank, "gpu": gpus.get(rank),
                          "ts": None, "count": part.height,
                          "message": f"{part.height} rank(s) on {node[0]} never reported the timeout that "
                                     f"{per_rank.height} other ranks reported",
@@ -278,18 +313,27 @@ def _stalls(events: pl.DataFrame, run: Run, sc: dict) -> pl.DataFrame:
                          "node_action": "watch", "symptom": False})
     if not rows:
         return _empty().drop("score")
-    return pl.DataFrame(rows, schema_overrides={"rank": pl.Int32, "ts": pl.Datetime("us", "UTC"), "count": pl.UInt32})
+    return pl.DataFrame(rows, schema_overrides={"rank": pl.Int32, "gpu": pl.String, "ts": pl.Datetime("us", "UTC"),
+                                                "count": pl.UInt32})
 
 
-def confidence(ranked: pl.DataFrame) -> float:
-    """How sure the verdict is: the top score's margin over the best rival on another node or of
-    another category, mapped to 0.3..0.99."""
-    if ranked.is_empty():
-        return 0.0
+def margin(ranked: pl.DataFrame) -> float:
+    """How far the verdict leads: the top score minus the best rival's. A rival says something else:
+    another category, or another node where the verdict calls for something on its node (the same
+    fault of the job's own on every node is one diagnosis, not rivals)."""
     top = ranked.row(0, named=True)
-    rivals = ranked.slice(1).filter(pl.col("node").ne_missing(top["node"]) | (pl.col("category") != top["category"]))
-    margin = top["score"] - (rivals.get_column("score").max() or 0.0)
-    return round(min(0.99, max(0.3, 0.5 + margin / 80)), 2)
+    other = pl.col("category") != top["category"]
+    if top["node_action"] != "none":
+        other = other | pl.col("node").ne_missing(top["node"])
+    else:
+        other = other | pl.col("node_action").ne_missing("none")
+    return float(top["score"] - (ranked.slice(1).filter(other).get_column("score").max() or 0.0))
+
+
+def confidence(lead: float, calibration: tuple[tuple[float, ...], tuple[float, ...]]) -> float:
+    """The chance that a verdict leading by ``lead`` points is right: the calibration table of
+    causes.toml (measured on scenarios, see bench/explain_accuracy.py --fit), interpolated."""
+    return round(float(np.interp(lead, *calibration)), 2)
 
 
 # ------------------------------------------------------------------------------------- the query
@@ -323,6 +367,18 @@ def run_events(store: Store, run: Run, before: timedelta, after: timedelta) -> p
             .collect())
 
 
+def _past(store: Store, run: Run, causes: Causes) -> pl.DataFrame:
+    """Faults that take a node out, on the run's nodes in the ``base_rate_days`` before it started,
+    that nothing recovered before it started (:mod:`queries.node_past`); ``past`` true."""
+    sc = causes.scoring
+    if run.start is None:
+        return pl.DataFrame()
+    kinds = sorted({c.kind for c in causes.causes.values() if c.node == "drain" and not c.symptom})
+    found = node_past.unrecovered(store, run.nodes, kinds, run.start - timedelta(days=sc["base_rate_days"]),
+                                  run.start, sc["recovered_by"], timedelta(seconds=sc["skew_s"]))
+    return found.with_columns(pl.lit(False).alias("approx"), pl.lit(True).alias("past"))
+
+
 def _succeeded_with(store: Store, run: Run, events: pl.DataFrame, causes: Causes) -> pl.DataFrame | None:
     """For the run's catalogued events on its nodes, the successful jobs they also showed during in
     the ``base_rate_days`` before it (see :mod:`queries.base_rate`)."""
@@ -350,16 +406,24 @@ def explain(store: Store, job_id: str, at: datetime | None = None, before: timed
         when = f" running at {at.isoformat()}" if at and runs else ""
         raise ExplainError(f"job {job_id}: no Slurm record of a run{when} in {store.root} (ingest slurmctld "
                            "logs, jobcomp or sacct output)")
-    events = place_ranks(run_events(store, run, before, after), run.nodes)
     causes = load_causes()
+    events = run_events(store, run, before, after)
+    past = _past(store, run, causes)
+    if past.height:  # the node's past, also where the window read overlaps it
+        events = (pl.concat([past, events], how="diagonal_relaxed")
+                  .unique(subset=["file_id", "offset", "kind"], keep="first", maintain_order=True))
+    events = place_ranks(events, run.nodes)
     ranked = candidates(events, run, causes, _succeeded_with(store, run, events, causes))
     root = None
     if ranked.height and (run.state or "").split()[:1] != ["COMPLETED"]:
         top = ranked.row(0, named=True)
         root = {k: top[k] for k in ("node", "kind", "code", "gpu", "ts", "message", "category", "action", "node_action",
                                     "rank", "score", "trusted")}
-        root["confidence"] = confidence(ranked)
-        root["verdict"] = "undetermined" if root["confidence"] < causes.scoring["undetermined_below"] else "cause"
+        root["margin"] = margin(ranked)
+        root["confidence"] = confidence(root["margin"], causes.calibration)
+        # only a symptom every rank reports whatever broke (a watchdog timeout), or too close a call: unsure
+        unsure = top["symptom"] or root["confidence"] < causes.scoring["undetermined_below"]
+        root["verdict"] = "undetermined" if unsure else "cause"
     return Explanation(run.job_id, run.state, run.exit_code, run.nodes, run.start, run.end, root,
                        ranked.head(10).to_dicts(), timeline(events, causes, timeline_rows), missing(events, run))
 
@@ -406,8 +470,8 @@ def report(e: Explanation) -> list[str]:
         lines.append("ROOT CAUSE  none found: no event on the job's nodes or in its output explains it")
     else:
         if r["verdict"] == "undetermined":
-            lines.append(f"UNDETERMINED  confidence {r['confidence']:.2f}: the evidence is weak or points several ways; "
-                         "the likeliest cause, then the candidates:")
+            lines.append(f"UNDETERMINED  confidence {r['confidence']:.2f}: the evidence is weak, points several ways or "
+                         "shows only symptoms; the likeliest cause, then the candidates:")
         what = r["kind"] + (f" {r['code']}" if r["code"] is not None else "")
         where = r["node"] or "(job output)"
         gpu = f"  GPU {r['gpu']}" if r["gpu"] else ""

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from observe.demo import FAST, FATAL_XIDS, REAL, SCENARIOS, TYPES, Manifest, generate, scenarios
+from observe.demo import FAST, FATAL_XIDS, REAL, REGRESSION, SCENARIOS, TYPES, Manifest, generate, scenarios
 
 CORPUS = Path(__file__).parent / "fixtures" / "corpus" / "real"
 DMESG = re.compile(r"^\[ *(\d+)\.(\d{6})\] (.*)$")
 TIMEOUT = re.compile(r"\[Rank (\d+)\] Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+),")
-TYPE_NAMES = {t for t in SCENARIOS if t != "xid_noise"} | {"user_error"}
+TYPE_NAMES = {t for t in REGRESSION if t != "xid_noise"} | {"user_error"}
 
 
 @pytest.fixture(scope="module")

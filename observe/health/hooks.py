@@ -221,7 +221,7 @@ def _explained(hook: Hook) -> list[Result]:
     remedy = hook.policy["faults"]["xid_remedy"].get(_xid_action(root.get("code"))) if root["kind"] == "gpu_xid" else None
     if root["kind"] == "gpu_xid" and remedy not in faults.ACTING:
         return []
-    if root.get("verdict") != "cause" or float(root.get("confidence") or 0) < float(rules.get("explain_min_confidence", 0.5)):
+    if root.get("verdict") != "cause" or float(root.get("confidence") or 0) < float(rules["explain_min_confidence"]):
         return []  # undetermined, or less sure than the policy asks
     if not root.get("trusted"):  # it rests on lines a user could write (job output, a user's journal entries)
         hook.say(f"explain names {root['kind']} on this node from lines no trusted route carried: not acted on")

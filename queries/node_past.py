@@ -1,0 +1,43 @@
+"""A node's recent past: a fault that takes a node out (a GPU's uncorrectable error, a fallen-off
+GPU), logged before a job started there and with no recovery since, explains the job's failure on
+that node however long ago it was logged. The restart that lands on the same bad node fails with a
+misleading error; the previous job's kernel log holds the explanation."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import polars as pl
+
+from observe import provenance
+from observe.schema import POLARS_SCHEMA
+from observe.store import Store
+from queries import jobs
+from queries.search import search
+
+
+def unrecovered(store: Store, nodes: list[str], kinds: list[str], since: datetime, until: datetime,
+                recovered_by: list[str], slack: timedelta = timedelta(seconds=5)) -> pl.DataFrame:
+    """Trusted events of ``kinds`` on ``nodes`` between ``since`` and ``until`` that nothing ended
+    by ``until`` (give or take ``slack``: a node returned to service and given a job the same
+    second, clocks that disagree): no event of ``recovered_by`` on the node after them (a reboot, a driver reload,
+    an operator's all-clear) and no job on the node that completed after them (the node worked
+    through it, or again). The last such event per (node, kind, code, gpu)."""
+    if not nodes or not kinds:
+        return pl.DataFrame(schema=POLARS_SCHEMA)
+    faults = (search(store, since=since, until=until, nodes=nodes, kinds=kinds)
+              .filter(provenance.trusted(), pl.col("ts").is_not_null()).collect())
+    if faults.is_empty():
+        return faults
+    ends = (search(store, since=since, until=until + slack, nodes=nodes, kinds=recovered_by)
+            .select("node", "ts").drop_nulls().collect())
+    path = jobs.index_path(store)
+    if path.exists():
+        ok = (pl.scan_parquet(path)
+              .filter(pl.col("state").str.starts_with("COMPLETED"), pl.col("end") >= since, pl.col("end") < until + slack)
+              .explode("nodes").filter(pl.col("nodes").is_in(nodes))
+              .select(pl.col("nodes").alias("node"), pl.col("end").alias("ts")).collect())
+        ends = pl.concat([ends, ok.cast(ends.schema)])
+    last_end = ends.group_by("node").agg(pl.col("ts").max().alias("_ended"))
+    return (faults.join(last_end, on="node", how="left")
+            .filter(pl.col("_ended").is_null() | (pl.col("_ended") < pl.col("ts"))).drop("_ended")
+            .sort("ts").unique(["node", "kind", "code", "gpu"], keep="last", maintain_order=True))

@@ -1,0 +1,134 @@
+"""explain's evidence rules, one test each: each fails when its rule is taken out (a node's past,
+a symptom alone, the first process to die, the lagging rank's GPU, an OOM kill the job's step did
+not report, an Xid by its catalog action, one diagnosis on every node, calibrated confidence)."""
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from queries.accuracy import fit, reliability
+from queries.causes import load_causes
+from queries.explain import candidates, confidence, explain, margin, place_ranks
+from queries.jobs import write_index
+from test_explain import NODES, RUN, ev, frame, inits, timeouts
+
+
+def _top(rows: list[dict]) -> dict:
+    return candidates(place_ranks(frame(rows), NODES), RUN, load_causes()).row(0, named=True)
+
+
+def _job(job: str, start: float, end: float, state: str, nodes: str = "gpu[001-004]", exit_code: str = "1:0") -> list[dict]:
+    return [ev("slurm_job_start", "ctl1", start, "slurm", job_id=job, attrs={"nodes": nodes}),
+            ev("slurm_job_end", "ctl1", end, "slurm", job_id=job, attrs={"state": state, "exit_code": exit_code})]
+
+
+def _write(store, rows: list[dict]) -> None:
+    for i, row in enumerate(rows):
+        row["offset"] = i
+    store.write(frame(rows))
+
+
+# job 7 runs from -3600 to +900 (s after T); its rank 17 (gpu003) dies of a misleading CUDA error
+FAILED_7 = _job("7", -3600, 900, "FAILED") + [ev("python_exception", None, 30, "nccl", rank=17, job_id="7",
+                                                 message="RuntimeError: CUDA error: unknown error")] + inits()
+XID48 = ev("gpu_xid", "gpu003", -3 * 3600, code=48, gpu="0000:3b:00",
+           attrs={"category": "memory", "action": "reset_gpu"}, message="NVRM: Xid (PCI:0000:3b:00): 48, DBE")
+
+
+def test_an_unrecovered_fault_before_the_run_explains_its_failure(store) -> None:
+    """The previous job's uncorrectable ECC error on gpu003, two hours before job 7 started there
+    and nothing since that would have ended it: job 7's failure on gpu003 is that Xid."""
+    _write(store, _job("6", -4 * 3600, -3 * 3600 + 60, "FAILED") + [XID48] + FAILED_7)
+    root = explain(store, "7").root_cause
+    assert (root["node"], root["kind"], root["code"]) == ("gpu003", "gpu_xid", 48), root
+    top = explain(store, "7").candidates[0]
+    assert any("no recovery since" in e for e in top["evidence"])
+
+
+@pytest.mark.parametrize("recovery", ["resumed", "completed job"])
+def test_a_recovery_since_ends_the_past_fault(store, recovery: str) -> None:
+    """Returned to service by an operator, or a job that ran there and completed: the old Xid no
+    longer explains anything, the job's own error does."""
+    later = ([ev("slurm_node_resume", "gpu003", -2 * 3600, "slurm", message="update_node: node gpu003 state set to IDLE")]
+             if recovery == "resumed" else _job("5", -2.5 * 3600, -2 * 3600, "COMPLETED", "gpu003", "0:0"))
+    _write(store, _job("6", -4 * 3600, -3 * 3600 + 60, "FAILED") + [XID48] + later + FAILED_7)
+    write_index(store)
+    root = explain(store, "7").root_cause
+    assert root["kind"] == "python_exception", root
+
+
+def test_only_symptoms_is_undetermined(store) -> None:
+    """Every rank timed out on the same collective and nothing else was logged: the best candidate
+    is a symptom, so the verdict is undetermined whatever its margin."""
+    _write(store, _job("7", -3600, 900, "FAILED") + timeouts(600) + inits())
+    root = explain(store, "7").root_cause
+    assert root["kind"] == "nccl_timeout" and root["verdict"] == "undetermined", root
+
+
+def test_the_first_process_to_die_tips_two_equal_candidates() -> None:
+    """Two non-fatal PCIe errors, one a second earlier: torchrun's root cause names gpu002's rank."""
+    rows = [ev("pcie_aer", "gpu001", 500, attrs={"aer": "non_fatal"}), ev("pcie_aer", "gpu002", 501, attrs={"aer": "non_fatal"}),
+            ev("torch_elastic_root_cause", "gpu002", 560, "nccl", rank=9, job_id="7", code=-6)] + timeouts(600)
+    top = _top(rows)
+    assert top["node"] == "gpu002" and any("first of the job's processes to die" in e for e in top["evidence"]), top
+
+
+def test_srun_first_exit_other_than_killed_is_the_first_to_die() -> None:
+    rows = [ev("pcie_aer", "gpu001", 500, attrs={"aer": "non_fatal"}), ev("pcie_aer", "gpu002", 501, attrs={"aer": "non_fatal"}),
+            ev("slurm_task_exit", "gpu001", 560, "slurm", job_id="7", attrs={"signal": "Killed"}),
+            ev("slurm_task_exit", "gpu002", 561, "slurm", job_id="7", code=1)] + timeouts(600)
+    assert _top(rows)["node"] == "gpu002"
+
+
+def test_the_lagging_rank_is_named_with_its_gpu() -> None:
+    """NCCL's init line gives each rank's busId (3b000: 0000:3b:00.0); the hung rank's GPU is named."""
+    rows = timeouts(600, lag={13: 99}) + [
+        ev("nccl_comm_init", NODES[r // 8], None, "nccl", rank=r, job_id="7",
+           attrs={"nranks": "32", "bus_id": "3b000" if r == 13 else "18000"}) for r in range(32)]
+    top = _top(rows)
+    assert (top["node"], top["rank"], top["gpu"]) == ("gpu002", 13, "0000:3b:00"), top
+
+
+def test_an_oom_kill_the_jobs_step_did_not_report_is_not_its_cause() -> None:
+    """The OOM killer took some process on gpu001 (no slurmstepd 'Detected ... oom_kill event' for
+    the job): the rank whose collective lagged explains the hang."""
+    rows = [ev("oom_kill", "gpu001", 300, pid=4242, attrs={"process": "dcgm-exporter"})] + timeouts(600, lag={13: 99})
+    top = _top(rows)
+    assert (top["node"], top["kind"]) == ("gpu002", "nccl_timeout"), top
+
+
+def test_a_contained_memory_error_is_the_jobs_cause_but_no_drain() -> None:
+    """Xid 94: NVIDIA's catalog says restart the application; the GPU stays usable."""
+    top = _top([ev("gpu_xid", "gpu003", 0, code=94, attrs={"category": "memory", "action": "application_error"})]
+               + timeouts(600))
+    assert (top["node"], top["kind"], top["category"], top["node_action"]) == ("gpu003", "gpu_xid", "gpu", "watch"), top
+
+
+def test_the_same_user_error_on_every_node_is_one_confident_diagnosis() -> None:
+    """Every rank raised the same exception: the node does not matter, so ranks on other nodes are
+    not rivals and the verdict leads by the whole gap to the timeouts."""
+    rows = [ev("python_exception", None, 5 + r / 100, "nccl", rank=r, job_id="7") for r in range(32)] + timeouts(600)
+    ranked = candidates(place_ranks(frame(rows), NODES), RUN, load_causes())
+    top = ranked.row(0, named=True)
+    assert (top["kind"], top["category"], top["node_action"]) == ("python_exception", "user", "none")
+    assert margin(ranked) >= 20
+
+
+def test_confidence_is_the_calibration_table_interpolated() -> None:
+    table = ((0.0, 30.0, 60.0), (0.5, 0.9, 0.99))
+    assert [confidence(m, table) for m in (0, 15, 30, 40, 200)] == [0.5, 0.7, 0.9, 0.93, 0.99]
+
+
+def test_fit_pools_adjacent_violators_and_shrinks() -> None:
+    """Rates by margin (5: 1 of 2, 10: 0 of 1, 40: 1 of 1, 80: 1 of 1) are pooled where they fall
+    (5 with 10, 40 with 80), each pool shrunk by one right and one wrong pseudo-verdict, kept at or
+    above the tie's 0.5; undetermined verdicts claim nothing and are left out."""
+    scored = pl.DataFrame({"margin": [5.0, 5.0, 10.0, 40.0, 80.0, 3.0],
+                           "top1": [True, False, False, True, True, False],
+                           "undetermined": [False, False, False, False, False, True]})
+    margins, rights = fit(scored)
+    assert margins == [0.0, 6.7, 60.0]
+    assert rights == [0.5, 0.5, 0.75]
+    bins, _ = reliability(scored.with_columns(pl.lit(0.8).alias("confidence")))
+    assert bins.get_column("count").sum() == 5
+
