@@ -34,6 +34,7 @@ class Cause:
     lead_s: float | None = None  # how long before the onset it can cause it (default: onset_window_s)
     needs: tuple[str, ...] = ()  # kinds in the job's own output that must corroborate it
     attrs: tuple[tuple[str, str], ...] = ()  # only events whose attrs have these values
+    says: str = ""  # what the line means, in the evidence ("corrected: the hardware fixed it")
 
 
 @dataclass(frozen=True)
@@ -53,13 +54,14 @@ class Causes:
         """The entries as a frame: kind, the attrs condition (``cond``, JSON or null) and the values."""
         rows = [{"kind": c.kind, "cond": json.dumps(dict(c.attrs)) if c.attrs else None, "weight": c.weight,
                  "category": c.category, "action": c.action, "node_action": c.node, "symptom": c.symptom,
-                 "lead_s": c.lead_s, "needs": list(c.needs)} for c in self.causes.values()]
+                 "lead_s": c.lead_s, "needs": list(c.needs), "says": c.says} for c in self.causes.values()]
         return pl.DataFrame(rows, schema={"kind": pl.String, "cond": pl.String, "weight": pl.Float64,
                                           "category": pl.String, "action": pl.String, "node_action": pl.String,
-                                          "symptom": pl.Boolean, "lead_s": pl.Float64, "needs": pl.List(pl.String)})
+                                          "symptom": pl.Boolean, "lead_s": pl.Float64, "needs": pl.List(pl.String),
+                                          "says": pl.String})
 
     def annotate(self, events: pl.DataFrame) -> pl.DataFrame:
-        """Events of catalogued kinds with weight, category, action, node_action, symptom, lead_s and needs (the
+        """Events of catalogued kinds with weight, category, action, node_action, symptom, lead_s, needs and says (the
         most specific entry wins: one whose attrs condition matches over the plain one)."""
         table = self.table
         plain = table.filter(pl.col("cond").is_null()).drop("cond")
@@ -103,7 +105,7 @@ def _load_causes(paths: tuple[Path, ...]) -> Causes:
                 cause = Cause(entry["kind"], float(entry["weight"]), entry.get("category", "unknown"),
                               entry.get("action", ""), entry["node"], bool(entry.get("symptom", False)), entry.get("lead_s"),
                               tuple(entry.get("needs", [])),
-                              tuple(sorted((k, str(v)) for k, v in entry.get("attrs", {}).items())))
+                              tuple(sorted((k, str(v)) for k, v in entry.get("attrs", {}).items())), entry.get("says", ""))
                 if cause.category not in CATEGORIES:
                     raise ValueError(f"category {cause.category!r} not one of {', '.join(CATEGORIES)}")
                 if cause.node not in NODE_ACTIONS:

@@ -52,6 +52,7 @@ class Explanation:
     candidates: list[dict] = field(default_factory=list)
     timeline: list[dict] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)  # evidence the store lacks (a node's logs in the window)
+    onset: datetime | None = None  # when the failure began (its first symptom)
 
     def to_dict(self) -> dict:
         """Plain JSON-able dict (times as ISO 8601 strings)."""
@@ -114,13 +115,14 @@ def place_ranks(events: pl.DataFrame, nodes: list[str], per_node: int = 8) -> pl
             .drop("_host"))
 
 
-def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: pl.DataFrame | None = None) -> pl.DataFrame:
+def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: base_rate.BaseRates | None = None
+               ) -> pl.DataFrame:
     """Candidate root causes, best first: one row per (node, kind, code, gpu) with its score and the
     evidence for and against it (``evidence``: each scoring term that applied, its points first).
 
     ``events`` are the run's events with ranks placed on nodes (see :func:`place_ranks`);
-    ``succeeded_with`` (node, kind, code, succeeded): how many successful jobs the same event showed
-    on the same node during (:func:`queries.base_rate.succeeded_with`): what healthy nodes log anyway.
+    ``succeeded_with``: how many successful jobs the same event showed during, on the same node and
+    fleet-wide (:func:`queries.base_rate.succeeded_with`): what healthy nodes log anyway.
     """
     sc = causes.scoring
     skew = timedelta(seconds=sc.get("skew_s", 5))
@@ -138,9 +140,7 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: p
                         how="diagonal_relaxed")
     if ev.is_empty() and not derived.height:
         return _empty()
-    # the onset: the first symptom, or the first error the job itself printed, or the end
-    first_signs = ev.filter(pl.col("symptom") | (pl.col("job_id") == run.job_id), pl.col("ts").is_not_null())
-    onset = first_signs.get_column("ts").min() if first_signs.height else run.end
+    onset = _onset(ev, run)
     # repeats of one event close together are one candidate; the same event an hour apart is two
     same = ["node", "kind", "code", "gpu"]
     episode = (pl.col("ts").diff().over(same) > timedelta(seconds=sc.get("episode_gap_s", 600))).fill_null(False)
@@ -150,7 +150,7 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: p
                    pl.col("weight").first(), pl.col("category").first(), pl.col("action").first(),
                    pl.col("node_action").first(),
                    pl.col("symptom").first(), pl.col("lead_s").first(), pl.col("needs").first(), pl.col("approx").all(),
-                   pl.col("past").any(),
+                   pl.col("past").any(), pl.col("says").first(),
                    pl.col("rank").drop_nulls().first(), provenance.trusted().any().alias("trusted")))
     groups = (pl.concat([groups.drop("_episode"), derived], how="diagonal_relaxed")
               .with_columns(pl.col("approx").fill_null(False), pl.col("trusted").fill_null(False),
@@ -160,11 +160,13 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: p
     groups = groups.join(spread, on=["kind", "code"], how="left", maintain_order="left", nulls_equal=True)
     first_cause = groups.filter(~pl.col("symptom"), ~pl.col("approx"), pl.col("ts").is_not_null()).get_column("ts").min()
     if succeeded_with is not None:
-        groups = groups.join(succeeded_with, on=["node", "kind", "code"], how="left", maintain_order="left",
-                             nulls_equal=True)
+        groups = (groups.join(succeeded_with.node, on=["node", "kind", "code"], how="left", maintain_order="left",
+                              nulls_equal=True)
+                  .join(succeeded_with.fleet, on=["kind", "code"], how="left", maintain_order="left", nulls_equal=True))
     ts = pl.col("ts")
     # each term: its points where it applies, and what it says, for and against (``evidence``)
-    terms = [(pl.col("weight"), pl.format("weight of {}", pl.col("kind"))),
+    says = pl.when(pl.col("says").fill_null("") != "").then(pl.format(" ({})", pl.col("says"))).otherwise(pl.lit(""))
+    terms = [(pl.col("weight"), pl.format("weight of {}{}", pl.col("kind"), says)),
              (pl.when((pl.col("_nodes") == 1) & (len(run.nodes) > 1)).then(sc.get("unique_node", 10)),
               pl.lit(f"on this node only, of the job's {len(run.nodes)}"))]
     if onset is not None:
@@ -190,6 +192,14 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: p
     if first_cause is not None:
         terms.append((pl.when(~pl.col("symptom") & ~pl.col("approx") & (ts <= _lit(first_cause) + skew))
                       .then(sc.get("earliest", 5)), pl.lit("the first cause logged")))
+    up = events.filter(pl.col("kind") == "ib_link_up", pl.col("ts").is_not_null()).select("node", pl.col("ts").alias("_up"))
+    if up.height:  # a link back up within seconds flapped; one that stayed down broke the job
+        back = (groups.with_row_index("_i").filter(pl.col("kind") == "ib_link_down", pl.col("ts").is_not_null()).sort("ts")
+                .join_asof(up.sort("_up"), left_on="ts", right_on="_up", by="node", strategy="forward", check_sortedness=False)
+                .filter(pl.col("_up") - pl.col("ts") <= timedelta(seconds=sc["flap_s"])).get_column("_i"))
+        groups = groups.with_row_index("_i").with_columns(pl.col("_i").is_in(back.implode()).alias("_flap")).drop("_i")
+        terms.append((pl.when(pl.col("_flap")).then(sc["flapped"]),
+                      pl.format("the link came back within {} s: a flap", pl.lit(sc["flap_s"]))))
     first = first_failed(own)
     if first:
         terms.append((pl.when((pl.col("node") == first) & ~pl.col("symptom")).then(sc["first_to_fail"]),
@@ -203,14 +213,26 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: p
         jobs_ok = pl.col("succeeded").fill_null(0)
         terms.append((pl.when(jobs_ok > 0).then(pl.max_horizontal(jobs_ok * per, pl.lit(most))),
                       pl.format("also seen on this node during {} successful job(s)", jobs_ok)))
+        fleet_ok = pl.col("fleet").fill_null(0)
+        terms.append((pl.when(fleet_ok > 0).then(pl.max_horizontal(fleet_ok * sc["fleet_succeeded_with"],
+                                                                   pl.lit(sc["fleet_succeeded_with_max"]))),
+                      pl.format("seen fleet-wide during {} successful job(s)", fleet_ok)))
     points = [p.fill_null(0) for p, _ in terms]
     signed = [pl.when(p > 0).then(pl.lit("+")).otherwise(pl.lit("")) + p.round(0).cast(pl.Int64).cast(pl.String)
               for p in points]  # +15 for, -40 against
     evidence = pl.concat_list([pl.when(p != 0).then(pl.format("{} {}", sign, why))
                                for p, sign, (_, why) in zip(points, signed, terms)]).list.drop_nulls()
     return (groups.with_columns(pl.sum_horizontal(points).alias("score"), evidence.alias("evidence"))
-            .drop("_nodes", "weight", "lead_s", "needs", *(["succeeded"] if succeeded_with is not None else []))
+            .drop("_nodes", "weight", "lead_s", "needs", "says", *(["succeeded", "fleet"] if succeeded_with else []),
+                  *(["_flap"] if "_flap" in groups.columns else []))
             .sort(["score", "ts"], descending=[True, False], nulls_last=True))
+
+
+def _onset(annotated: pl.DataFrame, run: Run) -> datetime | None:
+    """When the failure began: the first symptom, or the first error the job itself printed, or the
+    run's end (``annotated``: events with their causes' columns)."""
+    signs = annotated.filter(pl.col("symptom") | (pl.col("job_id") == run.job_id), pl.col("ts").is_not_null())
+    return signs.get_column("ts").min() if signs.height else run.end
 
 
 def first_failed(own: pl.DataFrame) -> str | None:
@@ -291,6 +313,17 @@ def _stalls(events: pl.DataFrame, run: Run, sc: dict) -> pl.DataFrame:
     gpus = rank_gpus(events)
     top = per_rank.get_column("seq").max()
     rows = []
+    ops = (wd.filter(pl.col("kind") == "nccl_timeout")
+           .select("rank", "node", "ts", attr("$.seq").alias("_seq"), attr("$.op").alias("_op")).drop_nulls(["_seq", "_op"]))
+    for (seq,), part in ops.group_by("_seq"):
+        if part.get_column("_op").n_unique() > 1:  # ranks waiting in different collectives at the same step
+            kinds = ", ".join(f"{op} on {n} rank(s)" for op, n in part.group_by("_op").len().sort("_op").iter_rows())
+            rows.append({"node": None, "kind": "collective_mismatch", "rank": None, "gpu": None, "ts": part.get_column("ts").min(),
+                         "count": part.height, "message": f"collective {seq}: ranks called different collectives ({kinds})",
+                         "weight": float(sc["mismatch_weight"]), "category": "user",
+                         "action": "none for the node: the job's ranks called different collectives at the same step (a "
+                                   "code path some ranks skip); rerun with TORCH_DISTRIBUTED_DEBUG=DETAIL",
+                         "node_action": "none", "symptom": False})
     if top is not None:
         for r in per_rank.filter(pl.col("seq") < top).iter_rows(named=True):
             rows.append({"node": r["node"], "kind": "nccl_timeout", "rank": r["rank"], "gpu": gpus.get(r["rank"]),
@@ -379,7 +412,7 @@ def _past(store: Store, run: Run, causes: Causes) -> pl.DataFrame:
     return found.with_columns(pl.lit(False).alias("approx"), pl.lit(True).alias("past"))
 
 
-def _succeeded_with(store: Store, run: Run, events: pl.DataFrame, causes: Causes) -> pl.DataFrame | None:
+def _succeeded_with(store: Store, run: Run, events: pl.DataFrame, causes: Causes) -> base_rate.BaseRates | None:
     """For the run's catalogued events on its nodes, the successful jobs they also showed during in
     the ``base_rate_days`` before it (see :mod:`queries.base_rate`)."""
     anchor = run.start or run.end
@@ -424,8 +457,10 @@ def explain(store: Store, job_id: str, at: datetime | None = None, before: timed
         # only a symptom every rank reports whatever broke (a watchdog timeout), or too close a call: unsure
         unsure = top["symptom"] or root["confidence"] < causes.scoring["undetermined_below"]
         root["verdict"] = "undetermined" if unsure else "cause"
+    mine = events.filter(pl.col("job_id").is_null() | (pl.col("job_id") == run.job_id))
     return Explanation(run.job_id, run.state, run.exit_code, run.nodes, run.start, run.end, root,
-                       ranked.head(10).to_dicts(), timeline(events, causes, timeline_rows), missing(events, run))
+                       ranked.head(10).to_dicts(), timeline(events, causes, timeline_rows), missing(events, run),
+                       _onset(causes.annotate(mine), run))
 
 
 def missing(events: pl.DataFrame, run: Run) -> list[str]:

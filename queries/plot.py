@@ -2,7 +2,7 @@
 scripts, no network), the root cause ringed; hovering a mark shows the event."""
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from html import escape
 
 from queries.causes import load_causes
@@ -13,15 +13,26 @@ COLOURS = {"gpu": "#d62728", "network": "#1f77b4", "memory": "#9467bd", "node": 
 LANE, LEFT, WIDTH = 28, 120, 1000
 
 
+BEFORE, AFTER = timedelta(minutes=15), timedelta(minutes=5)  # the window drawn around the onset
+
+
 def timeline_html(e: Explanation, categories: dict[str, str] | None = None) -> str:
-    """The per-node timeline around the failure (``categories`` maps kinds to colour groups)."""
+    """The per-node timeline of the window around the failure's onset (its first symptom): from
+    ``BEFORE`` it (or the root cause, when that came less than an hour earlier) to ``AFTER`` it.
+    Events outside are counted, not drawn; a root cause from longer ago (a node's past fault) is
+    marked at the left edge with how long before it was. ``categories`` maps kinds to colour groups."""
     categories = categories or {c.kind: c.category for c in load_causes().causes.values() if not c.attrs}
-    rows = [t for t in e.timeline if t["ts"] is not None]
-    lanes = sorted({t["node"] or "(job)" for t in rows} | set(e.nodes))
+    timed = [t for t in e.timeline if t["ts"] is not None]
     title = f"job {e.job_id}: {e.state or ''}"
-    if not rows:
+    if not timed:
         return _page(title, "<p>No timed events around this job.</p>")
-    lo, hi = min(t["ts"] for t in rows), max(t["ts"] for t in rows)
+    root = e.root_cause or {}
+    onset = e.onset or max(t["ts"] for t in timed)
+    lo, hi = onset - BEFORE, onset + AFTER
+    if root.get("ts") and onset - timedelta(hours=1) <= root["ts"] < lo:
+        lo = root["ts"] - timedelta(minutes=1)
+    rows = [t for t in timed if lo <= t["ts"] <= hi]
+    lanes = sorted({t["node"] or "(job)" for t in rows} | set(e.nodes) | ({root["node"]} if root.get("node") else set()))
     span = max((hi - lo).total_seconds(), 1.0)
 
     def x(ts: datetime) -> float:
@@ -34,7 +45,6 @@ def timeline_html(e: Explanation, categories: dict[str, str] | None = None) -> s
         y = LANE * (i + 1)
         parts.append(f'<text x="4" y="{y + 4}">{escape(lane)}</text>'
                      f'<line x1="{LEFT}" y1="{y}" x2="{LEFT + WIDTH}" y2="{y}" stroke="#ddd"/>')
-    root = e.root_cause or {}
     for t in rows:
         y = LANE * (lanes.index(t["node"] or "(job)") + 1)
         colour = COLOURS.get(categories.get(t["kind"], "unknown"), COLOURS["unknown"])
@@ -42,6 +52,11 @@ def timeline_html(e: Explanation, categories: dict[str, str] | None = None) -> s
         parts.append(f'<circle cx="{x(t["ts"]):.1f}" cy="{y}" r="5" fill="{colour}"><title>{tip}</title></circle>')
         if root and t["kind"] == root.get("kind") and t["node"] == root.get("node") and t["ts"] == root.get("ts"):
             parts.append(f'<circle cx="{x(t["ts"]):.1f}" cy="{y}" r="10" fill="none" stroke="black" stroke-width="2"/>')
+    if root.get("ts") and root["ts"] < lo and root.get("node") in lanes:  # a past fault: at the edge, with its age
+        y = LANE * (lanes.index(root["node"]) + 1)
+        ago = onset - root["ts"]
+        parts.append(f'<text x="{LEFT - 4}" y="{y + 16}" text-anchor="end" font-weight="bold">&#171; root cause '
+                     f'{escape(_age(ago))} before<title>{escape(str(root.get("message")))}</title></text>')
     axis = LANE * (len(lanes) + 1)
     parts.append(f'<text x="{LEFT}" y="{axis}">{lo:%Y-%m-%d %H:%M:%S} UTC</text>'
                  f'<text x="{LEFT + WIDTH}" y="{axis}" text-anchor="end">{hi:%Y-%m-%d %H:%M:%S} UTC</text></svg>')
@@ -49,7 +64,15 @@ def timeline_html(e: Explanation, categories: dict[str, str] | None = None) -> s
     verdict = (f"<p><b>Root cause:</b> {escape(str(root.get('node')))} {escape(str(root.get('kind')))} "
                f"{escape(str(root.get('code') or ''))} ({escape(str(root.get('category')))}, confidence "
                f"{root.get('confidence')}) &mdash; {escape(str(root.get('action')))}</p>") if root else ""
-    return _page(title, verdict + "".join(parts) + f"<p>{legend}</p>")
+    outside = len(timed) - len(rows)
+    note = (f"<p>{outside} more event(s) of the timeline outside this window (observe explain lists them).</p>"
+            if outside else "")
+    return _page(title, verdict + "".join(parts) + f"<p>{legend}</p>" + note)
+
+
+def _age(d: timedelta) -> str:
+    minutes = int(d.total_seconds() // 60)
+    return f"{minutes // 1440}d {minutes % 1440 // 60}h" if minutes >= 1440 else f"{minutes // 60}h {minutes % 60:02d}m"
 
 
 def _page(title: str, body: str) -> str:

@@ -3,6 +3,9 @@ a symptom alone, the first process to die, the lagging rank's GPU, an OOM kill t
 not report, an Xid by its catalog action, one diagnosis on every node, calibrated confidence)."""
 from __future__ import annotations
 
+import re
+from datetime import timedelta
+
 import polars as pl
 import pytest
 
@@ -10,7 +13,7 @@ from queries.accuracy import fit, reliability
 from queries.causes import load_causes
 from queries.explain import candidates, confidence, explain, margin, place_ranks
 from queries.jobs import write_index
-from test_explain import NODES, RUN, ev, frame, inits, timeouts
+from test_explain import NODES, RUN, T, ev, frame, inits, timeouts
 
 
 def _top(rows: list[dict]) -> dict:
@@ -132,3 +135,59 @@ def test_fit_pools_adjacent_violators_and_shrinks() -> None:
     bins, _ = reliability(scored.with_columns(pl.lit(0.8).alias("confidence")))
     assert bins.get_column("count").sum() == 5
 
+
+
+def test_the_plot_opens_on_the_window_around_the_onset(store) -> None:
+    """An event hours before the failure is counted, not drawn; a root cause from the node's past is
+    marked at the left edge with its age; the window starts before the onset."""
+    from queries.plot import timeline_html
+
+    _write(store, _job("6", -4 * 3600, -3 * 3600 + 60, "FAILED") + [XID48] + FAILED_7
+           + [ev("pcie_aer", "gpu001", -2 * 3600, attrs={"aer": "corrected"}), ev("pcie_aer", "gpu002", 20, attrs={"aer": "corrected"})])
+    result = explain(store, "7")
+    assert result.onset == T + timedelta(seconds=30)
+    page = timeline_html(result)
+    drawn = re.findall(r"<circle [^>]*><title>([^<]*)</title>", page)
+    assert any("gpu002 pcie_aer" in t for t in drawn) and not any("gpu001 pcie_aer" in t for t in drawn), drawn
+    assert "root cause 3h 00m before" in page and "more event(s) of the timeline outside this window" in page
+
+
+def test_what_the_fleet_logs_while_its_jobs_succeed_weighs_less(store) -> None:
+    """Non-fatal PCIe errors logged on ten other nodes during ten jobs that completed: on gpu001 it
+    no longer outranks the exception job 7's rank raised."""
+    rows = []
+    for k in range(10):  # jobs elsewhere, each completed with the same AER logged while it ran
+        node = f"gpu{10 + k:03d}"
+        rows += _job(f"10{k}", -86400 * (k + 1), -86400 * (k + 1) + 3600, "COMPLETED", node, "0:0")
+        rows.append(ev("pcie_aer", node, -86400 * (k + 1) + 600, attrs={"aer": "non_fatal"}))
+    rows += _job("7", -3600, 900, "FAILED") + [ev("pcie_aer", "gpu001", 540, attrs={"aer": "non_fatal"}),
+                                               ev("python_exception", None, 560, "nccl", rank=17, job_id="7")]
+    _write(store, rows + timeouts(600) + inits())
+    assert explain(store, "7").root_cause["kind"] == "pcie_aer"  # no job index: nothing known of other jobs
+    write_index(store)
+    result = explain(store, "7")
+    assert result.root_cause["kind"] == "python_exception", result.candidates[:2]
+    aer = next(c for c in result.candidates if c["kind"] == "pcie_aer")
+    assert "-10 seen fleet-wide during 10 successful job(s)" in aer["evidence"]
+    assert any("uncorrected but not fatal" in e for e in aer["evidence"])
+
+
+def test_a_link_that_came_back_within_seconds_is_a_flap() -> None:
+    """gpu004's link went down and came back 3 s later; gpu002's stayed down: both show NCCL errors,
+    gpu002's broke the job."""
+    rows = [ev("ib_link_down", "gpu004", 0), ev("ib_link_up", "gpu004", 3), ev("ib_link_down", "gpu002", 2),
+            ev("ib_link_up", "gpu002", 200)] + [ev("nccl_net_error", None, 8, "nccl", rank=r, job_id="7") for r in (9, 25)]
+    ranked = candidates(place_ranks(frame(rows), NODES), RUN, load_causes())
+    assert ranked.row(0, named=True)["node"] == "gpu002", ranked.head(3)
+    flap = ranked.filter(pl.col("node") == "gpu004").row(0, named=True)
+    assert any("came back within 10 s" in e for e in flap["evidence"])
+
+
+def test_ranks_in_different_collectives_are_the_jobs_own_bug() -> None:
+    """Rank 0 waits in a BROADCAST while the others wait in ALLREDUCE at the same step: a code path
+    some ranks skipped; the job's fault, nothing for a node."""
+    rows = timeouts(600, ranks=range(1, 32)) + [ev("nccl_timeout", None, 600, "nccl", rank=0, job_id="7",
+                                                   attrs={"seq": "100", "op": "BROADCAST", "timeout_ms": "600000"})]
+    top = _top(rows)
+    assert (top["kind"], top["category"], top["node_action"]) == ("collective_mismatch", "user", "none"), top
+    assert "BROADCAST on 1 rank(s)" in top["message"]
