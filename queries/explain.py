@@ -511,7 +511,8 @@ def report(e: Explanation) -> list[str]:
         where = r["node"] or "(job output)"
         gpu = f"  GPU {r['gpu']}" if r["gpu"] else ""
         rank = f"  rank {r['rank']}" if r["rank"] is not None else ""
-        lines += [f"ROOT CAUSE  {where}{gpu}{rank}  {what}  category {r['category']}  confidence {r['confidence']:.2f}",
+        head = "LIKELIEST " if r["verdict"] == "undetermined" else "ROOT CAUSE"
+        lines += [f"{head}  {where}{gpu}{rank}  {what}  category {r['category']}  confidence {r['confidence']:.2f}",
                   f"  {when(r['ts'])}  {first_line(r['message'])}",
                   f"  action: {r['action']}  (for the node: {r['node_action']})"]
     lines += [f"MISSING     {m}" for m in e.missing]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from pathlib import Path
 
@@ -32,6 +33,25 @@ def test_examples_yield_their_kind(rule: rules.Rule) -> None:
 
 def test_examples_report_is_clean() -> None:
     assert rules.examples_report() == []
+
+
+# "<owner/repo> <path> <version>: <format string>", or, where the emitter's source is not public,
+# "closed-source <emitter> <versions>, ...: <format as seen in field logs>"
+CITE = re.compile(r"^(?:\S+/\S+ \S+|closed-source ).*: .+")
+
+
+@pytest.mark.parametrize("rule", ALL_RULES, ids=lambda r: f"{r.source}:{r.kind}:{r.where.split(':rule ')[-1]}")
+def test_every_builtin_rule_cites_its_emitter(rule: rules.Rule) -> None:
+    """Built from the source of truth: where the emitter prints the text, per version."""
+    assert rule.cite, f"{rule.where} cites no format string"
+    assert all(CITE.match(c) for c in rule.cite), rule.cite
+
+
+def test_a_cite_must_be_a_list_of_strings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "site.toml").write_text('source = "kernel"\n[[rule]]\nkind = "x"\npattern = "x"\ncite = "one"\n')
+    monkeypatch.setenv("OBSERVE_RULES", str(tmp_path))
+    with pytest.raises(rules.RuleError, match=r"site\.toml:rule 1 \(x\): cite must be a list"):
+        rules.load()
 
 
 def test_bad_pattern_names_file_and_rule(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
