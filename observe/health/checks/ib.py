@@ -1,6 +1,12 @@
 """ib: InfiniBand port state and rate from ``/sys/class/infiniband/<dev>/ports/<n>/``, against the
 ports and rate expected for this node's GPU model (``[ib.per_gpu_model]``, the model from
-``/proc/driver/nvidia/gpus/*/information``), else the policy's ``expected_ports`` / ``min_rate_gbps``."""
+``/proc/driver/nvidia/gpus/*/information``), else the policy's ``expected_ports`` / ``min_rate_gbps``.
+
+The files read are what ``ibstat`` prints, as the kernel writes them (torvalds/linux
+drivers/infiniband/core/sysfs.c, 4.x-6.x): ``state`` "%d: %s" (DOWN, INIT, ARMED, ACTIVE,
+ACTIVE_DEFER), ``phys_state`` "%d: %s" (Sleep, Polling, Disabled, PortConfigurationTraining,
+LinkUp, LinkErrorRecovery, Phy Test), ``rate`` "%d%s Gb/sec (%dX%s)" (the ".5" of 2.5 Gb/s lanes
+and the speed name, e.g. "400 Gb/sec (4X NDR)"), ``link_layer`` InfiniBand or Ethernet."""
 from __future__ import annotations
 
 import re
