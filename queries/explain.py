@@ -13,7 +13,6 @@ import math
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 
-import hostlist
 import numpy as np
 import polars as pl
 
@@ -21,7 +20,7 @@ from observe import provenance
 from observe.store import Store
 from queries import base_rate, jobs, node_past
 from queries.causes import Causes, load_causes
-from queries.search import first_line, search
+from queries.search import compact_nodes, first_line, search
 
 
 class ExplainError(ValueError):
@@ -495,7 +494,7 @@ def report(e: Explanation) -> list[str]:
     def when(ts: datetime | None, fmt: str = "%Y-%m-%d %H:%M:%S") -> str:
         return ts.strftime(fmt) if ts else "-"
 
-    nodes = hostlist.collect_hostlist(e.nodes) if e.nodes else "-"
+    nodes = compact_nodes(e.nodes) if e.nodes else "-"
     lines = [f"job {e.job_id}  {e.state or 'state unknown'}  exit {e.exit_code or '-'}  "
              f"{len(e.nodes)} node(s) {nodes}  {when(e.start)} -> {when(e.end)} UTC", ""]
     r = e.root_cause
@@ -551,5 +550,5 @@ def _fold_symptoms(candidates: list[dict]) -> list[dict]:
             out.append(row)
     for row in folded.values():
         nodes = row.pop("_nodes")
-        row["node"] = hostlist.collect_hostlist(nodes) if len(nodes) > 1 else nodes[0]
+        row["node"] = compact_nodes(nodes) if len(nodes) > 1 else nodes[0]
     return out

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import hostlist
 import polars as pl
 
 from observe import provenance
 from queries import jobs
 from queries.causes import load_causes
+from queries.search import compact_nodes
 
 GAP = timedelta(seconds=60)  # nodes whose faults of one category begin this close are one incident
 LINGER = timedelta(minutes=15)  # repeats of a category on one node this close are one episode
@@ -52,7 +52,7 @@ def incidents(events: pl.LazyFrame, gap: timedelta = GAP, linger: timedelta = LI
            for row in grouped.select("_nodes", "start", "end").iter_rows(named=True)]
     return grouped.with_columns(
         pl.Series("jobs", hit, dtype=pl.List(pl.String)),
-        pl.col("_nodes").map_elements(hostlist.collect_hostlist, return_dtype=pl.String).alias("nodelist"),
+        pl.col("_nodes").map_elements(compact_nodes, return_dtype=pl.String).alias("nodelist"),
         (pl.col("nodes") >= SHARED).alias("shared_cause"),
     ).with_row_index("incident", offset=1).select(list(SCHEMA))
 

@@ -48,6 +48,15 @@ def expand_nodes(expr: str) -> list[str]:
         raise ValueError(f"bad node list {expr!r}: {exc}") from None
 
 
+def compact_nodes(nodes: list[str]) -> str:
+    """Node names as one Slurm hostlist (``gpu[001-004]``); names a hostlist cannot hold (a log's
+    host field may carry ``[``, ``]`` or ``,``) are listed as they are, comma separated."""
+    try:
+        return hostlist.collect_hostlist(nodes)
+    except hostlist.BadHostlist:
+        return ",".join(sorted(set(nodes)))
+
+
 def check_regex(pattern: str) -> str:
     """Return ``pattern`` if polars (Rust regex) accepts it; ValueError with the reason otherwise."""
     try:

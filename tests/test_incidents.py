@@ -76,3 +76,12 @@ def test_untrusted_lines_make_no_incident_and_no_flaky_node() -> None:
         forged = cluster_day().with_columns(pl.lit(route).alias("route")).lazy()
         assert incidents(forged).height == 0
         assert rank_nodes(forged).height == 0 and rank_gpus(forged).height == 0
+
+
+def test_host_names_a_hostlist_cannot_hold_are_listed_as_they_are() -> None:
+    """A log's host field may carry brackets or commas: listed plainly, not an internal error."""
+    rows = [ev("ib_link_down", host, 100 + i) for i, host in enumerate(["gpu[1]x", "a,b", "gpu002"])]
+    for i, row in enumerate(rows):
+        row["offset"] = i
+    found = incidents(frame(rows).lazy())
+    assert found.get_column("nodelist")[0] == "a,b,gpu002,gpu[1]x"
