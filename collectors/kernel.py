@@ -18,12 +18,30 @@ from observe import timeparse as tp
 from observe.collector import Collector, Context, register, split_header
 from observe.rules import attrs_json
 
-LEVELS = "emerg|alert|crit|err|warn|notice|info|debug"
+# dmesg -x levels (util-linux "warn") and Talos's (go-kmsg Priority.String(): "warning")
+LEVELS = "emerg|alert|crit|err|warning|warn|notice|info|debug"
+FACILITIES = "kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|local\\d"
+# source: siderolabs/talos internal/app/machined/internal/server/v1alpha1/v1alpha1_server.go (Dmesg, v0.x-v1.x):
+#   fmt.Sprintf("%s: %7s: [%s]: %s", msg.Facility, msg.Priority, msg.Timestamp.Format(time.RFC3339Nano),
+#   msg.Message): "kern: warning: [2026-04-22T21:26:20.599488292Z]: NVRM: ..." (facility, level right-aligned
+#   to 7, the record's wall-clock time, then ``]: ``).
 DMESG = (
-    r"(?:<(?P<pri>\d{1,3})>)?(?:(?P<fac>kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|"
-    r"local\d)\s*:\s*(?P<lvl>" + LEVELS + r")\s*:\s)?"
+    r"(?:<(?P<pri>\d{1,3})>)?(?:(?P<fac>" + FACILITIES + r")\s*:\s*(?P<lvl>" + LEVELS + r")\s*:\s)?"
     r"(?:\[\s*(?P<up>\d+\.\d+)\]|\[\s*\+\s*(?P<rel>\d+\.\d+)\]|\[(?P<ct>\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4})\]|"
+    r"\[(?P<tiso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d))\]:|"
     r"(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[,.]\d+(?:Z|[+-]\d\d:?\d\d)?))?\s?"
+    # the kernel's syslog tag (rsyslog's %syslogtag% "kernel:") left in front of the text of a syslog line
+    # whose stamp and host were cut away
+    r"(?:kernel: )?"
+)
+# A host name before a dmesg line, put there by the tool that gathered it from many nodes:
+# source: siderolabs/talos cmd/talosctl/cmd/talos/dmesg.go (v0.x-v1.x): fmt.Printf("%s: %s", node, data.Bytes).
+# source: chaos/pdsh src/pdsh/dsh.c (rsh thread, with labels, the default): out("%S: %s", a->host, buf)
+#   (``pdsh -w n1,n2 dmesg``).
+# Taken as a host only when a dmesg stamp or a facility:level follows (else ``mlx5_core: probe of`` ...).
+NODE_PREFIX = (
+    r"^(?P<host>[A-Za-z0-9][\w.-]*): (?:(?:" + FACILITIES + r")\s*:\s*(?:" + LEVELS + r")\s*:\s|"
+    r"\[\s*\+?\s*\d+\.\d+\]|\[\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\]|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)"
 )
 KMSG = r"(?P<kpri>\d{1,4}),(?P<seq>\d+),(?P<usec>\d+),[^;]*;"
 STAMP = r"^(?:<\d{1,3}>)?(?:\[\s*\+?\s*\d+\.\d+\]|\[\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\]|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d,\d{6}|\d{1,4},\d+,\d+,[^;]*;)"
@@ -63,10 +81,19 @@ def _boot_from(framed: pl.DataFrame) -> datetime | None:
 
 
 def _dmesg(records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
+    raw = pl.col("raw")
+    host = raw.str.extract(NODE_PREFIX, 1)
+    records = records.with_columns(host.alias("_node"))
+    if records.get_column("_node").null_count() < records.height:  # the header regexes read the line after the host
+        records = records.with_columns(
+            pl.when(pl.col("_node").is_not_null()).then(raw.str.slice(pl.col("_node").str.len_chars() + 2)).otherwise(raw).alias("raw"),
+            raw.alias("_raw"))
+    else:
+        records = records.with_columns(raw.alias("_raw"))
     g = split_header(split_header(records, KMSG).rename({"msg": "kmsg"}), DMESG)
     kmsg = pl.col("kmsg").is_not_null()
     up = pl.when(kmsg).then(pl.col("usec").cast(pl.Float64) / 1e6).otherwise(pl.col("up").cast(pl.Float64))
-    ts = pl.coalesce(tp.iso(pl.col("iso"), ctx.tz), tp.ctime(pl.col("ct"), ctx.tz), tp.since_boot(up, ctx.boot_time))
+    ts = pl.coalesce(tp.iso(pl.coalesce("tiso", "iso"), ctx.tz), tp.ctime(pl.col("ct"), ctx.tz), tp.since_boot(up, ctx.boot_time))
     severity = pl.coalesce(
         severity_from_pri(pl.coalesce("kpri", "pri")),
         pl.col("lvl").replace({"warn": "warning"}),
@@ -76,6 +103,7 @@ def _dmesg(records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
         ("facility", pl.col("fac")),
     ])
     return kernel_device(g.select(
-        "raw", "offset", ts.alias("ts"), severity.alias("severity"), pl.lit("kernel").alias("program"),
+        pl.col("_raw").alias("raw"), "offset", ts.alias("ts"), pl.col("_node").alias("node"), severity.alias("severity"),
+        pl.lit("kernel").alias("program"),
         pl.coalesce("kmsg", "msg").alias("message"), attrs.alias("attrs"), pl.lit("kernel").alias("source"),
     ))

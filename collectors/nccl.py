@@ -15,7 +15,7 @@ import polars as pl
 from collectors.slurm import slurm_severity
 from observe import timeparse as tp
 from observe.collector import Collector, Context, register, split_header
-from observe.rules import any_of
+from observe.rules import any_of, scatter_rows
 
 # ASCII classes: the regex engine runs them twice as fast as Unicode \w and \d
 # What a launcher puts before each task's lines: srun --label's right-aligned ``12: `` (task id),
@@ -25,15 +25,50 @@ TORCHRUN_LABEL = r"\[(?:rank|default)\d+\]:"
 TASK_LABEL = r"(?:" + TORCHRUN_LABEL + r"|\d{1,6}:)"  # either, without the space after it
 NCCL = r"\s*(?:" + SRUN_LABEL + r"\s*|" + TORCHRUN_LABEL + r"\s?)?(?:\[(?P<tag>[0-9]+)\]\s*)?(?P<host>[A-Za-z0-9_.-]+):(?P<pid>[0-9]+):(?P<tid>[0-9]+) \[(?P<dev>[0-9]+)\] "
 NCCL_LEVEL = r"NCCL (INFO|WARN|TRACE|ABORT|ERROR)"
+# NCCL 2.0-2.3 printed the level without "NCCL": source: NVIDIA/nccl src/include/debug.h 2.1-2.3
+#   INFO: fprintf(ncclDebugFile,"%s:%d:%d [%d] INFO ", hostname, getpid(), gettid(), cudaDev);
+#   WARN: fprintf(ncclDebugFile,"\n%s:%d:%d [%d] %s:%d WARN ", hostname, getpid(), gettid(), cudaDev, __FILE__, __LINE__)
+OLD_LEVEL = r"^(?:[\w/.]+:\d+ )?(INFO|WARN|TRACE) "
+OLD_NCCL = r"[\w.-]:\d+:\d+ \[\d+\] (?:[\w/.]+:\d+ )?(?:INFO|WARN|TRACE) "
+# A GPU's PCI id as NCCL prints it ("busId %lx": the int64 of src/misc/utils.cc busIdToInt64, which
+# int64ToBusId turns back with "%04lx:%02lx:%02lx.%01lx", id >> 20, (id & 0xff000) >> 12, (id & 0xff0) >> 4,
+# id & 0xf): "busId e7000" is 0000:e7:00.0, the GPU the line is about (gpu, as dddd:bb:dd).
+BUS_ID = r"\bbusId ([0-9a-f]{5,12})\b"
 TORCH = (
     r"\s*" + SRUN_LABEL + r"?(?:\[(?:rank|default)(?P<rank>\d+)\]:\s?)?(?P<pre>.*?)\[(?P<lvl>[EWIF])(?:(?P<md>\d{3,4}) "
     r"(?P<clock>\d\d:\d\d:\d\d\.\d+)(?: \d+)?)? ?(?P<src>[\w.]+\.(?:cpp|cc|h|hpp|py):\d+)\] "
 )
+# torch._logging's glog-like layout (torch.distributed.elastic's agent since v2.2), no brackets around the
+# level and stamp: source: pytorch/pytorch torch/_logging/_internal.py TorchLogsFormatter.format (v2.2-v2.9):
+#   f"{record.rankprefix}{shortlevel}{record.asctime}.{int(record.msecs*1000):06d} {record.thread} "
+#   f"{os.path.relpath(record.pathname, ...)}:{record.lineno}]{record.traceid}{record.artifactprefix}"
+#   (asctime "%m%d %H:%M:%S"; record.process instead of record.thread in later releases: the number is not
+#   taken as a pid), rankprefix "[rank%d]:" under torch.distributed.
+TORCH_LOGS = (
+    r"\s*" + SRUN_LABEL + r"?(?:\[(?:rank|default)(?P<rank>\d+)\]:\s?)?(?P<lvl>[EWIFDC])(?P<md>\d{4}) "
+    r"(?P<clock>\d\d:\d\d:\d\d\.\d+) \d+ (?P<src>[\w./-]+\.py:\d+)\]\s?"
+)
+TORCH_LOGS_START = r"^\s*(?:\[(?:rank|default)\d+\]:)?[EWIFDC]\d{4} \d\d:\d\d:\d\d\.\d+ \d+ [\w./-]+\.py:\d+\]"
+# Python logging's basicConfig layout: source: python/cpython Lib/logging/__init__.py (2.x-3.13)
+#   BASIC_FORMAT = "%(levelname)s:%(name)s:%(message)s" ("ERROR:torch.distributed.elastic.multiprocessing.api:...").
+PY_BASIC = r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL):(?:[A-Za-z_][\w.]*):"
 RANK_PREFIX = r"^\s*(?:\[(?:rank|default))?(\d{1,6})(?:\]:\s?|: )"  # [rank3]: or srun's 3:
 RANKED_INDENT = r"^(?:\s*" + TASK_LABEL + r"\s)?\s"
 # torchrun's ChildFailedError prints each failure as an ``[i]:`` line and indented fields: the line
 # continues the heading before it ("Root Cause (first observed failure):"), so one record holds both
 FAILURE_INDEX = r"^\s*(?:" + TASK_LABEL + r"\s?)?\[\d+\]:\s*$"
+# Lines of a multi-line exception message (no header of their own, not indented): PyTorch's reading of an
+# NCCL result and NCCL's last error after "NCCL error ..." (NCCLUtils.cpp getNcclErrorDetailStr: interpret +
+# "\nLast error:\n" + ncclGetLastError), and the advice c10 appends to a CUDA error (source: pytorch/pytorch
+# c10/cuda/CUDAMiscFunctions.cpp get_cuda_check_suffix, v1.10-v2.9: "\nCUDA kernel errors might be asynchronously
+# reported at some other API call, so the stacktrace below might be incorrect.\nFor debugging consider passing
+# CUDA_LAUNCH_BLOCKING=1"; c10/cuda/CUDAException.cpp v2.1+: "\nCompile with `TORCH_USE_CUDA_DSA` to enable
+# device-side assertions.\n").
+EXCEPTION_TEXT = (
+    r"^(?:nccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument|InvalidUsage|RemoteError): |Last error:"
+    r"|CUDA kernel errors might be asynchronously reported|For debugging consider passing CUDA_LAUNCH_BLOCKING=1"
+    r"|Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions)"
+)
 RECORD_START = (
     r"^\s*(?:" + TASK_LABEL + r"\s?\S|(?:" + TORCHRUN_LABEL + r"\s?)?"
     r"(?:\[[EWIF][\d ]|\[\d+\]\s*[\w.-]+:\d+:\d+ |[\w.-]+:\d+:\d+ \[\d+\]))"
@@ -53,6 +88,23 @@ PY_SEVERITY = {"DEBUG": "debug", "INFO": "info", "WARNING": "warning", "WARN": "
 SLURM_LITERALS = ["slurmstepd", "srun:", "salloc:", "sbatch:", "slurmd:"]
 SLURM_PROGRAM = r"^(srun|slurmstepd|salloc|sbatch|slurmd)(?:-\S+)?: "
 MONTHS = {i: m for i, m in enumerate(["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"], 1)}
+# An NCCL result the text names, as ncclResult_t (collectors/rules/nccl_results.toml): PyTorch's exceptions
+# print ncclGetErrorString's text, not the number, and then its own reading of the result.
+# source: NVIDIA/nccl src/init.cc (ncclGetErrorString, 2.4+): "unhandled cuda error", "unhandled system error",
+#   "internal error", "invalid argument", "invalid usage" (each followed, in later releases, by " (run with
+#   NCCL_DEBUG=... for details)" or " - please report this issue to the NCCL developers"), "remote process
+#   exited or there was a network error" (2.12+), "NCCL operation in progress" (2.14+).
+# source: pytorch/pytorch torch/csrc/distributed/c10d/NCCLUtils.cpp getNcclErrorDetailStr (v1.13-v2.9):
+#   "ncclUnhandledCudaError: ...", "ncclSystemError: ...", "ncclInternalError: ...", "ncclInvalidArgument: ...",
+#   "ncclInvalidUsage: ...", "ncclRemoteError: ...".
+NCCL_RESULT_TEXT = {"unhandled cuda error": 1, "unhandled system error": 2, "internal error": 3, "invalid argument": 4,
+                    "invalid usage": 5, "remote process exited or there was a network error": 6,
+                    "NCCL operation in progress": 7}
+NCCL_RESULT_NAME = {"ncclUnhandledCudaError": 1, "ncclSystemError": 2, "ncclInternalError": 3, "ncclInvalidArgument": 4,
+                    "ncclInvalidUsage": 5, "ncclRemoteError": 6, "ncclInProgress": 7}
+NCCL_RESULT = (r"NCCL [Ee]rror(?: in: [^,\s]+,| \d+:)?:? (" + "|".join(re.escape(t) for t in NCCL_RESULT_TEXT) + r")"
+               r"|(?:^|[\s:\]])(" + "|".join(NCCL_RESULT_NAME) + r"): ")
+NCCL_RESULT_LITERALS = ["NCCL error", "NCCL Error", *(f"{n}: " for n in NCCL_RESULT_NAME)]
 GLOG_SEVERITY = {"E": "err", "W": "warning", "I": "info", "F": "crit"}
 NCCL_SEVERITY = {"WARN": "warning", "INFO": "info", "TRACE": "debug", "ABORT": "crit", "ERROR": "err"}
 
@@ -64,12 +116,13 @@ class Nccl(Collector):
     priority = 5
     sniff = r"NCCL (?:INFO|WARN)|ProcessGroupNCCL|^\[rank\d+\]:"
 
-    continuation_hint = RANKED_INDENT + "|" + FAILURE_INDEX
+    continuation_hint = RANKED_INDENT + "|" + FAILURE_INDEX + "|" + EXCEPTION_TEXT
 
     def continuation(self, line: pl.Expr) -> pl.Expr:
-        """Indented lines (tracebacks, wrapped messages) that do not start a record themselves, and
-        ChildFailedError's ``[i]:`` lines."""
-        return (line.str.contains(RANKED_INDENT) & ~line.str.contains(RECORD_START)) | line.str.contains(FAILURE_INDEX)
+        """Indented lines (tracebacks, wrapped messages) that do not start a record themselves,
+        ChildFailedError's ``[i]:`` lines and the unlabelled lines of an exception's message (EXCEPTION_TEXT)."""
+        return ((line.str.contains(RANKED_INDENT) & ~line.str.contains(RECORD_START)) | line.str.contains(FAILURE_INDEX)
+                | line.str.contains(EXCEPTION_TEXT))
 
     def parse(self, records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
         """NCCL, PyTorch and Slurm client prefixes; any other text is a valid message.
@@ -77,8 +130,9 @@ class Nccl(Collector):
         Cheap literal tests route each record to the one header regex that can match it.
         """
         raw = pl.col("raw")
-        routes = [(_nccl, raw.str.contains("NCCL ", literal=True)),
-                  (_torch, raw.str.contains(any_of(TORCH_LITERALS)) | raw.str.contains(GLOG_START)),
+        routes = [(_nccl, raw.str.contains("NCCL ", literal=True) | raw.str.contains(OLD_NCCL)),
+                  (_torch, raw.str.contains(any_of(TORCH_LITERALS)) | raw.str.contains(GLOG_START)
+                   | raw.str.contains(TORCH_LOGS_START)),
                   (_pylog, raw.str.contains(PYLOG_START)), (_slurm, raw.str.contains(any_of(SLURM_LITERALS)))]
         parts, rest = [], records
         for parser, test in routes:  # each test only on the records the ones before did not take
@@ -90,7 +144,42 @@ class Nccl(Collector):
                 break
         if rest.height:
             parts.append(_text(rest, ctx))
-        return pl.concat(parts, how="diagonal_relaxed")
+        return _closing_pid(_nccl_result(pl.concat(parts, how="diagonal_relaxed")))
+
+
+# torchrun's agent stopping its workers: the worker the line is about (pid). source: pytorch/pytorch
+#   torch/distributed/elastic/multiprocessing/api.py (PContext close, v1.9-v2.9): logger.warning("Sending process
+#   %s closing signal %s", handler.proc.pid, death_sig.name)
+CLOSING = r"Sending process (\d+) closing signal SIG[A-Z]+"
+
+
+def _closing_pid(df: pl.DataFrame) -> pl.DataFrame:
+    """``pid``: the worker an agent's "Sending process N closing signal" line names (those rows only)."""
+    rows = df.select(pl.col("message").str.contains("Sending process ", literal=True).fill_null(False)).to_series().arg_true()
+    if not len(rows):
+        return df
+    if "pid" not in df.columns:
+        df = df.with_columns(pl.lit(None, dtype=pl.Int64).alias("pid"))
+    fixed = df.select("message", "pid").gather(rows).select(
+        pl.coalesce(pl.col("pid").cast(pl.Int64, strict=False),
+                    pl.col("message").str.extract(CLOSING, 1).cast(pl.Int64, strict=False)).alias("pid"))
+    return scatter_rows(df.with_columns(pl.col("pid").cast(pl.Int64, strict=False)), rows, fixed)
+
+
+def _nccl_result(df: pl.DataFrame) -> pl.DataFrame:
+    """``code``: the NCCL result a message names by its text (NCCL_RESULT), on the few rows that name one."""
+    rows = df.select(pl.col("message").str.contains(any_of(NCCL_RESULT_LITERALS)).fill_null(False)).to_series().arg_true()
+    if not len(rows):
+        return df
+    if "code" not in df.columns:
+        df = df.with_columns(pl.lit(None, dtype=pl.Int64).alias("code"))
+    found = df.select("message", "code").gather(rows).with_columns(
+        pl.col("message").str.extract_groups(NCCL_RESULT).struct.rename_fields(["_t", "_n"]).alias("_r")).unnest("_r")
+    fixed = found.select(pl.coalesce(
+        pl.col("code").cast(pl.Int64, strict=False),
+        pl.col("_t").replace_strict(NCCL_RESULT_TEXT, default=None, return_dtype=pl.Int64),
+        pl.col("_n").replace_strict(NCCL_RESULT_NAME, default=None, return_dtype=pl.Int64)).alias("code"))
+    return scatter_rows(df.with_columns(pl.col("code").cast(pl.Int64, strict=False)), rows, fixed)
 
 
 def _rank(raw: pl.Expr) -> pl.Expr:
@@ -99,19 +188,30 @@ def _rank(raw: pl.Expr) -> pl.Expr:
 
 def _text(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
     raw = pl.col("raw")
-    return part.select("raw", "offset", _rank(raw).alias("rank"),
+    text = part.select("raw", "offset", _rank(raw).alias("rank"),
                        raw.str.replace(RANK_PREFIX, "").str.strip_chars().alias("message"))
+    level = text.get_column("message").str.extract(PY_BASIC, 1)
+    if level.is_null().all():
+        return text
+    basic = level.is_not_null()
+    return text.with_columns(  # Python logging's "LEVEL:logger:" layout is header
+        pl.when(basic).then(pl.col("message").str.replace(PY_BASIC, "")).otherwise(pl.col("message")).alias("message"),
+        level.replace_strict(PY_SEVERITY, default=None, return_dtype=pl.String).alias("severity"),
+        pl.when(basic).then(pl.lit("python")).alias("program"))
 
 
 def _nccl(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
-    g = split_header(part, NCCL).with_columns(pl.col("msg").str.extract(NCCL_LEVEL, 1).alias("level"))
+    msg = pl.col("msg")
+    g = split_header(part, NCCL).with_columns(
+        pl.coalesce(msg.str.extract(NCCL_LEVEL, 1), msg.str.extract(OLD_LEVEL, 1)).alias("level"))
     ok = pl.col("level").is_not_null()
     if not part.height or g.get_column("level").null_count() == part.height:
         return _torch(part, ctx)
     return pl.concat([
         g.filter(ok).select(
             "raw", "offset", pl.col("host").alias("node"), pl.col("tag").cast(pl.Int32).alias("rank"),
-            pl.col("dev").alias("gpu"), pl.col("pid").cast(pl.Int64).alias("pid"), pl.lit("nccl").alias("program"),
+            pl.coalesce(_bus_id(pl.col("msg")), pl.col("dev")).alias("gpu"), pl.col("pid").cast(pl.Int64).alias("pid"),
+            pl.lit("nccl").alias("program"),
             pl.col("level").replace_strict(NCCL_SEVERITY, default=None, return_dtype=pl.String).alias("severity"),
             pl.col("msg").alias("message"),
         ),
@@ -119,19 +219,33 @@ def _nccl(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
     ], how="diagonal_relaxed")
 
 
+def _bus_id(msg: pl.Expr) -> pl.Expr:
+    """``busId e7000`` (NCCL's int64 form of a PCI id) as ``0000:e7:00``; null where the line names none."""
+    hexid = msg.str.extract(BUS_ID, 1).str.zfill(9)
+    return pl.concat_str(hexid.str.head(-5).str.zfill(4), pl.lit(":"), hexid.str.slice(-5, 2), pl.lit(":"),
+                         hexid.str.slice(-3, 2))
+
+
 def _torch(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
     g = split_header(part, TORCH)
+    ok = g.get_column("msg").is_not_null()
+    rest = part.filter(~ok)
+    logs = split_header(rest, TORCH_LOGS) if rest.height else None
+    done = logs.get_column("msg").is_not_null() if logs is not None else None
+    if done is None or not done.any():
+        return pl.concat([_glog(g.filter(ok), ctx), _text(rest, ctx)], how="diagonal_relaxed")
+    return pl.concat([_glog(g.filter(ok), ctx), _glog(logs.filter(done), ctx), _text(rest.filter(~done), ctx)],
+                     how="diagonal_relaxed")
+
+
+def _glog(g: pl.DataFrame, ctx: Context) -> pl.DataFrame:
     month = pl.col("md").str.head(-2).cast(pl.Int32, strict=False).replace_strict(MONTHS, default=None, return_dtype=pl.String)
     ts = tp.yearless(month, pl.col("md").str.tail(2), pl.col("clock"), ctx.reference_time, ctx.tz)
-    ok = g.get_column("msg").is_not_null()
-    return pl.concat([
-        g.filter(ok).select(
-            "raw", "offset", ts.alias("ts"), pl.col("rank").cast(pl.Int32).alias("rank"), pl.lit("torch").alias("program"),
-            pl.col("lvl").replace_strict(GLOG_SEVERITY, default=None, return_dtype=pl.String).alias("severity"),
-            pl.format("[{}] {}", pl.col("src"), pl.col("msg")).alias("message"),
-        ),
-        _text(part.filter(~ok), ctx),
-    ], how="diagonal_relaxed")
+    return g.select(
+        "raw", "offset", ts.alias("ts"), pl.col("rank").cast(pl.Int32).alias("rank"), pl.lit("torch").alias("program"),
+        pl.col("lvl").replace_strict(GLOG_SEVERITY, default=None, return_dtype=pl.String).alias("severity"),
+        pl.format("[{}] {}", pl.col("src"), pl.col("msg")).alias("message"),
+    )
 
 
 def _pylog(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:

@@ -264,3 +264,36 @@ def test_dmesg_forms(tmp_path: Path, line: str, ts: datetime | None, attr: str |
 def test_dmesg_forms_the_kernel_collector_lacks(tmp_path: Path, line: str) -> None:
     (row,) = _rows(tmp_path, [line], collector="kernel", boot_time=BOOT)
     assert row["ts"] is not None and row["message"] == "NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus."
+
+
+# A host before each dmesg line, from the tool that gathered them: talosctl dmesg (cmd/talosctl/cmd/talos/
+# dmesg.go fmt.Printf("%s: %s", node, data.Bytes)) around machined's "%s: %7s: [%s]: %s" (facility, level,
+# RFC3339Nano time, message), and pdsh's labels (src/pdsh/dsh.c out("%S: %s", a->host, buf)).
+XID79 = "NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus."
+
+
+@pytest.mark.parametrize(("line", "node", "ts", "attr"), [
+    (f"192.168.11.119: kern: warning: [2024-03-01T10:00:00.599488292Z]: {XID79}", "192.168.11.119",
+     _at(2024, 3, 1, 10, 0, 0, 599488), '"facility":"kern"'),
+    (f"172.20.1.2: kern:    info: [2021-11-10T10:09:37.662764956Z]: {XID79}", "172.20.1.2",
+     _at(2021, 11, 10, 10, 9, 37, 662764), '"facility":"kern"'),
+    (f"kern: warning: [2024-03-01T10:00:00.5Z]: {XID79}", None, _at(2024, 3, 1, 10, 0, 0, 500000), '"facility":"kern"'),
+    (f"b1360: [  123.456789] {XID79}", "b1360", BOOT + timedelta(seconds=123.456789), '"uptime":"123.456789"'),
+    (f"gpu01: [Fri Mar  1 10:00:00 2024] {XID79}", "gpu01", _at(2024, 3, 1, 10), None),
+])
+def test_dmesg_gathered_from_nodes(tmp_path: Path, line: str, node: str | None, ts: datetime, attr: str | None) -> None:
+    (row,) = _rows(tmp_path, [line], collector="kernel", boot_time=BOOT)
+    assert _fields(row) == (ts, node, "kernel", None, XID79)
+    assert row["kind"] == "gpu_xid"
+    assert attr is None or attr in row["attrs"]
+
+
+def test_a_word_before_a_colon_is_no_host_without_a_dmesg_stamp(tmp_path: Path) -> None:
+    line = "mlx5_core: probe of 0000:03:00.0 failed with error -22"
+    (row,) = _rows(tmp_path, [line], collector="kernel", boot_time=BOOT)
+    assert row["node"] is None and row["message"] == line
+
+
+def test_kernel_tag_left_before_the_text(tmp_path: Path) -> None:
+    (row,) = _rows(tmp_path, [f"kernel: {XID79}"], collector="kernel", boot_time=BOOT)
+    assert row["message"] == XID79 and row["kind"] == "gpu_xid"

@@ -288,7 +288,81 @@ CASES = {
         "slurm_task_exit", {"node": "frontier07210"}, {"tasks": "13", "signal": "Aborted"}),
     "srun node failure": (
         "nccl", "srun: error: Node failure on gpu17", "slurm_node_down", {"node": "gpu17"}, {"state": "NODE_FAIL"}),
+    # NCCL socket.cc/socket.h: a recv from a peer failing (2.7-2.13 "Net : ", 2.14+ "socketProgressOpt: ")
+    "net error recv from peer 2.14+": (
+        "nccl", "gpu01:1234:1300 [0] misc/socket.cc:566 NCCL WARN socketProgressOpt: Call to recv from 10.200.84.247<46391> "
+        "failed : Connection reset by peer",
+        "nccl_net_error", {"node": "gpu01", "pid": 1234}, {"peer": "10.200.84.247", "peer_port": "46391"}),
+    "net error recv from peer 2.7-2.13": (
+        "nccl", "gpu01:1234:1300 [0] include/socket.h:423 NCCL WARN Net : Call to recv from 10.1.4.1<43521> failed : "
+        "Connection timed out",
+        "nccl_net_error", {"node": "gpu01"}, {"peer": "10.1.4.1"}),
+    # NCCL 2.0-2.3 debug.h: "%s:%d:%d [%d] INFO " (no "NCCL"), busId as int64ToBusId's int
+    "nccl 2.0-2.3 INFO header": (
+        "nccl", "seyun:17280:17553 [0] INFO comm 0x7f3c58002f50 rank 3 nranks 16 cudaDev 3 busId e7000 - Init COMPLETE",
+        "nccl_comm_init", {"node": "seyun", "pid": 17280, "rank": 3, "gpu": "0000:e7:00"}, {"bus_id": "e7000"}),
+    "comm init busId to PCI id": (
+        "nccl", "n1:4242:4300 [7] NCCL INFO ncclCommInitRank comm 0x55d684f276f1 rank 7 nranks 32 cudaDev 7 nvmlDev 7 "
+        "busId 1000db000 commId 0x2eb03d0ead3e7e5d - Init COMPLETE",
+        "nccl_comm_init", {"gpu": "1000:db:00", "rank": 7}, {}),
+    # ProcessGroupNCCL WorkNCCL operator<< with TensorShape (v1.8-v1.12)
+    "timeout v1.8-1.12 TensorShape": (
+        "nccl", "[E ProcessGroupNCCL.cpp:587] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=49, "
+        "OpType=ALLREDUCE, TensorShape=[1024], Timeout(ms)=18000000) ran for 18000564 milliseconds before timing out.",
+        "nccl_timeout", {"rank": 0}, {"seq": "49", "op": "ALLREDUCE", "timeout_ms": "18000000"}),
+    # WorkNCCL::checkAndSetException: the async NCCL error of a collective; code from ncclGetErrorString's text
+    "async exception of a collective": (
+        "nccl", "[rank0]:[E ProcessGroupNCCL.cpp:542] [Rank 0] Collective WorkNCCL(SeqNum=2, OpType=ALLREDUCE, "
+        "NumelIn=1, NumelOut=1, Timeout(ms)=1000000) raised the following async exception: NCCL error: unhandled system "
+        "error (run with NCCL_DEBUG=INFO for details), NCCL version 2.18.1",
+        "nccl_error", {"rank": 0, "code": 2}, {"seq": "2", "op": "ALLREDUCE", "timeout_ms": "1000000"}),
+    # C10D_NCCL_CHECK's text: the result code from ncclGetErrorString's wording, the detail lines joined
+    "NCCL error in: code from text, detail joined": (
+        "nccl", "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, "
+        "remote process exited or there was a network error, NCCL version 2.20.5\n"
+        "ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.\n"
+        "Last error:",
+        "nccl_error", {"code": 6}, {}),
+    "NCCL error in: cuda error": (
+        "nccl", "RuntimeError: NCCL error in: /pytorch/torch/lib/c10d/ProcessGroupNCCL.cpp:514, unhandled cuda error",
+        "nccl_error", {"code": 1}, {}),
+    # torch/csrc/cuda/nccl.cpp throw_nccl_error: "NCCL Error " << status << ": " << ncclGetErrorString
+    "torch.cuda.nccl NCCL Error N": (
+        "nccl", "RuntimeError: NCCL Error 2: unhandled system error", "nccl_error", {"code": 2}, {}),
+    # NCCLUtils.cpp getNcclErrorDetailStr on a line of its own (a launcher label before it)
+    "nccl result detail line": (
+        "nccl", "[rank1]: ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error. ",
+        "nccl_error", {"code": 2, "rank": 1}, {"result": "ncclSystemError"}),
+    # torch/_logging TorchLogsFormatter (v2.2+): "%s%s%s.%06d %s %s:%s]" glog-like, no brackets
+    "elastic agent torch._logging layout": (
+        "nccl", "E1211 08:26:06.844000 139773546530624 torch/distributed/elastic/multiprocessing/api.py:833] failed "
+        "(exitcode: 1) local_rank: 1 (pid: 6833) of binary: /opt/conda/envs/myenv/bin/python",
+        "torch_elastic_failed", {"code": 1, "pid": 6833, "program": "torch",
+                                 "message": "[torch/distributed/elastic/multiprocessing/api.py:833] failed (exitcode: 1) "
+                                            "local_rank: 1 (pid: 6833) of binary: /opt/conda/envs/myenv/bin/python"}, {}),
+    # logging.BASIC_FORMAT "%(levelname)s:%(name)s:%(message)s"
+    "elastic agent logging basicConfig": (
+        "nccl", "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 0 (pid: 333202) of "
+        "binary: /usr/bin/python3",
+        "torch_elastic_failed", {"code": -9, "pid": 333202, "severity": "err",
+                                 "message": "failed (exitcode: -9) local_rank: 0 (pid: 333202) of binary: /usr/bin/python3"},
+        {}),
+    # slurmd req.c _rpc_batch_job
+    "slurmd batch job launch": (
+        "slurm", STAMP + "Launching batch job 63532 for UID 1000", "slurm_job_start", {"job_id": "63532"}, {"uid": "1000"}),
 }
+
+
+def test_agent_closing_signal_names_the_worker(tmp_path: Path) -> None:
+    """api.py: logger.warning("Sending process %s closing signal %s", pid, sig): pid is the worker."""
+    path = tmp_path / "out.log"
+    path.write_text("W1211 08:26:06.780000 139773546530624 torch/distributed/elastic/multiprocessing/api.py:858] "
+                    "Sending process 6832 closing signal SIGTERM\n"
+                    "WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 153929 closing signal SIGTERM\n")
+    rows = parse_file(path, "nccl").to_dicts()
+    assert [r["pid"] for r in rows] == [6832, 153929]
+    assert rows[0]["message"].startswith("[torch/distributed/elastic/multiprocessing/api.py:858] Sending process")
+    assert rows[1]["message"] == "Sending process 153929 closing signal SIGTERM"
 
 
 def _event(tmp_path: Path, collector: str, text: str, kind: str) -> dict:

@@ -349,3 +349,19 @@ NVRM = [
 @pytest.mark.parametrize(("line", "kind", "attrs"), NVRM, ids=range(len(NVRM)))
 def test_nvrm(line: str, kind: str, attrs: dict) -> None:
     _check(line, kind, **attrs)
+
+
+# mlx5 core/cmd.c: a firmware command that never completed (wait_func_handle_exec_timeout v5.11+, wait_func),
+# printed by mlx5_core_warn: dev_printk prefix, "%s:%d:(pid %d): ", then the format.
+@pytest.mark.parametrize(("line", "command"), [
+    ("mlx5_core 0000:61:00.0: wait_func_handle_exec_timeout:1104:(pid 141183): cmd[22]: CREATE_DCT(0x710) No done completion",
+     "CREATE_DCT"),
+    ("mlx5_core 0000:61:00.0: wait_func:1132:(pid 141181): CREATE_DCT(0x710) timeout. Will cause a leak of a command resource",
+     "CREATE_DCT"),
+    ("mlx5_core 0000:56:00.0: wait_func:1189:(pid 72061): ACCESS_REG(0x805) timeout. Will cause a leak of a command resource",
+     "ACCESS_REG"),
+])
+def test_mlx5_command_timeout(line: str, command: str) -> None:
+    row = _check(line, "ib_hca_error", command=command, error="command_timeout")
+    assert row["attrs"]["pci"] == line.split()[1].rstrip(":")
+    assert row["pid"] == int(line.split("(pid ")[1].split(")")[0])
