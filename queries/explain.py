@@ -124,7 +124,7 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
     fleet-wide (:func:`queries.base_rate.succeeded_with`): what healthy nodes log anyway.
     """
     sc = causes.scoring
-    skew = timedelta(seconds=sc.get("skew_s", 5))
+    skew = timedelta(seconds=sc["skew_s"])
     # times placed from neighbouring lines (see run_events); the node's past (see _past)
     events = events.with_columns(pl.col(flag).fill_null(False) if flag in events.columns else pl.lit(False).alias(flag)
                                  for flag in ("approx", "past"))
@@ -142,7 +142,7 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
     onset = _onset(ev, run)
     # repeats of one event close together are one candidate; the same event an hour apart is two
     same = ["node", "kind", "code", "gpu"]
-    episode = (pl.col("ts").diff().over(same) > timedelta(seconds=sc.get("episode_gap_s", 600))).fill_null(False)
+    episode = (pl.col("ts").diff().over(same) > timedelta(seconds=sc["episode_gap_s"])).fill_null(False)
     groups = (ev.sort("ts", nulls_last=True).with_columns(episode.cum_sum().over(same).alias("_episode"))
               .group_by(*same, "_episode", maintain_order=True)
               .agg(pl.col("ts").min(), pl.len().alias("count"), pl.col("message").first(),
@@ -166,19 +166,19 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
     # each term: its points where it applies, and what it says, for and against (``evidence``)
     says = pl.when(pl.col("says").fill_null("") != "").then(pl.format(" ({})", pl.col("says"))).otherwise(pl.lit(""))
     terms = [(pl.col("weight"), pl.format("weight of {}{}", pl.col("kind"), says)),
-             (pl.when((pl.col("_nodes") == 1) & (len(run.nodes) > 1)).then(sc.get("unique_node", 10)),
+             (pl.when((pl.col("_nodes") == 1) & (len(run.nodes) > 1)).then(sc["unique_node"]),
               pl.lit(f"on this node only, of the job's {len(run.nodes)}"))]
     if onset is not None:
-        late = timedelta(seconds=sc.get("late_s", 60))
-        lead = pl.duration(seconds=pl.col("lead_s").fill_null(sc.get("onset_window_s", 1800)))
-        terms += [(pl.when(ts.is_between(_lit(onset) - lead, _lit(onset) + skew)).then(sc.get("precedes_onset", 15)),
+        late = timedelta(seconds=sc["late_s"])
+        lead = pl.duration(seconds=pl.col("lead_s").fill_null(sc["onset_window_s"]))
+        terms += [(pl.when(ts.is_between(_lit(onset) - lead, _lit(onset) + skew)).then(sc["precedes_onset"]),
                    pl.lit("came before the failure's first symptom")),
-                  (pl.when((ts < _lit(onset) - lead) & ~pl.col("past")).then(sc.get("stale", -40)),
+                  (pl.when((ts < _lit(onset) - lead) & ~pl.col("past")).then(sc["stale"]),
                    pl.lit("long before the failure's first symptom")),
-                  (pl.when(ts > _lit(onset) + late).then(sc.get("after_onset", -25)),
+                  (pl.when(ts > _lit(onset) + late).then(sc["after_onset"]),
                    pl.lit("after the failure began: a consequence"))]
     if run.start is not None:
-        terms.append((pl.when((ts < _lit(run.start) - skew) & ~pl.col("past")).then(sc.get("before_start", -40)),
+        terms.append((pl.when((ts < _lit(run.start) - skew) & ~pl.col("past")).then(sc["before_start"]),
                       pl.lit("before the run started")))
     terms.append((pl.when(pl.col("past")).then(sc["unrecovered"]),
                   pl.lit("a fault that takes the node out, logged before the run, with no recovery since")))
@@ -186,11 +186,11 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
     if own.filter(pl.col("source") == "nccl").height:  # the job logs NCCL/PyTorch output: it can corroborate
         seen = own.get_column("kind").unique().to_list()
         terms.append((pl.when(pl.col("needs").list.len() > 0, ~pl.col("needs").list.eval(pl.element().is_in(seen)).list.any())
-                      .then(sc.get("uncorroborated", -50)),
+                      .then(sc["uncorroborated"]),
                       pl.format("the job's output shows none of {}", pl.col("needs").list.join(", "))))
     if first_cause is not None:
         terms.append((pl.when(~pl.col("symptom") & ~pl.col("approx") & (ts <= _lit(first_cause) + skew))
-                      .then(sc.get("earliest", 5)), pl.lit("the first cause logged")))
+                      .then(sc["earliest"]), pl.lit("the first cause logged")))
     up = events.filter(pl.col("kind") == "ib_link_up", pl.col("ts").is_not_null()).select("node", pl.col("ts").alias("_up"))
     if up.height:  # a link back up within seconds flapped; one that stayed down broke the job
         back = (groups.with_row_index("_i").filter(pl.col("kind") == "ib_link_down", pl.col("ts").is_not_null()).sort("ts")
@@ -208,7 +208,7 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
                               & (pl.col("kind") != "nccl_peer_lost")).then(sc["peer_named"]),
                       pl.lit("other ranks' NCCL errors name this node as the peer they lost")))
     if succeeded_with is not None:
-        per, most = sc.get("succeeded_with", -6), sc.get("succeeded_with_max", -36)
+        per, most = sc["succeeded_with"], sc["succeeded_with_max"]
         jobs_ok = pl.col("succeeded").fill_null(0)
         terms.append((pl.when(jobs_ok > 0).then(pl.max_horizontal(jobs_ok * per, pl.lit(most))),
                       pl.format("also seen on this node during {} successful job(s)", jobs_ok)))
@@ -222,7 +222,7 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
     evidence = pl.concat_list([pl.when(p != 0).then(pl.format("{} {}", sign, why))
                                for p, sign, (_, why) in zip(points, signed, terms)]).list.drop_nulls()
     return (groups.with_columns(pl.sum_horizontal(points).alias("score"), evidence.alias("evidence"))
-            .drop("_nodes", "weight", "lead_s", "needs", "says", *(["succeeded", "fleet"] if succeeded_with else []),
+            .drop("_nodes", "lead_s", "needs", "says", *(["succeeded", "fleet"] if succeeded_with else []),
                   *(["_flap"] if "_flap" in groups.columns else []))
             .sort(["score", "ts"], descending=[True, False], nulls_last=True))
 
@@ -328,7 +328,7 @@ def _stalls(events: pl.DataFrame, run: Run, sc: dict) -> pl.DataFrame:
             rows.append({"node": r["node"], "kind": "nccl_timeout", "rank": r["rank"], "gpu": gpus.get(r["rank"]),
                          "ts": r["ts"], "count": 1,
                          "message": f"rank {r['rank']} stalled at collective {r['seq']} while other ranks reached {top}",
-                         "weight": float(sc.get("lagging_rank_weight", 60)), "category": "software",
+                         "weight": float(sc["lagging_rank_weight"]), "category": "software",
                          "action": "a rank hung before the collective (dataloader, deadlock, slow GPU): py-spy dump it; "
                                    "drain its node if it repeats", "node_action": "watch", "symptom": False})
     ranks = events.filter(pl.col("kind") == "nccl_comm_init").select(pl.col("rank"), "node").unique("rank")
@@ -340,7 +340,7 @@ def _stalls(events: pl.DataFrame, run: Run, sc: dict) -> pl.DataFrame:
                          "ts": None, "count": part.height,
                          "message": f"{part.height} rank(s) on {node[0]} never reported the timeout that "
                                     f"{per_rank.height} other ranks reported",
-                         "weight": float(sc.get("missing_rank_weight", 45)), "category": "node",
+                         "weight": float(sc["missing_rank_weight"]), "category": "node",
                          "action": "the ranks went silent: check whether their node crashed or hung",
                          "node_action": "watch", "symptom": False})
     if not rows:
@@ -418,7 +418,7 @@ def _succeeded_with(store: Store, run: Run, events: pl.DataFrame, causes: Causes
     if anchor is None:
         return None
     kinds = sorted(set(events.get_column("kind").unique().drop_nulls()) & set(causes.kinds()))
-    since = anchor - timedelta(days=causes.scoring.get("base_rate_days", 14))
+    since = anchor - timedelta(days=causes.scoring["base_rate_days"])
     return base_rate.succeeded_with(store, run.nodes, kinds, since, anchor)
 
 
@@ -453,8 +453,10 @@ def explain(store: Store, job_id: str, at: datetime | None = None, before: timed
                                     "rank", "score", "trusted")}
         root["margin"] = margin(ranked)
         root["confidence"] = confidence(root["margin"], causes.calibration)
-        # only a symptom every rank reports whatever broke (a watchdog timeout), or too close a call: unsure
-        unsure = top["symptom"] or root["confidence"] < causes.scoring["undetermined_below"]
+        # only a symptom every rank reports whatever broke (a watchdog timeout), only background (a corrected
+        # error), or too close a call: unsure
+        unsure = (top["symptom"] or top["weight"] < causes.scoring["cause_min_weight"]
+                  or root["confidence"] < causes.scoring["undetermined_below"])
         root["verdict"] = "undetermined" if unsure else "cause"
     mine = events.filter(pl.col("job_id").is_null() | (pl.col("job_id") == run.job_id))
     return Explanation(run.job_id, run.state, run.exit_code, run.nodes, run.start, run.end, root,

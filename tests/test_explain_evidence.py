@@ -191,3 +191,12 @@ def test_ranks_in_different_collectives_are_the_jobs_own_bug() -> None:
     top = _top(rows)
     assert (top["kind"], top["category"], top["node_action"]) == ("collective_mismatch", "user", "none"), top
     assert "BROADCAST on 1 rank(s)" in top["message"]
+
+
+def test_a_corrected_error_alone_is_no_verdict(store) -> None:
+    """A corrected memory error minutes before a hang outscores the timeouts every rank reports, but
+    background alone explains nothing: undetermined."""
+    _write(store, _job("7", -3600, 900, "FAILED") + timeouts(600) + inits()
+           + [ev("memory_ecc", "gpu002", 300, attrs={"class": "CE"}, message="EDAC MC0: 1 CE memory read error")])
+    root = explain(store, "7").root_cause
+    assert root["kind"] == "memory_ecc" and root["verdict"] == "undetermined", root
