@@ -198,11 +198,16 @@ def explain_cmd(
 ) -> None:
     """Why did a job fail: ranked root causes across its nodes and sources, with the evidence.
 
-    Reads the job's Slurm record (nodes, start, end, state) and every event on its nodes around it;
-    hardware and kernel events before the first NCCL timeout outrank what every rank reports.
-    The weights are data: queries/causes.toml (override with a causes.toml in $OBSERVE_RULES).
+    Reads the job's Slurm record (nodes, start, end, state), every event on its nodes around it and
+    each node's unrecovered faults before it; hardware and kernel events before the first NCCL
+    timeout outrank what every rank reports, and what the node or the fleet also logs while jobs
+    succeed weighs less. Each candidate lists its evidence, for (+) and against (-).
 
-    Example: observe explain 127427 --format json
+    The verdict is UNDETERMINED when only symptoms or background remain or the call is close;
+    confidence is the measured chance of being right (the calibration table of causes.toml). The weights are
+    data: queries/causes.toml (override with a causes.toml in $OBSERVE_RULES).
+
+    Examples: observe explain 127427 --format json;  observe explain 127427 --plot job.html
     """
     from queries.explain import explain, report
 
