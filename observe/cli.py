@@ -209,7 +209,8 @@ def explain_cmd(
 
     Examples: observe explain 127427 --format json;  observe explain 127427 --plot job.html
     """
-    from queries.explain import explain, report
+    from queries.explain import explain
+    from queries.report import report
 
     if fmt not in ("table", "json"):
         _fail(f"unknown format {fmt!r}: use table or json")

@@ -18,25 +18,14 @@ import polars as pl
 
 from observe import provenance
 from observe.store import Store
-from queries import base_rate, jobs, node_past
+from queries import base_rate, jobs, node_past, ranks
 from queries.causes import Causes, load_causes
-from queries.search import compact_nodes, first_line, search
+from queries.jobs import Run, failed_run, job_runs
+from queries.search import search
 
 
 class ExplainError(ValueError):
     """The job cannot be explained (no Slurm record of it); the message is one line."""
-
-
-@dataclass
-class Run:
-    """One run of a job as Slurm recorded it (a row of :func:`queries.jobs.runs`)."""
-
-    job_id: str
-    start: datetime | None
-    end: datetime | None
-    state: str | None
-    exit_code: str | None
-    nodes: list[str]
 
 
 @dataclass
@@ -71,47 +60,7 @@ class Explanation:
 # ------------------------------------------------------------------------------------- the job
 
 
-def job_runs(events: pl.LazyFrame, job_id: str) -> list[Run]:
-    """The job's runs (a requeued job has several), oldest first."""
-    table = jobs.runs(events.filter(pl.col("job_id") == job_id))
-    return [Run(**row) for row in table.iter_rows(named=True)]
-
-
-def failed_run(runs: list[Run], at: datetime | None = None) -> Run | None:
-    """The run to explain: the one running at ``at`` if given, else the last one that failed (or was
-    requeued), else the last one."""
-    if at is not None:
-        hit = [r for r in runs if (r.start is None or r.start - timedelta(minutes=5) <= at)
-               and (r.end is None or at <= r.end + timedelta(minutes=5))]
-        return hit[-1] if hit else None
-    bad = [r for r in runs if r.state and r.state.split()[0] in jobs.FAILED]
-    return (bad or runs or [None])[-1]
-
-
 # ------------------------------------------------------------------------------------- ranking
-
-
-ADDRESS = r"(?:Bootstrap : Using|OOB) (?:\[\d+\])?[\w.-]+:(\S+?)<\d+>"  # a rank's own address, NCCL INFO at init
-
-
-def place_ranks(events: pl.DataFrame, nodes: list[str], per_node: int = 8) -> pl.DataFrame:
-    """Fill ``node`` of rank-tagged events (PyTorch lines carry no host) from the job's
-    ``nccl_comm_init`` lines, else by Slurm's default block distribution: ranks fill the run's nodes
-    in order, ``nranks / nodes`` each when NCCL told nranks, else ``per_node``."""
-    ranked = events.filter(pl.col("rank").is_not_null())
-    if ranked.is_empty():
-        return events
-    init = events.filter(pl.col("kind") == "nccl_comm_init", pl.col("node").is_not_null())
-    hosts = init.group_by("rank").agg(pl.col("node").first().alias("_host"))
-    nranks = init.select(pl.col("attrs").str.json_path_match("$.nranks").cast(pl.Int64, strict=False).max()).item()
-    if nranks and nodes:
-        per_node = max(1, math.ceil(nranks / len(nodes)))
-    block = pl.col("rank") // per_node
-    fallback = (pl.lit(pl.Series(nodes, dtype=pl.String)).gather(block.clip(0, len(nodes) - 1))
-                if nodes else pl.lit(None, dtype=pl.String))
-    return (events.join(hosts, on="rank", how="left", maintain_order="left")
-            .with_columns(pl.coalesce("node", "_host", pl.when(pl.col("rank").is_not_null()).then(fallback)).alias("node"))
-            .drop("_host"))
 
 
 def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: base_rate.BaseRates | None = None
@@ -133,12 +82,12 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
     if run.end is not None:
         ev = ev.filter(pl.col("ts").is_null() | (pl.col("ts") <= run.end + timedelta(minutes=10)))
     # the peer other ranks lost: evidence for what its node logged, else a candidate of its own
-    lost = _lost_peers(events, run, sc)
+    lost = ranks.lost_peers(events, run, sc)
     logged = set(ev.filter(~pl.col("symptom")).get_column("node").drop_nulls())
-    derived = pl.concat([_stalls(events, run, sc), lost.filter(~pl.col("node").is_in(list(logged)))],
+    derived = pl.concat([ranks.stalls(events, run, sc), lost.filter(~pl.col("node").is_in(list(logged)))],
                         how="diagonal_relaxed")
     if ev.is_empty() and not derived.height:
-        return _empty()
+        return ranks.empty()
     onset = _onset(ev, run)
     # repeats of one event close together are one candidate; the same event an hour apart is two
     same = ["node", "kind", "code", "gpu"]
@@ -199,7 +148,7 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
         groups = groups.with_row_index("_i").with_columns(pl.col("_i").is_in(back.implode()).alias("_flap")).drop("_i")
         terms.append((pl.when(pl.col("_flap")).then(sc["flapped"]),
                       pl.format("the link came back within {} s: a flap", pl.lit(sc["flap_s"]))))
-    first = first_failed(own)
+    first = ranks.first_failed(own)
     if first:
         terms.append((pl.when((pl.col("node") == first) & ~pl.col("symptom")).then(sc["first_to_fail"]),
                       pl.lit("the first of the job's processes to die ran on this node")))
@@ -234,119 +183,8 @@ def _onset(annotated: pl.DataFrame, run: Run) -> datetime | None:
     return signs.get_column("ts").min() if signs.height else run.end
 
 
-def first_failed(own: pl.DataFrame) -> str | None:
-    """The node of the job's first process to die of its own: torchrun's root-cause block (the first
-    observed failure), else the first task srun saw exit other than by being killed."""
-    signal = pl.col("attrs").str.json_path_match("$.signal").fill_null("")
-    died = own.filter(pl.col("node").is_not_null(), (pl.col("kind") == "torch_elastic_root_cause")
-                      | ((pl.col("kind") == "slurm_task_exit") & ~signal.is_in(["Killed", "Terminated"])))
-    if died.is_empty():
-        return None
-    root = died.filter(pl.col("kind") == "torch_elastic_root_cause")
-    return (root if root.height else died).sort("ts", nulls_last=True).get_column("node")[0]
-
-
 def _lit(ts: datetime) -> pl.Expr:
     return pl.lit(ts).dt.cast_time_unit("us")
-
-
-def _empty() -> pl.DataFrame:
-    return pl.DataFrame(schema={"node": pl.String, "kind": pl.String, "code": pl.Int32, "gpu": pl.String,
-                                "ts": pl.Datetime("us", "UTC"), "count": pl.UInt32, "message": pl.String,
-                                "category": pl.String, "action": pl.String, "node_action": pl.String,
-                                "symptom": pl.Boolean,
-                                "rank": pl.Int32, "trusted": pl.Boolean, "score": pl.Float64,
-                                "evidence": pl.List(pl.String)})
-
-
-def _lost_peers(events: pl.DataFrame, run: Run, sc: dict) -> pl.DataFrame:
-    """The node that ranks' NCCL network errors name as the peer they lost. NCCL names it by address
-    (``Got completion from peer 10.1.4.1<43521>``, ``Connection closed by remote peer
-    gpu004-ib.cluster<51159>``); each rank printed its own (``Bootstrap : Using ib0:10.1.4.1<0>``,
-    ``OOB ib0:...``) at init, on its node. A peer that is on none of the job's nodes names nothing."""
-    own = events.filter(pl.col("job_id") == run.job_id, pl.col("node").is_in(run.nodes or []))
-    addresses = dict(own.select(pl.col("message").str.extract(ADDRESS, 1).alias("addr"), "node")
-                     .drop_nulls().unique("addr").iter_rows())
-    attr = pl.col("attrs").str.json_path_match
-    errors = (events.filter(pl.col("kind") == "nccl_net_error", pl.col("job_id") == run.job_id)
-              .with_columns(pl.coalesce(attr("$.peer"), attr("$.peer2"), attr("$.peer3"))
-                            .str.replace(r"<\d+>$", "").alias("_peer")).drop_nulls("_peer"))
-    if errors.is_empty():
-        return _empty().drop("score")
-    short = pl.col("_peer").str.extract(r"^([^.:%]+?)(?:-ib)?(?:\.|$)", 1)  # gpu004-ib.cluster -> gpu004
-    named = errors.with_columns(
-        pl.coalesce(pl.col("_peer").replace_strict(addresses, default=None, return_dtype=pl.String),
-                    pl.when(short.is_in(run.nodes or [])).then(short)).alias("_lost")).drop_nulls("_lost")
-    rows = [{"node": node, "kind": "nccl_peer_lost", "ts": part.get_column("ts").min(), "count": part.height,
-             "message": f"{part.get_column('rank').n_unique()} rank(s) lost their NCCL peer on {node} "
-                        f"({part.get_column('_peer').first()})",
-             "weight": float(sc["peer_named_weight"]), "category": "network", "node_action": "watch",
-             "action": "the ranks' network errors name this node as the peer they lost: check whether it crashed, "
-                       "its HCA and its link", "symptom": False}
-            for (node,), part in named.group_by("_lost", maintain_order=True)]
-    if not rows:
-        return _empty().drop("score")
-    return pl.DataFrame(rows, schema_overrides={"ts": pl.Datetime("us", "UTC"), "count": pl.UInt32})
-
-
-def rank_gpus(events: pl.DataFrame) -> dict[int, str]:
-    """Each rank's GPU (``0000:3b:00``) from its NCCL init line's busId: NCCL prints the PCI id
-    with its separators dropped, as hex (src/misc/utils.cc busIdToInt64: ``0000:3b:00.0`` -> 3b000)."""
-    bus = (events.filter(pl.col("kind") == "nccl_comm_init", pl.col("rank").is_not_null())
-           .select("rank", pl.col("attrs").str.json_path_match("$.bus_id").str.zfill(9).alias("_bus")).drop_nulls())
-    pci = pl.format("{}:{}:{}", pl.col("_bus").str.slice(0, 4), pl.col("_bus").str.slice(4, 2), pl.col("_bus").str.slice(6, 2))
-    return dict(bus.select("rank", pci.alias("gpu")).unique("rank").iter_rows())
-
-
-def _stalls(events: pl.DataFrame, run: Run, sc: dict) -> pl.DataFrame:
-    """Hung ranks from the PyTorch watchdog: a rank whose last collective lags the others', or the
-    ranks that never reported the timeout every other rank reported."""
-    attr = pl.col("attrs").str.json_path_match
-    wd = events.filter(pl.col("kind").is_in(["nccl_timeout", "nccl_watchdog"]), pl.col("rank").is_not_null())
-    if wd.is_empty():
-        return _empty().drop("score")
-    per_rank = wd.group_by("rank").agg(
-        pl.coalesce(attr("$.last_completed").cast(pl.Int64, strict=False) + 1,
-                    attr("$.seq").cast(pl.Int64, strict=False)).min().alias("seq"),
-        pl.col("node").drop_nulls().first(), pl.col("ts").min())
-    gpus = rank_gpus(events)
-    top = per_rank.get_column("seq").max()
-    rows = []
-    ops = (wd.filter(pl.col("kind") == "nccl_timeout")
-           .select("rank", "node", "ts", attr("$.seq").alias("_seq"), attr("$.op").alias("_op")).drop_nulls(["_seq", "_op"]))
-    for (seq,), part in ops.group_by("_seq"):
-        if part.get_column("_op").n_unique() > 1:  # ranks waiting in different collectives at the same step
-            kinds = ", ".join(f"{op} on {n} rank(s)" for op, n in part.group_by("_op").len().sort("_op").iter_rows())
-            rows.append({"node": None, "kind": "collective_mismatch", "rank": None, "gpu": None, "ts": part.get_column("ts").min(),
-                         "count": part.height, "message": f"collective {seq}: ranks called different collectives ({kinds})",
-                         "weight": float(sc["mismatch_weight"]), "category": "user",
-                         "action": "none for the node: the job's ranks called different collectives at the same step (a "
-                                   "code path some ranks skip); rerun with TORCH_DISTRIBUTED_DEBUG=DETAIL",
-                         "node_action": "none", "symptom": False})
-    if top is not None:
-        for r in per_rank.filter(pl.col("seq") < top).iter_rows(named=True):
-            rows.append({"node": r["node"], "kind": "nccl_timeout", "rank": r["rank"], "gpu": gpus.get(r["rank"]),
-                         "ts": r["ts"], "count": 1,
-                         "message": f"rank {r['rank']} stalled at collective {r['seq']} while other ranks reached {top}",
-                         "weight": float(sc["lagging_rank_weight"]), "category": "software",
-                         "action": "a rank hung before the collective (dataloader, deadlock, slow GPU): py-spy dump it; "
-                                   "drain its node if it repeats", "node_action": "watch", "symptom": False})
-    ranks = events.filter(pl.col("kind") == "nccl_comm_init").select(pl.col("rank"), "node").unique("rank")
-    quiet = ranks.join(per_rank.select("rank"), on="rank", how="anti")
-    if ranks.height and per_rank.height >= ranks.height / 2 and 0 < quiet.height < ranks.height / 2:
-        for node, part in quiet.group_by("node"):
-            rank = int(part.get_column("rank").min())
-            rows.append({"node": node[0], "kind": "nccl_timeout", "rank": rank, "gpu": gpus.get(rank),
-                         "ts": None, "count": part.height,
-                         "message": f"{part.height} rank(s) on {node[0]} never reported the timeout that "
-                                    f"{per_rank.height} other ranks reported",
-                         "weight": float(sc["missing_rank_weight"]), "category": "node",
-                         "action": "the ranks went silent: check whether their node crashed or hung",
-                         "node_action": "watch", "symptom": False})
-    if not rows:
-        return _empty().drop("score")
-    return pl.DataFrame(rows, schema_overrides={"rank": pl.Int32, "gpu": pl.String, "ts": pl.Datetime("us", "UTC"),
-                                                "count": pl.UInt32})
 
 
 def margin(ranked: pl.DataFrame) -> float:
@@ -444,7 +282,7 @@ def explain(store: Store, job_id: str, at: datetime | None = None, before: timed
     if past.height:  # the node's past, also where the window read overlaps it
         events = (pl.concat([past, events], how="diagonal_relaxed")
                   .unique(subset=["file_id", "offset", "kind"], keep="first", maintain_order=True))
-    events = place_ranks(events, run.nodes)
+    events = ranks.place_ranks(events, run.nodes)
     ranked = candidates(events, run, causes, _succeeded_with(store, run, events, causes))
     root = None
     if ranked.height and (run.state or "").split()[:1] != ["COMPLETED"]:
@@ -491,66 +329,3 @@ def timeline(events: pl.DataFrame, causes: Causes, rows: int = 60) -> list[dict]
 
 
 
-def report(e: Explanation) -> list[str]:
-    """The explanation as text lines: verdict first, then candidates, then the evidence timeline."""
-    def when(ts: datetime | None, fmt: str = "%Y-%m-%d %H:%M:%S") -> str:
-        return ts.strftime(fmt) if ts else "-"
-
-    nodes = compact_nodes(e.nodes) if e.nodes else "-"
-    lines = [f"job {e.job_id}  {e.state or 'state unknown'}  exit {e.exit_code or '-'}  "
-             f"{len(e.nodes)} node(s) {nodes}  {when(e.start)} -> {when(e.end)} UTC", ""]
-    r = e.root_cause
-    if r is None and (e.state or "").startswith("COMPLETED"):
-        lines.append("ROOT CAUSE  none: the job completed (candidates below are context only)")
-    elif r is None:
-        lines.append("ROOT CAUSE  none found: no event on the job's nodes or in its output explains it")
-    else:
-        if r["verdict"] == "undetermined":
-            lines.append(f"UNDETERMINED  confidence {r['confidence']:.2f}: the evidence is weak, points several ways or "
-                         "shows only symptoms; the likeliest cause, then the candidates:")
-        what = r["kind"] + (f" {r['code']}" if r["code"] is not None else "")
-        where = r["node"] or "(job output)"
-        gpu = f"  GPU {r['gpu']}" if r["gpu"] else ""
-        rank = f"  rank {r['rank']}" if r["rank"] is not None else ""
-        head = "LIKELIEST " if r["verdict"] == "undetermined" else "ROOT CAUSE"
-        lines += [f"{head}  {where}{gpu}{rank}  {what}  category {r['category']}  confidence {r['confidence']:.2f}",
-                  f"  {when(r['ts'])}  {first_line(r['message'])}",
-                  f"  action: {r['action']}  (for the node: {r['node_action']})"]
-    lines += [f"MISSING     {m}" for m in e.missing]
-    if e.candidates:
-        lines += ["", "CANDIDATES", f"  {'score':>5}  {'node':10} {'kind':26} {'code':>5}  {'first seen':19}  {'count':>5}  message"]
-        for c in _fold_symptoms(e.candidates):
-            code = "" if c["code"] is None else str(c["code"])
-            lines.append(f"  {c['score']:5.0f}  {c['node'] or '-':10} {c['kind']:26} {code:>5}  {when(c['ts']):19}  "
-                         f"{c['count']:5d}  {first_line(c['message'])[:100]}")
-            if c.get("evidence"):
-                lines.append(f"         why: {'; '.join(c['evidence'])}")
-    if e.timeline:
-        lines += ["", "TIMELINE (UTC)"]
-        for t in e.timeline:
-            code = f" {t['code']}" if t["code"] is not None else ""
-            many = f"  x{t['count']}" + (f" ({t['ranks']} ranks)" if t["ranks"] > 1 else "") if t["count"] > 1 else ""
-            lines.append(f"  {when(t['ts'], '%m-%d %H:%M:%S')}  {t['node'] or '-':10} {t['source']:7} "
-                         f"{t['kind'] + code:28}{many}  {(t['message'] or '')[:110]}")
-    return lines
-
-
-def _fold_symptoms(candidates: list[dict]) -> list[dict]:
-    """One row per symptom kind (what every rank reports), its nodes as a hostlist; causes as they are."""
-    out: list[dict] = []
-    folded: dict[str, dict] = {}
-    for c in candidates:
-        if not c.get("symptom") or c["node"] is None:
-            out.append(c)
-        elif c["kind"] in folded:
-            row = folded[c["kind"]]
-            row["_nodes"].append(c["node"])
-            row["count"] += c["count"]
-            row["ts"] = min(t for t in (row["ts"], c["ts"]) if t is not None) if row["ts"] or c["ts"] else None
-        else:
-            folded[c["kind"]] = row = {**c, "_nodes": [c["node"]]}
-            out.append(row)
-    for row in folded.values():
-        nodes = row.pop("_nodes")
-        row["node"] = compact_nodes(nodes) if len(nodes) > 1 else nodes[0]
-    return out

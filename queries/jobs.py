@@ -3,6 +3,7 @@ start, end, state and exit code, from job records (jobcomp, sacct) and slurmctld
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -148,3 +149,32 @@ def span(store: Store, job_id: str) -> tuple[datetime | None, datetime | None]:
     if not row["n"]:
         return None, None
     return row["first"], None if row["open"] else row["last"]
+
+
+@dataclass
+class Run:
+    """One run of a job as Slurm recorded it (a row of :func:`runs`)."""
+
+    job_id: str
+    start: datetime | None
+    end: datetime | None
+    state: str | None
+    exit_code: str | None
+    nodes: list[str]
+
+
+def job_runs(events: pl.LazyFrame, job_id: str) -> list[Run]:
+    """The job's runs (a requeued job has several), oldest first."""
+    table = runs(events.filter(pl.col("job_id") == job_id))
+    return [Run(**row) for row in table.iter_rows(named=True)]
+
+
+def failed_run(runs: list[Run], at: datetime | None = None) -> Run | None:
+    """The run to explain: the one running at ``at`` if given, else the last one that failed (or was
+    requeued), else the last one."""
+    if at is not None:
+        hit = [r for r in runs if (r.start is None or r.start - timedelta(minutes=5) <= at)
+               and (r.end is None or at <= r.end + timedelta(minutes=5))]
+        return hit[-1] if hit else None
+    bad = [r for r in runs if r.state and r.state.split()[0] in FAILED]
+    return (bad or runs or [None])[-1]

@@ -14,7 +14,10 @@ from observe.cli import app
 from observe.rules import attrs_json
 from observe.schema import conform
 from queries.causes import load_causes
-from queries.explain import Run, candidates, explain, failed_run, job_runs, place_ranks, report, run_events
+from queries.explain import candidates, explain, run_events
+from queries.jobs import Run, failed_run, job_runs
+from queries.ranks import place_ranks
+from queries.report import report
 
 T = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
 NODES = ["gpu001", "gpu002", "gpu003", "gpu004"]

@@ -11,7 +11,8 @@ import pytest
 
 from queries.accuracy import fit, reliability
 from queries.causes import load_causes
-from queries.explain import candidates, confidence, explain, margin, place_ranks
+from queries.explain import candidates, confidence, explain, margin
+from queries.ranks import place_ranks
 from queries.jobs import write_index
 from test_explain import NODES, RUN, T, ev, frame, inits, timeouts
 

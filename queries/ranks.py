@@ -1,0 +1,144 @@
+"""Where a job's ranks ran and which one broke: ranks placed on nodes (NCCL init lines, else
+Slurm's block distribution) and on GPUs (the init line's busId), the rank that lagged or fell
+silent (PyTorch watchdog sequence numbers), ranks in different collectives, the first process to
+die, and the node other ranks' NCCL errors say they lost. Derived candidates for explain."""
+from __future__ import annotations
+
+import math
+
+import polars as pl
+
+from queries.jobs import Run
+
+ADDRESS = r"(?:Bootstrap : Using|OOB) (?:\[\d+\])?[\w.-]+:(\S+?)<\d+>"  # a rank's own address, NCCL INFO at init
+
+
+def place_ranks(events: pl.DataFrame, nodes: list[str], per_node: int = 8) -> pl.DataFrame:
+    """Fill ``node`` of rank-tagged events (PyTorch lines carry no host) from the job's
+    ``nccl_comm_init`` lines, else by Slurm's default block distribution: ranks fill the run's nodes
+    in order, ``nranks / nodes`` each when NCCL told nranks, else ``per_node``."""
+    ranked = events.filter(pl.col("rank").is_not_null())
+    if ranked.is_empty():
+        return events
+    init = events.filter(pl.col("kind") == "nccl_comm_init", pl.col("node").is_not_null())
+    hosts = init.group_by("rank").agg(pl.col("node").first().alias("_host"))
+    nranks = init.select(pl.col("attrs").str.json_path_match("$.nranks").cast(pl.Int64, strict=False).max()).item()
+    if nranks and nodes:
+        per_node = max(1, math.ceil(nranks / len(nodes)))
+    block = pl.col("rank") // per_node
+    fallback = (pl.lit(pl.Series(nodes, dtype=pl.String)).gather(block.clip(0, len(nodes) - 1))
+                if nodes else pl.lit(None, dtype=pl.String))
+    return (events.join(hosts, on="rank", how="left", maintain_order="left")
+            .with_columns(pl.coalesce("node", "_host", pl.when(pl.col("rank").is_not_null()).then(fallback)).alias("node"))
+            .drop("_host"))
+
+
+def empty() -> pl.DataFrame:
+    return pl.DataFrame(schema={"node": pl.String, "kind": pl.String, "code": pl.Int32, "gpu": pl.String,
+                                "ts": pl.Datetime("us", "UTC"), "count": pl.UInt32, "message": pl.String,
+                                "category": pl.String, "action": pl.String, "node_action": pl.String,
+                                "symptom": pl.Boolean,
+                                "rank": pl.Int32, "trusted": pl.Boolean, "score": pl.Float64,
+                                "evidence": pl.List(pl.String)})
+
+
+def first_failed(own: pl.DataFrame) -> str | None:
+    """The node of the job's first process to die of its own: torchrun's root-cause block (the first
+    observed failure), else the first task srun saw exit other than by being killed."""
+    signal = pl.col("attrs").str.json_path_match("$.signal").fill_null("")
+    died = own.filter(pl.col("node").is_not_null(), (pl.col("kind") == "torch_elastic_root_cause")
+                      | ((pl.col("kind") == "slurm_task_exit") & ~signal.is_in(["Killed", "Terminated"])))
+    if died.is_empty():
+        return None
+    root = died.filter(pl.col("kind") == "torch_elastic_root_cause")
+    return (root if root.height else died).sort("ts", nulls_last=True).get_column("node")[0]
+
+
+def lost_peers(events: pl.DataFrame, run: Run, sc: dict) -> pl.DataFrame:
+    """The node that ranks' NCCL network errors name as the peer they lost. NCCL names it by address
+    (``Got completion from peer 10.1.4.1<43521>``, ``Connection closed by remote peer
+    gpu004-ib.cluster<51159>``); each rank printed its own (``Bootstrap : Using ib0:10.1.4.1<0>``,
+    ``OOB ib0:...``) at init, on its node. A peer that is on none of the job's nodes names nothing."""
+    own = events.filter(pl.col("job_id") == run.job_id, pl.col("node").is_in(run.nodes or []))
+    addresses = dict(own.select(pl.col("message").str.extract(ADDRESS, 1).alias("addr"), "node")
+                     .drop_nulls().unique("addr").iter_rows())
+    attr = pl.col("attrs").str.json_path_match
+    errors = (events.filter(pl.col("kind") == "nccl_net_error", pl.col("job_id") == run.job_id)
+              .with_columns(pl.coalesce(attr("$.peer"), attr("$.peer2"), attr("$.peer3"))
+                            .str.replace(r"<\d+>$", "").alias("_peer")).drop_nulls("_peer"))
+    if errors.is_empty():
+        return empty().drop("score")
+    short = pl.col("_peer").str.extract(r"^([^.:%]+?)(?:-ib)?(?:\.|$)", 1)  # gpu004-ib.cluster -> gpu004
+    named = errors.with_columns(
+        pl.coalesce(pl.col("_peer").replace_strict(addresses, default=None, return_dtype=pl.String),
+                    pl.when(short.is_in(run.nodes or [])).then(short)).alias("_lost")).drop_nulls("_lost")
+    rows = [{"node": node, "kind": "nccl_peer_lost", "ts": part.get_column("ts").min(), "count": part.height,
+             "message": f"{part.get_column('rank').n_unique()} rank(s) lost their NCCL peer on {node} "
+                        f"({part.get_column('_peer').first()})",
+             "weight": float(sc["peer_named_weight"]), "category": "network", "node_action": "watch",
+             "action": "the ranks' network errors name this node as the peer they lost: check whether it crashed, "
+                       "its HCA and its link", "symptom": False}
+            for (node,), part in named.group_by("_lost", maintain_order=True)]
+    if not rows:
+        return empty().drop("score")
+    return pl.DataFrame(rows, schema_overrides={"ts": pl.Datetime("us", "UTC"), "count": pl.UInt32})
+
+
+def rank_gpus(events: pl.DataFrame) -> dict[int, str]:
+    """Each rank's GPU (``0000:3b:00``) from its NCCL init line's busId: NCCL prints the PCI id
+    with its separators dropped, as hex (src/misc/utils.cc busIdToInt64: ``0000:3b:00.0`` -> 3b000)."""
+    bus = (events.filter(pl.col("kind") == "nccl_comm_init", pl.col("rank").is_not_null())
+           .select("rank", pl.col("attrs").str.json_path_match("$.bus_id").str.zfill(9).alias("_bus")).drop_nulls())
+    pci = pl.format("{}:{}:{}", pl.col("_bus").str.slice(0, 4), pl.col("_bus").str.slice(4, 2), pl.col("_bus").str.slice(6, 2))
+    return dict(bus.select("rank", pci.alias("gpu")).unique("rank").iter_rows())
+
+
+def stalls(events: pl.DataFrame, run: Run, sc: dict) -> pl.DataFrame:
+    """Hung ranks from the PyTorch watchdog: a rank whose last collective lags the others', or the
+    ranks that never reported the timeout every other rank reported."""
+    attr = pl.col("attrs").str.json_path_match
+    wd = events.filter(pl.col("kind").is_in(["nccl_timeout", "nccl_watchdog"]), pl.col("rank").is_not_null())
+    if wd.is_empty():
+        return empty().drop("score")
+    per_rank = wd.group_by("rank").agg(
+        pl.coalesce(attr("$.last_completed").cast(pl.Int64, strict=False) + 1,
+                    attr("$.seq").cast(pl.Int64, strict=False)).min().alias("seq"),
+        pl.col("node").drop_nulls().first(), pl.col("ts").min())
+    gpus = rank_gpus(events)
+    top = per_rank.get_column("seq").max()
+    rows = []
+    ops = (wd.filter(pl.col("kind") == "nccl_timeout")
+           .select("rank", "node", "ts", attr("$.seq").alias("_seq"), attr("$.op").alias("_op")).drop_nulls(["_seq", "_op"]))
+    for (seq,), part in ops.group_by("_seq"):
+        if part.get_column("_op").n_unique() > 1:  # ranks waiting in different collectives at the same step
+            kinds = ", ".join(f"{op} on {n} rank(s)" for op, n in part.group_by("_op").len().sort("_op").iter_rows())
+            rows.append({"node": None, "kind": "collective_mismatch", "rank": None, "gpu": None, "ts": part.get_column("ts").min(),
+                         "count": part.height, "message": f"collective {seq}: ranks called different collectives ({kinds})",
+                         "weight": float(sc["mismatch_weight"]), "category": "user",
+                         "action": "none for the node: the job's ranks called different collectives at the same step (a "
+                                   "code path some ranks skip); rerun with TORCH_DISTRIBUTED_DEBUG=DETAIL",
+                         "node_action": "none", "symptom": False})
+    if top is not None:
+        for r in per_rank.filter(pl.col("seq") < top).iter_rows(named=True):
+            rows.append({"node": r["node"], "kind": "nccl_timeout", "rank": r["rank"], "gpu": gpus.get(r["rank"]),
+                         "ts": r["ts"], "count": 1,
+                         "message": f"rank {r['rank']} stalled at collective {r['seq']} while other ranks reached {top}",
+                         "weight": float(sc["lagging_rank_weight"]), "category": "software",
+                         "action": "a rank hung before the collective (dataloader, deadlock, slow GPU): py-spy dump it; "
+                                   "drain its node if it repeats", "node_action": "watch", "symptom": False})
+    ranks = events.filter(pl.col("kind") == "nccl_comm_init").select(pl.col("rank"), "node").unique("rank")
+    quiet = ranks.join(per_rank.select("rank"), on="rank", how="anti")
+    if ranks.height and per_rank.height >= ranks.height / 2 and 0 < quiet.height < ranks.height / 2:
+        for node, part in quiet.group_by("node"):
+            rank = int(part.get_column("rank").min())
+            rows.append({"node": node[0], "kind": "nccl_timeout", "rank": rank, "gpu": gpus.get(rank),
+                         "ts": None, "count": part.height,
+                         "message": f"{part.height} rank(s) on {node[0]} never reported the timeout that "
+                                    f"{per_rank.height} other ranks reported",
+                         "weight": float(sc["missing_rank_weight"]), "category": "node",
+                         "action": "the ranks went silent: check whether their node crashed or hung",
+                         "node_action": "watch", "symptom": False})
+    if not rows:
+        return empty().drop("score")
+    return pl.DataFrame(rows, schema_overrides={"rank": pl.Int32, "gpu": pl.String, "ts": pl.Datetime("us", "UTC"),
+                                                "count": pl.UInt32})

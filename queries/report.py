@@ -1,0 +1,72 @@
+"""An explanation as text: the verdict first, then the candidates with their evidence, then the
+timeline (what ``observe explain`` prints)."""
+from __future__ import annotations
+
+from datetime import datetime
+
+from queries.explain import Explanation
+from queries.search import compact_nodes, first_line
+
+def report(e: Explanation) -> list[str]:
+    """The explanation as text lines: verdict first, then candidates, then the evidence timeline."""
+    def when(ts: datetime | None, fmt: str = "%Y-%m-%d %H:%M:%S") -> str:
+        return ts.strftime(fmt) if ts else "-"
+
+    nodes = compact_nodes(e.nodes) if e.nodes else "-"
+    lines = [f"job {e.job_id}  {e.state or 'state unknown'}  exit {e.exit_code or '-'}  "
+             f"{len(e.nodes)} node(s) {nodes}  {when(e.start)} -> {when(e.end)} UTC", ""]
+    r = e.root_cause
+    if r is None and (e.state or "").startswith("COMPLETED"):
+        lines.append("ROOT CAUSE  none: the job completed (candidates below are context only)")
+    elif r is None:
+        lines.append("ROOT CAUSE  none found: no event on the job's nodes or in its output explains it")
+    else:
+        if r["verdict"] == "undetermined":
+            lines.append(f"UNDETERMINED  confidence {r['confidence']:.2f}: the evidence is weak, points several ways or "
+                         "shows only symptoms; the likeliest cause, then the candidates:")
+        what = r["kind"] + (f" {r['code']}" if r["code"] is not None else "")
+        where = r["node"] or "(job output)"
+        gpu = f"  GPU {r['gpu']}" if r["gpu"] else ""
+        rank = f"  rank {r['rank']}" if r["rank"] is not None else ""
+        head = "LIKELIEST " if r["verdict"] == "undetermined" else "ROOT CAUSE"
+        lines += [f"{head}  {where}{gpu}{rank}  {what}  category {r['category']}  confidence {r['confidence']:.2f}",
+                  f"  {when(r['ts'])}  {first_line(r['message'])}",
+                  f"  action: {r['action']}  (for the node: {r['node_action']})"]
+    lines += [f"MISSING     {m}" for m in e.missing]
+    if e.candidates:
+        lines += ["", "CANDIDATES", f"  {'score':>5}  {'node':10} {'kind':26} {'code':>5}  {'first seen':19}  {'count':>5}  message"]
+        for c in _fold_symptoms(e.candidates):
+            code = "" if c["code"] is None else str(c["code"])
+            lines.append(f"  {c['score']:5.0f}  {c['node'] or '-':10} {c['kind']:26} {code:>5}  {when(c['ts']):19}  "
+                         f"{c['count']:5d}  {first_line(c['message'])[:100]}")
+            if c.get("evidence"):
+                lines.append(f"         why: {'; '.join(c['evidence'])}")
+    if e.timeline:
+        lines += ["", "TIMELINE (UTC)"]
+        for t in e.timeline:
+            code = f" {t['code']}" if t["code"] is not None else ""
+            many = f"  x{t['count']}" + (f" ({t['ranks']} ranks)" if t["ranks"] > 1 else "") if t["count"] > 1 else ""
+            lines.append(f"  {when(t['ts'], '%m-%d %H:%M:%S')}  {t['node'] or '-':10} {t['source']:7} "
+                         f"{t['kind'] + code:28}{many}  {(t['message'] or '')[:110]}")
+    return lines
+
+
+def _fold_symptoms(candidates: list[dict]) -> list[dict]:
+    """One row per symptom kind (what every rank reports), its nodes as a hostlist; causes as they are."""
+    out: list[dict] = []
+    folded: dict[str, dict] = {}
+    for c in candidates:
+        if not c.get("symptom") or c["node"] is None:
+            out.append(c)
+        elif c["kind"] in folded:
+            row = folded[c["kind"]]
+            row["_nodes"].append(c["node"])
+            row["count"] += c["count"]
+            row["ts"] = min(t for t in (row["ts"], c["ts"]) if t is not None) if row["ts"] or c["ts"] else None
+        else:
+            folded[c["kind"]] = row = {**c, "_nodes": [c["node"]]}
+            out.append(row)
+    for row in folded.values():
+        nodes = row.pop("_nodes")
+        row["node"] = compact_nodes(nodes) if len(nodes) > 1 else nodes[0]
+    return out
