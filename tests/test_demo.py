@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import re
-import time
 import xml.etree.ElementTree as ET
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -127,8 +126,6 @@ def test_target_bytes(tmp_path: Path) -> None:
     assert m.end - m.start > timedelta(hours=24)
 
 
-def test_small_run_is_fast(tmp_path: Path) -> None:
-    began = time.perf_counter()
+def test_small_run(tmp_path: Path) -> None:
     m = generate(tmp_path, nodes=2, hours=1, start=START)
-    assert time.perf_counter() - began < 1.0
     assert m.bytes > 10_000 and len([f for f in m.files if f.format == "syslog"]) == 2

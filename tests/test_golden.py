@@ -28,6 +28,7 @@ def _render(path: Path) -> str:
 def test_golden(case: Path, update_golden: bool) -> None:
     golden = case.with_suffix(".jsonl")
     got = _render(case)
-    if update_golden or not golden.exists():
+    if update_golden:
         golden.write_text(got)
+    assert golden.exists(), f"{golden.name} missing: run pytest --update-golden, then review what it wrote"
     assert got == golden.read_text()

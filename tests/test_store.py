@@ -266,3 +266,14 @@ def test_writer_frees_old_chunks_and_writes_every_row(store: Store) -> None:
     assert _rows(store).equals(expected)
     for f in store.files():  # plain Parquet strings on disk, whatever the writer was handed
         assert str(pq.read_schema(f).field("message").type) == "string"
+
+
+def test_compaction_keeps_one_of_rows_stored_twice(store: Store) -> None:
+    """The same rows written twice (two collectors, a replayed spool) are one set after compaction."""
+    rows = parse_file(Path(LOGS[0]), "kernel").with_columns(pl.lit("f0").alias("file_id"))
+    store.write(rows)
+    store.write(rows)
+    assert _rows(store).height == 2 * rows.height
+    for part in store.partitions():
+        store.compact(part, min_segments=1)
+    assert _rows(store).height == rows.height
