@@ -25,11 +25,17 @@ FACILITIES = "kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|
 #   fmt.Sprintf("%s: %7s: [%s]: %s", msg.Facility, msg.Priority, msg.Timestamp.Format(time.RFC3339Nano),
 #   msg.Message): "kern: warning: [2026-04-22T21:26:20.599488292Z]: NVRM: ..." (facility, level right-aligned
 #   to 7, the record's wall-clock time, then ``]: ``).
+# rsyslog's wall message (omusrmsg, the console broadcast of emerg lines) puts the tag before the text
+# with no space: source: rsyslog/rsyslog runtime/rsconf.c (v8) template_WallFmt "\r\n\7Message from
+#   syslogd@%HOSTNAME% at %timegenerated% ...\r\n %syslogtag%%msg%\n\r" (`` kernel:[ 964.13] watchdog: ...``,
+#   `` kernel:watchdog: ...``): the leading `` kernel:`` is header. A stamp takes one space after it;
+#   a line with no header keeps its leading blanks (a pasted, indented dmesg line).
+WALL_TAG = r"(?: ?kernel: ?)?"
 DMESG = (
-    r"(?:<(?P<pri>\d{1,3})>)?(?:(?P<fac>" + FACILITIES + r")\s*:\s*(?P<lvl>" + LEVELS + r")\s*:\s)?"
-    r"(?:\[\s*(?P<up>\d+\.\d+)\]|\[\s*\+\s*(?P<rel>\d+\.\d+)\]|\[(?P<ct>\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4})\]|"
+    WALL_TAG + r"(?:<(?P<pri>\d{1,3})>)?(?:(?P<fac>" + FACILITIES + r")\s*:\s*(?P<lvl>" + LEVELS + r")\s*:\s)?"
+    r"(?:(?:\[\s*(?P<up>\d+\.\d+)\]|\[\s*\+\s*(?P<rel>\d+\.\d+)\]|\[(?P<ct>\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4})\]|"
     r"\[(?P<tiso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d))\]:|"
-    r"(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[,.]\d+(?:Z|[+-]\d\d:?\d\d)?))?\s?"
+    r"(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[,.]\d+(?:Z|[+-]\d\d:?\d\d)?))\s?)?"
     # the kernel's syslog tag (rsyslog's %syslogtag% "kernel:") left in front of the text of a syslog line
     # whose stamp and host were cut away
     r"(?:kernel: )?"
@@ -43,6 +49,7 @@ NODE_PREFIX = (
     r"^(?P<host>[A-Za-z0-9][\w.-]*): (?:(?:" + FACILITIES + r")\s*:\s*(?:" + LEVELS + r")\s*:\s|"
     r"\[\s*\+?\s*\d+\.\d+\]|\[\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\]|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)"
 )
+INDENTED_DEVICE = r"^\s+[\w.-]+ [0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]: "
 KMSG = r"(?P<kpri>\d{1,4}),(?P<seq>\d+),(?P<usec>\d+),[^;]*;"
 STAMP = r"^(?:<\d{1,3}>)?(?:\[\s*\+?\s*\d+\.\d+\]|\[\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\]|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d,\d{6}|\d{1,4},\d+,\d+,[^;]*;)"
 _SYSLOG = Syslog()
@@ -58,8 +65,12 @@ class Kernel(Collector):
              r"|^[a-z]+\d?\s*:\s*(?:emerg|alert|crit|err|warn|notice|info|debug)\s*: ")  # dmesg -x
 
     def continuation(self, line: pl.Expr) -> pl.Expr:
-        """Indented details (call traces, ``NVRM:     ...``, kmsg ``KEY=value`` dictionary lines)."""
-        return line.str.contains(r"^(?:\[[^\]]*\])?(?: {2,}\S|\s?NVRM: {2,}\S)|^ [A-Z_]+=")
+        """Indented lines without a header (wrapped text, ``NVRM:     ...``, kmsg ``KEY=value`` dictionary
+        lines). A line with a dmesg stamp is a printk record of its own however indented its text (the
+        ``      Tainted:`` and `` __schedule+0x..`` lines of a report), and so is an indented line that
+        starts with a dev_printk device prefix (``     pcieport 0000:00:1c.5: ...``, a pasted dmesg line)."""
+        return (line.str.contains(r"^(?: {2,}\S|(?:\[[^\]]*\])?\s?NVRM: {2,}\S)|^ [A-Z_]+=")
+                & ~line.str.contains(INDENTED_DEVICE))
 
     def parse(self, records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
         """Route syslog-framed lines to the syslog parser and parse the others' dmesg/kmsg prefix."""

@@ -53,26 +53,62 @@ TORCH_LOGS_START = r"^\s*(?:\[(?:rank|default)\d+\]:)?[EWIFDC]\d{4} \d\d:\d\d:\d
 #   BASIC_FORMAT = "%(levelname)s:%(name)s:%(message)s" ("ERROR:torch.distributed.elastic.multiprocessing.api:...").
 PY_BASIC = r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL):(?:[A-Za-z_][\w.]*):"
 RANK_PREFIX = r"^\s*(?:\[(?:rank|default))?(\d{1,6})(?:\]:\s?|: )"  # [rank3]: or srun's 3:
-RANKED_INDENT = r"^(?:\s*" + TASK_LABEL + r"\s)?\s"
+# An indented line without a launcher label continues the record above (a traceback frame, a wrapped line);
+# a labelled one is a record of its own (the label is a header), except the lines of a Python traceback (one
+# exception report that the launcher labels line by line: source: python/cpython Lib/traceback.py
+# StackSummary.format, 3.x: '  File "{}", line {}, in {}\n' then the source line indented by four) and the
+# rows of torchrun's failure table, likewise one message: source: pytorch/pytorch
+# torch/distributed/elastic/multiprocessing/errors/__init__.py (v1.9-v2.9) _format_failure:
+# "[{idx}]:\n  time      : {time}\n  host      : {hostname}\n  rank      : {rank} (local_rank: {local_rank})\n
+# exitcode  : {exitcode} (pid: {pid})\n  error_file: {error_file}\n  traceback : {message}" (keys padded to 10).
+RANKED_INDENT = (r"^\s|^\s*" + TASK_LABEL + r"\s {2}[a-z_]{4,10} *: "
+                 + r"|^\s*" + TASK_LABEL + r" ? {2}(?:File \"[^\"]+\", line \d+|  +\S)")
 # torchrun's ChildFailedError prints each failure as an ``[i]:`` line and indented fields: the line
 # continues the heading before it ("Root Cause (first observed failure):"), so one record holds both
 FAILURE_INDEX = r"^\s*(?:" + TASK_LABEL + r"\s?)?\[\d+\]:\s*$"
+# and the rules of its box (ChildFailedError.format_msg: boarder "=" * width, section "-" * width, 60 wide by
+# default) belong to the same message.
+FAILURE_RULE = r"^\s*(?:" + TASK_LABEL + r"\s?)?(?:={20,}|-{20,})\s*$"
 # Lines of a multi-line exception message (no header of their own, not indented): PyTorch's reading of an
 # NCCL result and NCCL's last error after "NCCL error ..." (NCCLUtils.cpp getNcclErrorDetailStr: interpret +
 # "\nLast error:\n" + ncclGetLastError), and the advice c10 appends to a CUDA error (source: pytorch/pytorch
 # c10/cuda/CUDAMiscFunctions.cpp get_cuda_check_suffix, v1.10-v2.9: "\nCUDA kernel errors might be asynchronously
 # reported at some other API call, so the stacktrace below might be incorrect.\nFor debugging consider passing
 # CUDA_LAUNCH_BLOCKING=1"; c10/cuda/CUDAException.cpp v2.1+: "\nCompile with `TORCH_USE_CUDA_DSA` to enable
-# device-side assertions.\n").
+# device-side assertions.\n"), and the C++ backtrace a c10::Error carries in its text (source: pytorch/pytorch
+# c10/util/Logging.cpp (v1.x-v2.9) Error::Error(SourceLocation, msg): str("Exception raised from ", source_location,
+# " (most recent call first):\n", backtrace), source_location printed as "%s at %s:%d" (function, file, line;
+# c10/util/Exception.cpp operator<<); the frames by c10/util/Backtrace.cpp: "frame #" << n << ": " << symbol).
 EXCEPTION_TEXT = (
     r"^(?:nccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument|InvalidUsage|RemoteError): |Last error:"
     r"|CUDA kernel errors might be asynchronously reported|For debugging consider passing CUDA_LAUNCH_BLOCKING=1"
-    r"|Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions)"
+    r"|Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions"
+    r"|Exception raised from \S+ at \S+ \(most recent call first\):|frame #\d+: )"
 )
 RECORD_START = (
     r"^\s*(?:" + TASK_LABEL + r"\s?\S|(?:" + TORCHRUN_LABEL + r"\s?)?"
     r"(?:\[[EWIF][\d ]|\[\d+\]\s*[\w.-]+:\d+:\d+ |[\w.-]+:\d+:\d+ \[\d+\]))"
 )
+# A launcher's prefix before each line of a rank's output:
+# source: open-mpi/ompi orte/mca/iof/base/iof_base_output.c (v1.3-v4.1, mpirun --tag-output, --timestamp-output):
+#   snprintf(starttag, ORTE_IOF_BASE_TAG_MAX, "[%s,%s]<%s>:", ORTE_LOCAL_JOBID_PRINT(name->jobid),
+#   ORTE_VPID_PRINT(name->vpid), suffix) (suffix "stdout", "stderr" or "stddiag"; the vpid is the rank), with
+#   --timestamp-output "%s[%s,%s]<%s>:" after ctime(&mytime) less its newline.
+# source: horovod/horovod horovod/runner/common/util/safe_shell_exec.py prefix_connection (v0.20+, horovodrun's gloo
+#   launcher): '{time}[{rank}]<{prefix}>:' (time: time.asctime() with --prefix-output-with-timestamp, else '').
+#   A collector in front of either may stamp each line in ISO 8601 first (``2019-06-02T16:13:44.884Z: ``).
+# source: ray-project/ray python/ray/_private/worker.py print_worker_logs (v1.x-v2.x): "{}{}({}{}{}){} {}".format(
+#   colorama.Style.DIM, color, prefix_for(data) ("pid=", after the actor or task name and a space), pid,
+#   ", ip=" + ip when the worker is on another node, colorama.Style.RESET_ALL, line) (the SGR escapes may lose
+#   their ESC in a paste: ``[36m(RayWorkerWrapper pid=4009) ``).
+SGR = r"(?:\x1b?\[[0-9;]*m)*"
+LAUNCHER = (
+    SGR + r"(?:\((?:[\w.:-]+ )?pid=(?P<_lpid>\d+)(?:, ip=[\w.:-]+)?\)" + SGR + r" ?"
+    r"|(?:(?P<_liso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?): "
+    r"|(?P<_lctime>(?:Sun|Mon|Tue|Wed|Thu|Fri|Sat) \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}))?"
+    r"\[(?:\d+,)?(?P<_lrank>\d+)\]<(?:stdout|stderr|stddiag)>:)"
+)
+LAUNCHER_LITERALS = ["pid=", "]<std"]
 TORCH_LITERALS = ["ProcessGroup", "]:[", "[E ", "[W ", "[I ", "[F "]
 GLOG_START = r"^\s*\[[EWIF]\d{3,4} "
 PYLOG = (
@@ -81,6 +117,10 @@ PYLOG = (
 )
 PYLOG_FIXED = r"(\[?)(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)(\]?) "  # the first line's layout
 PYLOG_START = r"^\s*" + SRUN_LABEL + r"?(?:\[(?:rank|default)\d+\]:\s?)?\[?\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d"
+# After the stamp, the logger's name and the bracketed level are header too: source: pytorch/pytorch
+#   torch/_logging/_internal.py / torch/_dynamo/logging.py (v2.0-v2.2, the handler torch.distributed.elastic's
+#   loggers used then): TORCH_COMPILE_FORMATTER = logging.Formatter("[%(asctime)s] %(name)s: [%(levelname)s] %(message)s").
+PY_NAME_LEVEL = r"^[A-Za-z_][\w.]*: \[(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\] "
 PY_LEVEL = r"(?-u:\b)(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)(?-u:\b)"
 PY_LEVEL_LEAD = r"^\[?(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)(?-u:\b)"
 PY_SEVERITY = {"DEBUG": "debug", "INFO": "info", "WARNING": "warning", "WARN": "warning", "ERROR": "err",
@@ -116,15 +156,43 @@ class Nccl(Collector):
     priority = 5
     sniff = r"NCCL (?:INFO|WARN)|ProcessGroupNCCL|^\[rank\d+\]:"
 
-    continuation_hint = RANKED_INDENT + "|" + FAILURE_INDEX + "|" + EXCEPTION_TEXT
+    continuation_hint = RANKED_INDENT + "|" + FAILURE_INDEX + "|" + FAILURE_RULE + "|" + EXCEPTION_TEXT
 
     def continuation(self, line: pl.Expr) -> pl.Expr:
         """Indented lines (tracebacks, wrapped messages) that do not start a record themselves,
         ChildFailedError's ``[i]:`` lines and the unlabelled lines of an exception's message (EXCEPTION_TEXT)."""
         return ((line.str.contains(RANKED_INDENT) & ~line.str.contains(RECORD_START)) | line.str.contains(FAILURE_INDEX)
-                | line.str.contains(EXCEPTION_TEXT))
+                | line.str.contains(FAILURE_RULE) | line.str.contains(EXCEPTION_TEXT))
 
     def parse(self, records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
+        """A launcher's prefix (LAUNCHER: mpirun/horovodrun ``[1,12]<stdout>:``, Ray's ``(pid=4009)``) is
+        header: cut away (its rank, pid and time kept) before the line's own header is read."""
+        maybe = records.select(pl.col("raw").str.contains_any(LAUNCHER_LITERALS)).to_series()
+        if not maybe.any():
+            return self._parse(records, ctx)
+        g = split_header(records.filter(maybe), LAUNCHER)
+        has = g.get_column("msg").is_not_null()
+        if not has.any():
+            return self._parse(records, ctx)
+        pre = g.filter(has)
+        groups = ["_lpid", "_lrank", "_liso", "_lctime"]
+        inner = self._parse(pre.drop(*groups, "msg").with_columns(pre.get_column("msg").alias("raw")), ctx)
+        info = pre.select("offset", "raw", *groups)
+        inner = inner.drop("raw").join(info, on="offset", how="left")
+        for name, dtype in (("rank", pl.Int32), ("pid", pl.Int64)):
+            if name not in inner.columns:
+                inner = inner.with_columns(pl.lit(None, dtype=dtype).alias(name))
+        ts = pl.coalesce(tp.iso(pl.col("_liso"), ctx.tz), tp.ctime(pl.col("_lctime"), ctx.tz))
+        inner = inner.with_columns(
+            pl.coalesce(pl.col("rank").cast(pl.Int32, strict=False), pl.col("_lrank").cast(pl.Int32, strict=False)).alias("rank"),
+            pl.coalesce(pl.col("pid").cast(pl.Int64, strict=False), pl.col("_lpid").cast(pl.Int64, strict=False)).alias("pid"),
+            (pl.coalesce(pl.col("ts"), ts) if "ts" in inner.columns else ts).alias("ts"),
+        ).drop(*groups)
+        done = pre.get_column("offset")
+        rest = records.filter(~pl.col("offset").is_in(done.implode()))
+        return pl.concat([self._parse(rest, ctx), inner] if rest.height else [inner], how="diagonal_relaxed")
+
+    def _parse(self, records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
         """NCCL, PyTorch and Slurm client prefixes; any other text is a valid message.
 
         Cheap literal tests route each record to the one header regex that can match it.
@@ -189,7 +257,7 @@ def _rank(raw: pl.Expr) -> pl.Expr:
 def _text(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
     raw = pl.col("raw")
     text = part.select("raw", "offset", _rank(raw).alias("rank"),
-                       raw.str.replace(RANK_PREFIX, "").str.strip_chars().alias("message"))
+                       raw.str.replace(RANK_PREFIX, "").str.strip_chars_end().alias("message"))
     level = text.get_column("message").str.extract(PY_BASIC, 1)
     if level.is_null().all():
         return text
@@ -263,7 +331,7 @@ def _pylog(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
     return g.select(
         "raw", "offset", "ts", pl.col("rank").cast(pl.Int32).alias("rank"),
         _py_level(g.get_column("msg")).replace_strict(PY_SEVERITY, default=None, return_dtype=pl.String).alias("severity"),
-        pl.col("msg").alias("message"), pl.lit("python").alias("program"),
+        pl.col("msg").str.replace(PY_NAME_LEVEL, "").alias("message"), pl.lit("python").alias("program"),
     )
 
 

@@ -11,15 +11,27 @@ from collectors.syslog import Syslog
 from observe import timeparse as tp
 from observe.collector import Collector, Context, register, split_header
 
+# Also srun --label's task number (right-aligned, "%*d: ") before a step's line, and submitit's logging
+# layout in job output: source: facebookincubator/submitit submitit/core/logger.py (1.x) CONFIG formatter
+#   "submitit_basic": "%(name)s %(levelname)s (%(asctime)s) - %(message)s" (asctime "%Y-%m-%d %H:%M:%S,%f"[:3]).
+# source: SchedMD/slurm src/srun/srun_job.c / src/api/step_io.c (--label): the task id, padded to the widest, and ": ".
 HEADER = (
-    r"\s*(?:\[(?P<stamp>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:[+-]\d\d:?\d\d)?)\] )?"
+    r"\s*(?:\d{1,6}: )?"
+    r"(?:(?P<pyname>[A-Za-z_][\w.]*) (?P<pylvl>DEBUG|INFO|WARNING|ERROR|CRITICAL) "
+    r"\((?P<pystamp>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+)\) - )?"
+    r"(?:\[(?P<stamp>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:[+-]\d\d:?\d\d)?)\] )?"
     r"(?:\[(?P<step>\d+(?:\.\w+)?)\] )?(?:(?P<prog>slurmctld|slurmd|slurmstepd|slurmdbd|srun|salloc|sbatch|scontrol)"
     r"(?:-\S+)?: )?"
 )
 # srun, salloc and sbatch print through the same log.c: "srun: error: ..." (their messages in job output too)
-LEVEL = r"^(?:(?:slurmctld|slurmd|slurmstepd|slurmdbd|srun|salloc|sbatch): )?(error|fatal|warning|debug\d?|verbose|info): "
+# source: SchedMD/slurm src/common/log.c (17.02-24.11, _log_msg): pfx = "error: ", "fatal: ", "debug:  " (two
+#   spaces, aligned with "debug2: " and "debug3: ").
+LEVEL = r"^(?:(?:slurmctld|slurmd|slurmstepd|slurmdbd|srun|salloc|sbatch): )?(error|fatal|warning|debug\d?|verbose|info): {1,2}"
 SEVERITY = {"error": "err", "fatal": "crit", "warning": "warning", "verbose": "info", "info": "info"}
-JOB = r"(?:JobId=|StepId=|job_id=|JOB |STEP |job |step )(\d+(?:_\d+)?(?:\+\d+)?)"
+# source: SchedMD/slurm src/api/step_launch.c (_launch_handler): error("Task launch for %u.%u failed on node %s: %m",
+#   job_id, step_id, node_name) (before 20.11), error("Task launch for %ps failed on node %s: %m", ...) (20.11+,
+#   %ps prints "StepId=<job>.<step>"): the job, and the node the launch failed on.
+JOB = r"(?:JobId=|StepId=|job_id=|JOB |STEP |job |step |Task launch for )(\d+(?:_\d+)?(?:\+\d+)?)"
 # slurmctld messages about one node, which name it (that node is the event's node, not the host that
 # logged it). Only a single node name: a hostlist (``gpu[01-04]``, ``a,b``) names several.
 # source: SchedMD/slurm src/slurmctld/node_mgr.c 17.02-24.11: error("Node %s appears to have a different
@@ -36,16 +48,17 @@ JOB = r"(?:JobId=|StepId=|job_id=|JOB |STEP |job |step )(\d+(?:_\d+)?(?:\+\d+)?)
 #   host) (21.08+, log_flag prefixes "POWER: ")
 NODE = r"([^\s\[\],:]+)(?:[\s,:.]|$)"
 NODE_NAMED = (
-    r"^(?:slurmctld: )?(?:(?:error|warning|verbose|info|debug\d?): )?(?:POWER: )?(?:"
+    r"^(?:(?:slurmctld|srun): )?(?:(?:error|warning|verbose|info|debug\d?): {1,2})?(?:POWER: )?(?:"
     r"Node " + NODE.replace("(", "(?P<n1>", 1) + r"(?:appears to have a different slurm\.conf|has low |now responding)|"
     r"node " + NODE.replace("(", "(?P<n2>", 1) + r"returned to service|"
     r"_slurm_rpc_node_registration node=(?P<n3>[^\s\[\],:]+): |"
     r"Duplicated NodeHostName " + NODE.replace("(", "(?P<n4>", 1) + r"|"
     r"power_save: (?:re)?(?:waking|suspending) nodes " + NODE.replace("(", "(?P<n5>", 1) + r"|"
     r"node_did_resp (?:unable to find node )?" + NODE.replace("(", "(?P<n6>", 1) + r"|"
-    r"node_not_resp: node " + NODE.replace("(", "(?P<n7>", 1) + r")"
+    r"node_not_resp: node " + NODE.replace("(", "(?P<n7>", 1) + r"|"
+    r"Task launch for \S+ failed on node " + NODE.replace("(", "(?P<n8>", 1) + r")"
 )
-_NODE_GROUPS = ("n1", "n2", "n3", "n4", "n5", "n6", "n7")
+_NODE_GROUPS = ("n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8")
 _NODE_WORDS = r"[Nn]ode|NodeHostName|power_save"  # every NODE_NAMED wording holds one of these
 _SYSLOG = Syslog()
 
@@ -101,10 +114,13 @@ def named_node(df: pl.DataFrame) -> pl.DataFrame:
 
 def _native(records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
     g = split_header(records, HEADER)
-    known = pl.col("stamp").is_not_null() | pl.col("prog").is_not_null()
+    known = pl.col("stamp").is_not_null() | pl.col("prog").is_not_null() | pl.col("pystamp").is_not_null()
+    py_severity = pl.col("pylvl").replace_strict({"DEBUG": "debug", "INFO": "info", "WARNING": "warning", "ERROR": "err",
+                                                  "CRITICAL": "crit"}, default=None, return_dtype=pl.String)
     return g.select(
-        "raw", "offset", tp.iso(pl.col("stamp"), ctx.tz).alias("ts"), pl.col("prog").alias("program"),
-        pl.when(known).then(pl.col("msg")).alias("message"),
+        "raw", "offset", pl.coalesce(tp.iso(pl.col("stamp"), ctx.tz), tp.iso(pl.col("pystamp"), ctx.tz)).alias("ts"),
+        pl.col("prog").alias("program"),
+        pl.when(known).then(pl.col("msg")).otherwise(pl.col("raw")).alias("message"),
         pl.col("step").str.extract(r"^(\d+)", 1).alias("job_id"), pl.lit("slurm").alias("source"),
-        pl.lit(None, dtype=pl.String).alias("severity"),
+        py_severity.alias("severity"),
     )

@@ -41,11 +41,20 @@ HOST = r"(?:(?P<host>[^\s\[]*[^\s\[:]) )?"
 #   (left out with --no-hostname), " identifier" (or comm, or "unknown"), "[pid]", ": ", message; %b is
 #   the locale's abmon (observe/timeparse.py MONTHS), `` 3月`` (ja_JP) padded with a space.
 # Also the Sandia archive prefix (``- 1131566461 2005.11.09 dn228 ``) and a year after the clock.
+# busybox syslogd writes the facility and level between host and message, by name (syslog.h's
+# facilitynames/prioritynames, the first name of each value: "err", "warn", "emerg"): source: mirror/busybox
+#   sysklogd/syslogd.c timestamp_and_log (1.x): parse_fac_prio_20(pri, res); sprintf(G.printbuf,
+#   "%s %.64s %s %s\n", timestamp, G.hostname, res, msg) (``Sep 13 14:34:10 ccgx user.err kernel: ...``).
+BUSYBOX_PRIO = (r"(?:(?:kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|mark|security|local[0-7])"
+                r"\.(?P<blvl>emerg|panic|alert|crit|err|error|warn|warning|notice|info|debug) )")
+BUSYBOX_SEVERITY = {"emerg": "emerg", "panic": "emerg", "alert": "alert", "crit": "crit", "err": "err",
+                    "error": "err", "warn": "warning", "warning": "warning", "notice": "notice", "info": "info",
+                    "debug": "debug"}
 MONTH = r"(?P<mon>\p{L}{2,6}\.?|\d{1,2}[月월])"
 RFC3164 = (
     r"(?:(?P<tb_label>\S+) (?P<tb_epoch>\d{9,11}) (?P<tb_date>\d{4}\.\d\d\.\d\d) (?P<tb_node>\S+) )?"
     r"(?:<(?P<pri>\d{1,3})>)? ?" + MONTH + r" {1,2}(?P<day>\d{1,2}) (?P<clock>\d\d:\d\d:\d\d(?:\.\d+)?) "
-    r"(?:(?P<year>\d{4}) )?" + HOST + TAG
+    r"(?:(?P<year>\d{4}) )?" + HOST + BUSYBOX_PRIO + "?" + TAG
 )
 # source: rsyslog/rsyslog tools/smfile.c (RSYSLOG_FileFormat,
 #   "%TIMESTAMP:::date-rfc3339% %HOSTNAME% %syslogtag%%msg:::sp-if-no-1st-sp%%msg:::drop-last-lf%\n") and
@@ -202,11 +211,11 @@ def kernel_uptime(df: pl.DataFrame) -> pl.DataFrame:
 #   (kernel-open/common/inc/nv.h): the GPU (gpu).
 PCI_ADDRESS = r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]"
 DEVICE_PREFIX = (
-    r"^(?:[\w.-]+ (?P<pci>" + PCI_ADDRESS + r")(?: (?P<ibdev>[\w.-]+))?|infiniband (?P<classdev>[\w.-]+)): "
+    r"^\s*(?:[\w.-]+ (?P<pci>" + PCI_ADDRESS + r")(?: (?P<ibdev>[\w.-]+))?|infiniband (?P<classdev>[\w.-]+)): "
     r"(?:(?:[\w.-]+:)?\w+:\d+:\(pid (?P<dpid>\d+)\): )?"
 )
 NVRM_GPU = r"^NVRM: GPU (?P<nvgpu>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): "
-_DEVICE_LINE = r"^(?:[\w.-]+ [0-9a-f]{4}:[0-9a-f]{2}:|infiniband [\w.-]+: |NVRM: GPU [0-9a-fA-F]{4}:)"
+_DEVICE_LINE = r"^\s*(?:[\w.-]+ [0-9a-f]{4}:[0-9a-f]{2}:|infiniband [\w.-]+: |NVRM: GPU [0-9a-fA-F]{4}:)"
 
 
 def kernel_device(df: pl.DataFrame) -> pl.DataFrame:
@@ -255,19 +264,31 @@ def _rfc3164_fast(part: pl.DataFrame) -> pl.DataFrame:
     if g.select(hostless.any()).item():
         g = g.with_columns(pl.when(hostless).then(raw.str.slice(16)).otherwise(pl.col("body")).alias("body"),
                            pl.when(~hostless).then(pl.col("host")).alias("host"))
-    g = g.with_columns(
-        pl.col("body").str.splitn(": ", 2).struct.rename_fields(["tagpart", "msg"]).alias("_t")
-    ).unnest("_t")
     tagged = pl.col("msg").is_not_null() & (pl.col("tagpart") != "") & ~pl.col("tagpart").str.contains(" ", literal=True)
+    g = _tag_split(g).with_columns(tagged.alias("_tagged"))
+    severity = pl.lit(None, dtype=pl.String)
+    if not g.get_column("_tagged").all():  # a few lines: busybox's ``user.err`` before the tag?
+        g = g.with_columns(pl.when(~pl.col("_tagged")).then(pl.col("body")).str.extract(r"^" + BUSYBOX_PRIO, 1).alias("_blvl"))
+        if g.get_column("_blvl").null_count() < g.height:
+            g = _tag_split(g.drop("tagpart", "msg").with_columns(
+                pl.when(pl.col("_blvl").is_not_null()).then(pl.col("body").str.splitn(" ", 2).struct.field("field_1"))
+                .otherwise(pl.col("body")).alias("body"))).with_columns(tagged.alias("_tagged"))
+            severity = pl.col("_blvl").replace_strict(BUSYBOX_SEVERITY, default=None, return_dtype=pl.String)
     g = g.with_columns(
-        pl.when(tagged).then(pl.col("tagpart").str.splitn("[", 2)).alias("_p")
+        pl.when(pl.col("_tagged")).then(pl.col("tagpart").str.splitn("[", 2)).alias("_p")
     ).unnest("_p")
     g = g.with_columns(
         pl.col("field_0").alias("tag"),
         pl.col("field_1").str.strip_suffix("]").alias("pid"),
-        pl.when(tagged).then(pl.col("msg")).otherwise(pl.col("body")).alias("msg"),
+        pl.when(pl.col("_tagged")).then(pl.col("msg")).otherwise(pl.col("body")).alias("msg"),
     )
-    return _common(g, pl.col("_ts"), pl.col("host"), pl.lit(None, dtype=pl.String))
+    return _common(g, pl.col("_ts"), pl.col("host"), severity)
+
+
+def _tag_split(g: pl.DataFrame) -> pl.DataFrame:
+    return g.with_columns(
+        pl.col("body").str.splitn(": ", 2).struct.rename_fields(["tagpart", "msg"]).alias("_t")
+    ).unnest("_t")
 
 
 def _rfc3164_regex(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
@@ -281,7 +302,9 @@ def _rfc3164_regex(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
     host = pl.coalesce(pl.col("tb_node"), pl.col("host").str.extract(r"^([^/]+)", 1))
     ok = pl.col("msg").is_not_null() & tp.month_number(pl.col("mon")).is_not_null()  # else no header at all
     g = g.with_columns(pl.when(ok).then(pl.col(c)).alias(c) for c in ["msg", "tag", "pid", "host", "pri"])
-    return _common(g, ts, host, severity_from_pri(pl.col("pri")))
+    severity = pl.coalesce(severity_from_pri(pl.col("pri")),
+                           pl.col("blvl").replace_strict(BUSYBOX_SEVERITY, default=None, return_dtype=pl.String))
+    return _common(g, ts, host, severity)
 
 def _rfc3339(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
     g = split_header(part, RFC3339)

@@ -297,3 +297,109 @@ def test_a_word_before_a_colon_is_no_host_without_a_dmesg_stamp(tmp_path: Path) 
 def test_kernel_tag_left_before_the_text(tmp_path: Path) -> None:
     (row,) = _rows(tmp_path, [f"kernel: {XID79}"], collector="kernel", boot_time=BOOT)
     assert row["message"] == XID79 and row["kind"] == "gpu_xid"
+
+
+# busybox syslogd timestamp_and_log: sprintf(printbuf, "%s %.64s %s %s\n", timestamp, hostname, res, msg),
+# res = parse_fac_prio_20(pri) "<facility>.<level>" by name
+def test_busybox_syslogd_facility_level(tmp_path: Path) -> None:
+    rows = _rows(tmp_path, ["Sep 13 14:34:10 ccgx user.err kernel: [43500.179242] INFO: task dbus:1339 blocked for more than 120 seconds.",
+                            "Sep 13 14:34:10 ccgx daemon.warn sshd[812]: Connection reset by peer"], "kernel")
+    assert _fields(rows[0]) == (_at(2023, 9, 13, 14, 34, 10), "ccgx", "kernel", 1339,
+                                "INFO: task dbus:1339 blocked for more than 120 seconds.")
+    assert rows[0]["severity"] == "err" and '"uptime":"43500.179242"' in rows[0]["attrs"]
+    assert rows[0]["kind"] == "hung_task" and rows[0]["pid"] == 1339
+    assert _fields(rows[1])[1:] == ("ccgx", "sshd", 812, "Connection reset by peer") and rows[1]["severity"] == "warning"
+
+
+# rsyslog template_WallFmt "\r\n\7Message from syslogd@%HOSTNAME% at %timegenerated% ...\r\n %syslogtag%%msg%\n\r":
+# the console broadcast's text line is " kernel:" + the message, no space between
+@pytest.mark.parametrize(("line", "uptime"), [
+    (" kernel:[55716.328117] watchdog: BUG: soft lockup - CPU#0 stuck for 27s! [node:1984]", "55716.328117"),
+    ("kernel:[  964.133943] watchdog: BUG: soft lockup - CPU#2 stuck for 22s! [Xorg:1104]", "964.133943"),
+    ("kernel:watchdog: BUG: soft lockup - CPU#2 stuck for 22s! [Xorg:1104]", None),
+])
+def test_rsyslog_wall_message_kernel_tag(tmp_path: Path, line: str, uptime: str | None) -> None:
+    (row,) = _rows(tmp_path, [line], "kernel")
+    assert row["message"].startswith("watchdog: BUG: soft lockup") and row["program"] == "kernel"
+    assert row["kind"] == "soft_lockup" and row["attrs"] is not None
+    assert (f'"uptime":"{uptime}"' in row["attrs"]) == (uptime is not None)
+
+
+# A dmesg stamp starts a printk record whatever the indentation of its text (the hung-task report's
+# "      Tainted:" line, call-trace lines); a pasted, indented line with a dev_printk prefix is a record too
+def test_indented_kernel_lines_with_a_header_are_records(tmp_path: Path) -> None:
+    rows = _rows(tmp_path, ["[26825.855448] INFO: task ntpd:11794 blocked for more than 120 seconds.",
+                            "[26825.860651]       Tainted: G        W   E     4.19.0-6-amd64 #1 Debian 4.19.67-2+deb10u2",
+                            "[34315.154331]  __schedule+0x282/0x870",
+                            "     pcieport 0000:00:1c.5: PCIe Bus Error: severity=Corrected, type=Physical Layer, id=00e5(Receiver ID)",
+                            "     pcieport 0000:00:1c.5:   device [8086:9d15] error status/mask=00000001/00002000"], "kernel")
+    assert [r["message"] for r in rows] == [
+        "INFO: task ntpd:11794 blocked for more than 120 seconds.",
+        "      Tainted: G        W   E     4.19.0-6-amd64 #1 Debian 4.19.67-2+deb10u2",
+        " __schedule+0x282/0x870",
+        "     pcieport 0000:00:1c.5: PCIe Bus Error: severity=Corrected, type=Physical Layer, id=00e5(Receiver ID)",
+        "     pcieport 0000:00:1c.5:   device [8086:9d15] error status/mask=00000001/00002000"]
+    assert rows[3]["kind"] == "pcie_aer" and '"pci":"0000:00:1c.5"' in rows[3]["attrs"]
+    assert '"pci":"0000:00:1c.5"' in rows[4]["attrs"]
+
+
+# open-mpi/ompi orte/mca/iof/base/iof_base_output.c "[%s,%s]<%s>:" (jobid, vpid, stream), a collector's ISO stamp
+# before it; horovodrun '{time}[{rank}]<{prefix}>:'; ray print_worker_logs "({actor} pid={pid}) "
+def test_launcher_prefixes_are_header(tmp_path: Path) -> None:
+    rows = _rows(tmp_path, [
+        "2019-06-02T16:13:44.884Z: [1,12]<stdout>:node-57:815:864 [0] transport/net_ib.cu:80 NCCL WARN NET/IB : Got async event : local catastrophic error",
+        "2019-06-02T16:13:44.884Z: [1,12]<stdout>:",
+        "[1,3]<stderr>:node-2:900:901 [3] NCCL INFO comm 0x7f0a8834b870 rank 3 nranks 4",
+        "Sun Jun  2 16:13:44 2019[5]<stdout>:Epoch 1 done",
+        "[36m(RayWorkerWrapper pid=4009) [rank1]:[E ProcessGroupNCCL.cpp:1537] [PG 1 Rank 1] Timeout at NCCL work: 158046, "
+        "last enqueued NCCL work: 158046, last completed NCCL work: 158045.",
+        "(pid=77, ip=10.0.0.2) hello"], "nccl")
+    got = [(r["rank"], r["pid"], r["node"], r["kind"], r["message"]) for r in rows]
+    assert got[0] == (12, 815, "node-57", "nccl_net_error",
+                      "transport/net_ib.cu:80 NCCL WARN NET/IB : Got async event : local catastrophic error")
+    assert rows[0]["ts"] == _at(2019, 6, 2, 16, 13, 44).replace(microsecond=884000)
+    assert got[1][0] == 12 and got[1][4] == ""
+    assert got[2][:4] == (3, 900, "node-2", "nccl_comm_init")
+    assert got[3][0] == 5 and got[3][4] == "Epoch 1 done" and rows[3]["ts"] == _at(2019, 6, 2, 16, 13, 44)
+    assert got[4][:2] == (1, 4009) and got[4][3] == "nccl_watchdog"
+    assert got[5][1] == 77 and got[5][4] == "hello"
+
+
+# pytorch torch/_dynamo/logging.py TORCH_COMPILE_FORMATTER "[%(asctime)s] %(name)s: [%(levelname)s] %(message)s"
+def test_torch_compile_formatter_name_and_level_are_header(tmp_path: Path) -> None:
+    (row,) = _rows(tmp_path, ["[2024-05-08 08:47:31,261] torch.distributed.elastic.multiprocessing.api: [WARNING] "
+                              "Sending process 5938 closing signal SIGTERM"], "nccl")
+    assert row["message"] == "Sending process 5938 closing signal SIGTERM"
+    assert row["severity"] == "warning" and row["pid"] == 5938
+
+
+# A task label is header: each labelled line is a record of its own, except the lines of a Python
+# traceback (cpython Lib/traceback.py StackSummary.format: '  File "{}", line {}, in {}' and the source
+# line under it) and the rows of torchrun's failure table, which continue their record
+def test_a_labelled_traceback_is_one_record(tmp_path: Path) -> None:
+    rows = _rows(tmp_path, ["[rank2]: Traceback (most recent call last):",
+                            '[rank2]:   File "/lus/bench.py", line 301, in <module>',
+                            "[rank2]:     main()",
+                            "[rank2]: RuntimeError: boom",
+                            "[rank2]: an ordinary line"], "nccl")
+    assert [(r["rank"], r["kind"], r["message"].count("\n")) for r in rows] == [
+        (2, "python_traceback", 2), (2, "python_exception", 0), (2, "log", 0)]
+
+
+# submitit/core/logger.py "%(name)s %(levelname)s (%(asctime)s) - %(message)s"; srun --label "%*d: "
+def test_submitit_and_srun_label_in_job_output(tmp_path: Path) -> None:
+    rows = _rows(tmp_path, ["submitit WARNING (2022-08-12 02:06:11,453) - Bypassing signal SIGCONT",
+                            "  0: slurmstepd: error: *** STEP 25551887.0 ON h19c25 CANCELLED AT 2021-11-23T19:29:13 DUE TO TIME LIMIT ***",
+                            "PARTITION AVAIL  TIMELIMIT  NODES  STATE NODELIST"], "slurm")
+    assert rows[0]["message"] == "Bypassing signal SIGCONT" and rows[0]["severity"] == "warning"
+    assert rows[0]["ts"] == _at(2022, 8, 12, 2, 6, 11).replace(microsecond=453000)
+    assert rows[1]["program"] == "slurmstepd" and rows[1]["message"].startswith("error: *** STEP 25551887.0")
+    assert rows[2]["kind"] == "log" and rows[2]["message"] == "PARTITION AVAIL  TIMELIMIT  NODES  STATE NODELIST"
+
+
+# torch/distributed/elastic/multiprocessing/errors/__init__.py ChildFailedError.format_msg: the "=" * 60 and
+# "-" * 60 rules of the failure box are lines of the same message
+def test_child_failed_box_rules_continue_the_block(tmp_path: Path) -> None:
+    rows = _rows(tmp_path, ["Root Cause (first observed failure):", "[0]:", "  time      : 2024-03-05_07:01:51",
+                            "  rank      : 0 (local_rank: 0)", "  exitcode  : 1 (pid: 69811)", "=" * 60], "nccl")
+    assert len(rows) == 1 and rows[0]["raw"].endswith("=" * 60)

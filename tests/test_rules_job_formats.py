@@ -347,6 +347,50 @@ CASES = {
         "torch_elastic_failed", {"code": -9, "pid": 333202, "severity": "err",
                                  "message": "failed (exitcode: -9) local_rank: 0 (pid: 333202) of binary: /usr/bin/python3"},
         {}),
+    # NVIDIA/nccl net_ib.cc ncclIbAsyncThreadMain WARN("NET/IB : Got async event : %s", str)
+    "ib async event": (
+        "nccl", "gpu01:815:864 [0] transport/net_ib.cc:80 NCCL WARN NET/IB : Got async event : local catastrophic error",
+        "nccl_net_error", {"node": "gpu01", "pid": 815}, {"event": "local catastrophic error"}),
+    # aws-ofi-nccl NCCL_OFI_WARN("Request %p completed with error. RC: %d. Error: %d (%s). Completed length: %ld, ...")
+    "ofi request completed with error": (
+        "nccl", "[rank3]: NET/OFI Request 0x7f14cc5b60c0 completed with error. RC: 113. Error: 2 (UNDELIVERABLE). Completed length: 0",
+        "nccl_net_error", {"rank": 3, "code": 113}, {"prov_errno": "2", "detail": "UNDELIVERABLE"}),
+    # NVIDIA/nccl init.cu 2.1-2.3 commAlloc INFO(NCCL_INIT,"comm %p rank %d nranks %d", comm, rank, ndev)
+    "comm init 2.3": (
+        "nccl", "ta1-1:2712:2824 [0] NCCL INFO comm 0x7fa94834c010 rank 1 nranks 2",
+        "nccl_comm_init", {"rank": 1, "node": "ta1-1"}, {"nranks": "2"}),
+    # ProcessGroupNCCL.cpp v2.3-v2.4 c10::str(logPrefix(), "Timeout at NCCL work: ", seq, ", last enqueued NCCL work: ", ...)
+    "watchdog timeout at work v2.3": (
+        "nccl", "[rank1]:[E ProcessGroupNCCL.cpp:1537] [PG 1 Rank 1] Timeout at NCCL work: 158046, last enqueued NCCL work: "
+        "158046, last completed NCCL work: 158045.",
+        "nccl_watchdog", {"rank": 1}, {"seq": "158046", "last_completed": "158045"}),
+    # c10/cuda/CUDACachingAllocator.cpp "CUDA out of memory. Tried to allocate " (the exception's class name varies)
+    "cuda oom bare class": (
+        "nccl", "OutOfMemoryError: CUDA out of memory. Tried to allocate 1.71 GiB (GPU 0; 6.00 GiB total capacity)",
+        "cuda_oom", {}, {}),
+    "cuda oom text only": (
+        "nccl", "...CUDA out of memory. Tried to allocate 30.29 GiB. GPU 0 has a total capacity of 10.74 GiB",
+        "cuda_oom", {}, {}),
+    # cpython traceback.py "%s: %s" for the builtin Exception class
+    "python bare Exception": (
+        "nccl", "Exception: expected value at line 1 column 1", "python_exception", {}, {"exception": "Exception"}),
+    # slurm step_launch.c error("Task launch for %u.%u failed on node %s: %m") / "%ps" (20.11+)
+    "srun task launch failed": (
+        "slurm", "srun: error: Task launch for 36.0 failed on node cn131: Job credential expired",
+        "log", {"job_id": "36", "node": "cn131", "program": "srun"}, {}),
+    "srun task launch failed 20.11": (
+        "slurm", "srun: error: Task launch for StepId=125452.4 failed on node gpu07: Unable to layout tasks on given cpus",
+        "log", {"job_id": "125452", "node": "gpu07"}, {}),
+    # slurm node_mgr.c debug("Node %s has low real_memory size (%u < %u)") with log.c's "debug:  " prefix
+    "slurmctld low real_memory debug": (
+        "slurm", STAMP + "debug:  Node hb120v2-2 has low real_memory size (435161 < 443596)",
+        "slurm_config_error", {"node": "hb120v2-2"}, {}),
+    # slurm sinfo default format "%#P %.5a %.10l %.6D %.6t %N"
+    "sinfo default row fail": (
+        "slurm", "cpu          up 7-00:00:00      1  fail* f005", "slurm_node_down", {"node": "f005"}, {"state": "fail*"}),
+    "sinfo default row draining range": (
+        "slurm", "cpu          up 7-00:00:00     55  drng@ d[001-032],f[001-004,006-024]", "slurm_node_drain", {"node": None},
+        {"state": "drng@", "partition": "cpu"}),
     # slurmd req.c _rpc_batch_job
     "slurmd batch job launch": (
         "slurm", STAMP + "Launching batch job 63532 for UID 1000", "slurm_job_start", {"job_id": "63532"}, {"uid": "1000"}),

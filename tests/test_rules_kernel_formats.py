@@ -365,3 +365,28 @@ def test_mlx5_command_timeout(line: str, command: str) -> None:
     row = _check(line, "ib_hca_error", command=command, error="command_timeout")
     assert row["attrs"]["pci"] == line.split()[1].rstrip(":")
     assert row["pid"] == int(line.split("(pid ")[1].split(")")[0])
+
+
+# mlx5 cmd.c mlx5_cmd_check "%s(0x%x) op_mod(0x%x) failed, status %s(0x%x), syndrome (0x%x)\n" after
+# mlx5_core_err's "%s:%d:(pid %d): ", with or without the dev_printk device prefix; mlx5_cmd_out_err (v6.x) adds uid
+@pytest.mark.parametrize(("line", "command", "pid"), [
+    ("mlx5_cmd_check:810:(pid 923941): create_mkey(0x200) op_mod(0x0) failed, status bad parameter(0x3), syndrome (0x35e6ec)",
+     "create_mkey", 923941),
+    ("mlx5_core 0000:ab:00.0: mlx5_cmd_out_err:838:(pid 4242): CREATE_MKEY(0x200) op_mod(0x0) uid(0) failed, status bad "
+     "parameter(0x3), syndrome (0x11ed7d), err(-22)", None, 4242),
+])
+def test_mlx5_command_failed(line: str, command: str | None, pid: int) -> None:
+    row = _check(line, "ib_hca_error", pid=pid)
+    if command:
+        assert row["attrs"].get("command") == command
+
+
+# NVIDIA driver 390.x (closed resman) after the Xid 79 line: "NVRM: GPU at %04x:%02x:%02x.%x has fallen off the bus."
+def test_nvrm_old_fallen_off_the_bus_wording() -> None:
+    _check("NVRM: GPU at 0000:06:00.0 has fallen off the bus.", "gpu_fell_off_bus", gpu="0000:06:00")
+
+
+# drivers/pci/pcie/aer.c "PCIe Bus Error: severity=%s, type=%s, (%s)" hard-wrapped after the severity
+def test_aer_severity_without_type() -> None:
+    _check("pcieport 0000:00:1c.5: PCIe Bus Error: severity=Corrected,", "pcie_aer", aer="corrected")
+    _check("pcieport 0000:00:1c.5: PCIe Bus Error: severity=Uncorrected (Non-Fatal), ", "pcie_aer", aer="non_fatal")
