@@ -251,11 +251,13 @@ def _past(store: Store, run: Run, causes: Causes) -> pl.DataFrame:
 
 def _succeeded_with(store: Store, run: Run, events: pl.DataFrame, causes: Causes) -> base_rate.BaseRates | None:
     """For the run's catalogued events on its nodes, the successful jobs they also showed during in
-    the ``base_rate_days`` before it (see :mod:`queries.base_rate`)."""
+    the ``base_rate_days`` before it (see :mod:`queries.base_rate`). Not for symptoms, which every
+    failure shows whatever its cause: they would only cost reading every job's watchdog lines."""
     anchor = run.start or run.end
     if anchor is None:
         return None
-    kinds = sorted(set(events.get_column("kind").unique().drop_nulls()) & set(causes.kinds()))
+    causal = {c.kind for c in causes.causes.values() if not c.symptom}
+    kinds = sorted(set(events.get_column("kind").unique().drop_nulls()) & causal)
     since = anchor - timedelta(days=causes.scoring["base_rate_days"])
     return base_rate.succeeded_with(store, run.nodes, kinds, since, anchor)
 
