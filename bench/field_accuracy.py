@@ -3,12 +3,12 @@ and per field, against labels a person wrote by reading the lines (tests/fixture
 
     python bench/field_accuracy.py                    # every set: dev, tune and heldout
     python bench/field_accuracy.py --set dev          # real/: the lines the rules were first written from
-    python bench/field_accuracy.py --set extra        # extra/: more lines collected to tune on
+    python bench/field_accuracy.py --set extra        # extra/ and extra2/: more lines collected to tune on
     python bench/field_accuracy.py --set tune         # heldout/, half its threads: tuned on since
     python bench/field_accuracy.py --set heldout      # heldout/, the other half: never tuned on
 
-The sets: dev is tests/fixtures/corpus/real, extra is tests/fixtures/corpus/extra (collected to tune
-on, from threads in neither of the others); heldout/ (collected later from other public threads) is
+The sets: dev is tests/fixtures/corpus/real, extra and extra2 are tests/fixtures/corpus/extra and
+extra2 (collected to tune on, from threads in none of the others); heldout/ (collected later from other public threads) is
 split by source thread (observe.real_lines.halves: within each file, every other thread): half 0 is
 the tune set, which parsers may be fixed against, half 1 the heldout set, which nothing is tuned on
 and whose figure is the one to believe.
@@ -61,7 +61,7 @@ from observe.printable import printable  # noqa: E402
 from observe.real_lines import halves, sources  # noqa: E402
 
 CORPUS = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "corpus"
-SETS = {"dev": ("real", None), "extra": ("extra", None), "tune": ("heldout", 0),
+SETS = {"dev": ("real", None), "extra": ("extra", None), "extra2": ("extra2", None), "tune": ("heldout", 0),
         "heldout": ("heldout", 1)}  # set: its folder under CORPUS, and which half of it (None: all)
 # The collector a site configures for each corpus file (by file stem)
 SOURCE = {"xid": "kernel", "ib_pcie": "kernel", "oom": "kernel", "nvrm": "kernel", "aer_edac": "kernel",
