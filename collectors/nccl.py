@@ -100,15 +100,17 @@ RECORD_START = (
 # source: ray-project/ray python/ray/_private/worker.py print_worker_logs (v1.x-v2.x): "{}{}({}{}{}){} {}".format(
 #   colorama.Style.DIM, color, prefix_for(data) ("pid=", after the actor or task name and a space), pid,
 #   ", ip=" + ip when the worker is on another node, colorama.Style.RESET_ALL, line) (the SGR escapes may lose
-#   their ESC in a paste: ``[36m(RayWorkerWrapper pid=4009) ``).
+#   their ESC in a paste: ``[36m(RayWorkerWrapper pid=4009) ``). A paste that lost the ``(pid=N)`` label keeps
+#   only colorama.Style.RESET_ALL ("\x1b[0m") and the space before the line: ``[0m ip-10-0-0-1:14605:14673 [0] ...``.
 SGR = r"(?:\x1b?\[[0-9;]*m)*"
 LAUNCHER = (
     SGR + r"(?:\((?:[\w.:-]+ )?pid=(?P<_lpid>\d+)(?:, ip=[\w.:-]+)?\)" + SGR + r" ?"
+    r"|\x1b?\[0m "
     r"|(?:(?P<_liso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?): "
     r"|(?P<_lctime>(?:Sun|Mon|Tue|Wed|Thu|Fri|Sat) \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}))?"
     r"\[(?:\d+,)?(?P<_lrank>\d+)\]<(?:stdout|stderr|stddiag)>:)"
 )
-LAUNCHER_LITERALS = ["pid=", "]<std"]
+LAUNCHER_LITERALS = ["pid=", "]<std", "[0m "]
 TORCH_LITERALS = ["ProcessGroup", "]:[", "[E ", "[W ", "[I ", "[F "]
 GLOG_START = r"^\s*\[[EWIF]\d{3,4} "
 PYLOG = (

@@ -15,8 +15,11 @@ from observe.collector import Collector, Context, register, split_header
 # layout in job output: source: facebookincubator/submitit submitit/core/logger.py (1.x) CONFIG formatter
 #   "submitit_basic": "%(name)s %(levelname)s (%(asctime)s) - %(message)s" (asctime "%Y-%m-%d %H:%M:%S,%f"[:3]).
 # source: SchedMD/slurm src/srun/srun_job.c / src/api/step_io.c (--label): the task id, padded to the widest, and ": ".
+# Also `docker compose logs`' prefix for a containerised daemon's output (the service's container name, not a host):
+# source: docker/compose cmd/formatter/logs.go (v2) presenter.setPrefix: fmt.Sprintf("%-"+strconv.Itoa(width)+"s | ",
+#   p.name) (width: the longest name plus one, so at least one space before "| "); colour codes only on a terminal.
 HEADER = (
-    r"\s*(?:\d{1,6}: )?"
+    r"(?:[A-Za-z0-9][\w.-]* +\| )?\s*(?:\d{1,6}: )?"
     r"(?:(?P<pyname>[A-Za-z_][\w.]*) (?P<pylvl>DEBUG|INFO|WARNING|ERROR|CRITICAL) "
     r"\((?P<pystamp>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+)\) - )?"
     r"(?:\[(?P<stamp>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:[+-]\d\d:?\d\d)?)\] )?"
@@ -31,7 +34,9 @@ SEVERITY = {"error": "err", "fatal": "crit", "warning": "warning", "verbose": "i
 # source: SchedMD/slurm src/api/step_launch.c (_launch_handler): error("Task launch for %u.%u failed on node %s: %m",
 #   job_id, step_id, node_name) (before 20.11), error("Task launch for %ps failed on node %s: %m", ...) (20.11+,
 #   %ps prints "StepId=<job>.<step>"): the job, and the node the launch failed on.
-JOB = r"(?:JobId=|StepId=|job_id=|JOB |STEP |job |step |Task launch for )(\d+(?:_\d+)?(?:\+\d+)?)"
+# source: SchedMD/slurm src/slurmd/slurmstepd/mgr.c 20.11 (later releases: step->step_id.job_id): error("container_g_join
+#   failed: %u", job->step_id.job_id): the job whose container the task could not join.
+JOB = r"(?:JobId=|StepId=|job_id=|JOB |STEP |job |step |Task launch for |container_g_join failed: )(\d+(?:_\d+)?(?:\+\d+)?)"
 # slurmctld messages about one node, which name it (that node is the event's node, not the host that
 # logged it). Only a single node name: a hostlist (``gpu[01-04]``, ``a,b``) names several.
 # source: SchedMD/slurm src/slurmctld/node_mgr.c 17.02-24.11: error("Node %s appears to have a different
@@ -43,6 +48,8 @@ JOB = r"(?:JobId=|StepId=|job_id=|JOB |STEP |job |step |Task launch for )(\d+(?:
 # source: SchedMD/slurm src/slurmctld/proc_req.c 17.02-24.11: error("_slurm_rpc_node_registration node=%s: %s",
 #   node_reg_stat_msg->node_name, slurm_strerror(error_code))
 # source: SchedMD/slurm src/common/read_config.c 17.02-24.11: error("Duplicated NodeHostName %s in the config file", ...)
+# source: SchedMD/slurm src/common/forward.c 20.02-24.11 (fwd_tree_thread, _forward_thread): error("%s: can't find address
+#   for host %s, check slurm.conf", __func__, name) (srun's and the daemons' message forwarding: the node it names)
 # source: SchedMD/slurm src/slurmctld/power_save.c: verbose("power_save: waking nodes %s", host) and
 #   "suspending nodes %s", "rewaking nodes %s" (17.02-20.11); log_flag(POWER, "power_save: waking nodes %s",
 #   host) (21.08+, log_flag prefixes "POWER: ")
@@ -56,10 +63,11 @@ NODE_NAMED = (
     r"power_save: (?:re)?(?:waking|suspending) nodes " + NODE.replace("(", "(?P<n5>", 1) + r"|"
     r"node_did_resp (?:unable to find node )?" + NODE.replace("(", "(?P<n6>", 1) + r"|"
     r"node_not_resp: node " + NODE.replace("(", "(?P<n7>", 1) + r"|"
-    r"Task launch for \S+ failed on node " + NODE.replace("(", "(?P<n8>", 1) + r")"
+    r"Task launch for \S+ failed on node " + NODE.replace("(", "(?P<n8>", 1) + r"|"
+    r"\w+: can't find address for host " + NODE.replace("(", "(?P<n9>", 1) + r")"
 )
-_NODE_GROUPS = ("n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8")
-_NODE_WORDS = r"[Nn]ode|NodeHostName|power_save"  # every NODE_NAMED wording holds one of these
+_NODE_GROUPS = ("n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8", "n9")
+_NODE_WORDS = r"[Nn]ode|NodeHostName|power_save|address for host"  # every NODE_NAMED wording holds one of these
 _SYSLOG = Syslog()
 
 

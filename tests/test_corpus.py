@@ -124,3 +124,40 @@ def test_slurm_events() -> None:
     assert "nid001277" in out.filter(pl.col("kind") == "slurm_oom").get_column("node").to_list()
     polish = parse_file(REAL / "xid.log", "kernel").filter(pl.col("node") == "testowy")
     assert polish.get_column("ts").dt.month().to_list() == [4] * 4
+
+
+EXTRA2 = CORPUS / "extra2"
+EXTRA2_FILES = {"slurm.log": "slurm", "aer_edac.log": "kernel", "nccl.log": "nccl"}
+LABEL_KEYS = {"line", "text", "record", "family", "kind", "fields", "message", "emitter", "note"}
+
+
+@pytest.mark.parametrize("name", sorted(EXTRA2_FILES))
+def test_extra2_every_line_labelled_once_in_order(name: str) -> None:
+    """extra2/labels/<stem>.jsonl (written by reading, LABELS.md): one label per non-blank line, same text."""
+    lines = [(i, t) for i, t in enumerate((EXTRA2 / name).read_text().splitlines(), 1) if t.strip()]
+    labels = [json.loads(x) for x in (EXTRA2 / "labels" / name.replace(".log", ".jsonl")).read_text().splitlines()]
+    assert [(d["line"], d["text"]) for d in labels] == lines
+    for d in labels:
+        assert set(d) <= LABEL_KEYS and d["record"] in ("start", "continuation"), d
+        assert ("kind" in d) == (d["record"] == "start"), d
+
+
+@pytest.mark.parametrize("name", sorted(EXTRA2_FILES))
+def test_extra2_no_line_lost(name: str) -> None:
+    out = parse_file(EXTRA2 / name, EXTRA2_FILES[name])
+    joined = "\n".join(out.get_column("raw").to_list())
+    assert all(line in joined for line in (EXTRA2 / name).read_text().splitlines() if line.strip())
+    assert out.filter(pl.col("kind") == "unparsed").height == 0
+
+
+def test_extra2_machine_checks_and_daemon_failures() -> None:
+    """Only a machine-check report's first line is an mce event (its TSC/PROCESSOR and CPER lines are details);
+    slurmd's "slurmd initialization failed" ends the daemon, under any of the four wrappers the file holds."""
+    kernel = parse_file(EXTRA2 / "aer_edac.log", "kernel")
+    mce = kernel.filter(pl.col("kind") == "mce").get_column("message").to_list()
+    assert len(mce) == 13 and not any("TSC " in m or "PROCESSOR " in m or "event severity" in m for m in mce)
+    slurm = parse_file(EXTRA2 / "slurm.log", "slurm")
+    fatal = slurm.filter(pl.col("kind") == "slurm_daemon_fatal")
+    assert fatal.height == 4 and set(fatal.get_column("message")) == {"error: slurmd initialization failed"}
+    drain = slurm.filter(pl.col("kind") == "slurm_node_drain").get_column("node").to_list()
+    assert drain == ["ip-10-2-1-120", "ip-10-2-1-120"]

@@ -394,7 +394,65 @@ CASES = {
     # slurmd req.c _rpc_batch_job
     "slurmd batch job launch": (
         "slurm", STAMP + "Launching batch job 63532 for UID 1000", "slurm_job_start", {"job_id": "63532"}, {"uid": "1000"}),
+    # slurmctld node_mgr.c 17.02-20.02 validate_node_specs: error ("Setting node %s state to DRAIN", reg_msg->node_name)
+    "slurmctld registration drain": (
+        "slurm", STAMP + "error: Setting node ip-10-2-1-120 state to DRAIN", "slurm_node_drain",
+        {"node": "ip-10-2-1-120"}, {"state": "DRAIN"}),
+    # slurmd.c main: error( "slurmd initialization failed" ); exit(1), in slurmd.log and on stderr
+    "slurmd initialization failed log file": (
+        "slurm", STAMP + "error: slurmd initialization failed", "slurm_daemon_fatal", {}, {"init": "slurmd initialization failed"}),
+    "slurmd initialization failed stderr": (
+        "slurm", "slurmd: error: slurmd initialization failed", "slurm_daemon_fatal", {"program": "slurmd"}, {}),
+    # slurmstepd mgr.c _log_task_exit: verbose("task %lu (%lu) exited with exit code %d.", ...) and
+    # verbose("task %lu (%lu) exited. Killed by signal %d%s.", ...), in slurmd.log with the step prefix "[%ps] "
+    "slurmstepd task exit code": (
+        "slurm", STAMP + "[15.0] task 0 (12064) exited with exit code 1.", "slurm_task_exit",
+        {"job_id": "15", "pid": 12064, "code": 1}, {"tasks": "0"}),
+    "slurmstepd task killed by signal": (
+        "slurm", STAMP + "[15.0] task 3 (12067) exited. Killed by signal 9.", "slurm_task_exit",
+        {"job_id": "15", "pid": 12067}, {"signal": "9"}),
+    # slurm forward.c: error("%s: can't find address for host %s, check slurm.conf", __func__, name): the node named
+    "srun forward cannot resolve node": (
+        "slurm", "srun: error: fwd_tree_thread: can't find address for host ip-172-31-7-136, check slurm.conf",
+        "log", {"node": "ip-172-31-7-136", "program": "srun"}, {}),
+    # slurmstepd mgr.c: error("container_g_join failed: %u", job->step_id.job_id)
+    "slurmstepd container join failed": (
+        "slurm", "slurmstepd: error: container_g_join failed: 119383", "log", {"job_id": "119383", "program": "slurmstepd"}, {}),
+    # docker/compose cmd/formatter/logs.go setPrefix: fmt.Sprintf("%-"+width+"s | ", name) before the daemon's line
+    "docker compose prefix before slurmd log line": (
+        "slurm", "slurm-mail-el8-23.11.8-compute  | [2025-04-21T10:57:14.247] error: slurmd initialization failed",
+        "slurm_daemon_fatal", {"message": "error: slurmd initialization failed"}, {}),
 }
+
+
+def test_slurmstepd_clean_task_exit_is_no_event(tmp_path: Path) -> None:
+    """mgr.c logs every reaped task; exit code 0 is the normal end, not a task failure."""
+    path = tmp_path / "input.log"
+    path.write_text(STAMP + "[15.0] task 0 (12064) exited with exit code 0.\n")
+    assert parse_file(path, "slurm").get_column("kind").to_list() == ["log"]
+
+
+def test_docker_compose_prefix_keeps_the_stamp(tmp_path: Path) -> None:
+    """logs.go pads the service name to the widest plus one, then " | ": the daemon's own stamp follows."""
+    path = tmp_path / "input.log"
+    path.write_text("c1  | [2025-04-21T10:57:14.247] error: cannot find cgroup plugin for cgroup/v2\n"
+                    "slurmctld-long-name | [2025-04-21T10:57:15.000] Running as primary controller\n")
+    rows = parse_file(path, "slurm").to_dicts()
+    assert [r["ts"].strftime("%Y-%m-%dT%H:%M:%S.%f")[:23] for r in rows] == ["2025-04-21T10:57:14.247", "2025-04-21T10:57:15.000"]
+    assert [r["message"] for r in rows] == ["error: cannot find cgroup plugin for cgroup/v2", "Running as primary controller"]
+
+
+def test_ray_reset_remnant_before_nccl_prefix(tmp_path: Path) -> None:
+    """ray worker.py print_worker_logs: "{DIM}{color}({prefix}{pid}){RESET_ALL} {line}"; a paste that lost the
+    "(pid=N)" label keeps "[0m " (RESET_ALL without its ESC) before NCCL's host:pid:tid prefix."""
+    path = tmp_path / "out.log"
+    path.write_text("[0m ip-172-31-0-137:14605:14673 [0] misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]\n"
+                    "\x1b[0m ip-172-31-0-137:14605:14688 [0] NCCL INFO Channel 00/04 :    0   1\n")
+    rows = parse_file(path, "nccl").to_dicts()
+    assert [(r["node"], r["pid"]) for r in rows] == [("ip-172-31-0-137", 14605)] * 2
+    assert rows[0]["kind"] == "nccl_warn"
+    assert rows[0]["message"] == "misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]"
+    assert rows[1]["message"] == "NCCL INFO Channel 00/04 :    0   1"
 
 
 def test_agent_closing_signal_names_the_worker(tmp_path: Path) -> None:

@@ -390,3 +390,45 @@ def test_nvrm_old_fallen_off_the_bus_wording() -> None:
 def test_aer_severity_without_type() -> None:
     _check("pcieport 0000:00:1c.5: PCIe Bus Error: severity=Corrected,", "pcie_aer", aer="corrected")
     _check("pcieport 0000:00:1c.5: PCIe Bus Error: severity=Uncorrected (Non-Fatal), ", "pcie_aer", aer="non_fatal")
+
+
+# drivers/pci/pcie/aer.c v4.19-v5.x: aer_print_error's "PCIe Bus Error: severity=%s, type=%s, (%s)" through pci_err() /
+# pci_printk(), whose dev_fmt "AER: " comes after the dev_printk device prefix (the endpoint's own driver here)
+@pytest.mark.parametrize(("line", "aer"), [
+    ("alx 0000:07:00.0: AER: PCIe Bus Error: severity=Corrected, type=Data Link Layer, (Receiver ID)", "corrected"),
+    ("nvidia 0000:3b:00.0: AER: PCIe Bus Error: severity=Uncorrected (Non-Fatal), type=Transaction Layer, (Requester ID)",
+     "non_fatal"),
+    ("pcieport 0000:00:03.0: AER: PCIe Bus Error: severity=Uncorrected (Fatal), type=Transaction Layer, (Requester ID)", "fatal"),
+])
+def test_aer_bus_error_with_dev_fmt_prefix(line: str, aer: str) -> None:
+    row = _check(line, "pcie_aer", aer=aer)
+    assert row["attrs"]["pci"] == line.split()[1].rstrip(":")
+
+
+# arch/x86/kernel/cpu/mce/core.c __print_mce: the report's first line HW_ERR "CPU %d: Machine Check%s: %Lx Bank %d: %016Lx"
+# is the event; the TSC/ADDR/MISC/PROCESSOR lines it prints after are its details. drivers/acpi/apei/ghes.c likewise:
+# "{%u}" HW_ERR "Hardware error from APEI Generic Hardware Error Source: %d", then cper_estatus_print's section lines.
+# drivers/edac/mce_amd.c amd_decode_mce: HW_ERR "%s" (decode_error_status) then "CPU:%d (%x:%x:%x) MC%d_STATUS[...".
+@pytest.mark.parametrize("line", [
+    "mce: [Hardware Error]: Machine check events logged",
+    "mce: [Hardware Error]: CPU 0: Machine Check: 0 Bank 4: a600000000020408",
+    "mce: [Hardware Error]: CPU 1: Machine Check Exception: 5 Bank 6: be00000000800400",
+    "mce: [Hardware Error]: Machine check: Processor context corrupt",
+    "{1}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: 4",
+    "[Hardware Error]: Corrected error, no action required.",
+    "[Hardware Error]: CPU:0 (17:31:0) MC255_STATUS[-|CE|-|-|AddrV|-|-|-]",
+])
+def test_machine_check_report_lines(line: str) -> None:
+    _check(line, "mce")
+
+
+@pytest.mark.parametrize("line", [
+    "mce: [Hardware Error]: TSC 0 ADDR fef4c9e0 ",
+    "mce: [Hardware Error]: TSC 0 ADDR 1422ff800 MISC 13020004086 ",
+    "mce: [Hardware Error]: PROCESSOR 0:706a1 TIME 1537152664 SOCKET 0 APIC 0 microcode 28",
+    "{1}[Hardware Error]: event severity: recoverable",
+    "{1}[Hardware Error]: section_type: memory error",
+    "{1}[Hardware Error]: physical_address: 0x0000000e16677000",
+])
+def test_machine_check_detail_lines_are_log(line: str) -> None:
+    assert _one(line)["kind"] == "log"
