@@ -33,9 +33,14 @@ FACILITIES = "kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|
 WALL_TAG = r"(?: ?kernel: ?)?"
 DMESG = (
     WALL_TAG + r"(?:<(?P<pri>\d{1,3})>)?(?:(?P<fac>" + FACILITIES + r")\s*:\s*(?P<lvl>" + LEVELS + r")\s*:\s)?"
-    r"(?:(?:\[\s*(?P<up>\d+\.\d+)\]|\[\s*\+\s*(?P<rel>\d+\.\d+)\]|\[(?P<ct>\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4})\]|"
+    # source: util-linux sys-utils/dmesg.c (2.23-2.40): "[%5ld.%06ld] " (uptime), with -d
+    # "[%5ld.%06ld <%12.06f>] " (and the gap to the previous line), -H/--reltime "[%b%e %H:%M] " once a minute
+    # (short_ctime) and "[  +%ld.%06ld] " between, --ctime "[%a %b %e %H:%M:%S %Y] "; the kernel's caller id
+    # (CONFIG_PRINTK_CALLER, 5.1+) "[    T1] " or "[    C3] " follows the stamp
+    r"(?:(?:\[\s*(?P<up>\d+\.\d+)(?: <\s*(?P<gap>\d+\.\d+)>)?\]|\[\s*\+\s*(?P<rel>\d+\.\d+)\]|"
+    r"\[(?P<rmon>[A-Z][a-z]{2})(?P<rday>[ \d]?\d) (?P<rclock>\d\d:\d\d)\]|\[(?P<ct>\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4})\]|"
     r"\[(?P<tiso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d))\]:|"
-    r"(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[,.]\d+(?:Z|[+-]\d\d:?\d\d)?))\s?)?"
+    r"(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[,.]\d+(?:Z|[+-]\d\d:?\d\d)?))\s?(?:\[\s*[TC]\d+\] )?)?"
     # the kernel's syslog tag (rsyslog's %syslogtag% "kernel:") left in front of the text of a syslog line
     # whose stamp and host were cut away
     r"(?:kernel: )?"
@@ -51,7 +56,7 @@ NODE_PREFIX = (
 )
 INDENTED_DEVICE = r"^\s+[\w.-]+ [0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]: "
 KMSG = r"(?P<kpri>\d{1,4}),(?P<seq>\d+),(?P<usec>\d+),[^;]*;"
-STAMP = r"^(?:<\d{1,3}>)?(?:\[\s*\+?\s*\d+\.\d+\]|\[\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\]|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d,\d{6}|\d{1,4},\d+,\d+,[^;]*;)"
+STAMP = r"^(?:<\d{1,3}>)?(?:\[\s*\+?\s*\d+\.\d+(?: <\s*\d+\.\d+>)?\]|\[[A-Z][a-z]{2}[ \d]?\d \d\d:\d\d\]|\[\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\]|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d,\d{6}|\d{1,4},\d+,\d+,[^;]*;)"
 _SYSLOG = Syslog()
 
 
@@ -104,13 +109,15 @@ def _dmesg(records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
     g = split_header(split_header(records, KMSG).rename({"msg": "kmsg"}), DMESG)
     kmsg = pl.col("kmsg").is_not_null()
     up = pl.when(kmsg).then(pl.col("usec").cast(pl.Float64) / 1e6).otherwise(pl.col("up").cast(pl.Float64))
-    ts = pl.coalesce(tp.iso(pl.coalesce("tiso", "iso"), ctx.tz), tp.ctime(pl.col("ct"), ctx.tz), tp.since_boot(up, ctx.boot_time))
+    minute = tp.yearless(pl.col("rmon"), pl.col("rday").str.strip_chars(), pl.col("rclock") + ":00", ctx.reference_time, ctx.tz)
+    ts = pl.coalesce(tp.iso(pl.coalesce("tiso", "iso"), ctx.tz), tp.ctime(pl.col("ct"), ctx.tz), tp.since_boot(up, ctx.boot_time),
+                     pl.when(pl.col("rmon").is_not_null()).then(minute))
     severity = pl.coalesce(
         severity_from_pri(pl.coalesce("kpri", "pri")),
         pl.col("lvl").replace({"warn": "warning"}),
     )
     attrs = attrs_json([
-        ("uptime", pl.coalesce(pl.col("up"), (pl.col("usec").cast(pl.Float64) / 1e6).cast(pl.String))), ("seq", pl.col("seq")), ("delta", pl.col("rel")),
+        ("uptime", pl.coalesce(pl.col("up"), (pl.col("usec").cast(pl.Float64) / 1e6).cast(pl.String))), ("seq", pl.col("seq")), ("delta", pl.coalesce("rel", "gap")),
         ("facility", pl.col("fac")),
     ])
     return kernel_device(g.select(
