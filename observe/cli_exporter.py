@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import signal
-import socket
 import sys
 import threading
 from pathlib import Path
@@ -12,6 +11,7 @@ import typer
 
 from observe.cli_base import StoreOpt, _fail, _store, app, err
 from observe.exporter import MAX_SERIES
+from observe.hostname import this_node
 from queries.search import parse_span
 
 exporter_app = typer.Typer(
@@ -88,7 +88,7 @@ def node_cmd(
         spool, node = spool or cfg.spool, node or cfg.node
     if spool is None and store is None:
         _fail("nothing to report: give --config or --spool (collector counters) and/or --store (health results)")
-    metrics = NodeMetrics(node or socket.gethostname().split(".")[0], spool, _store(store) if store else None)
+    metrics = NodeMetrics(node or this_node(), spool, _store(store) if store else None)
     _run(metrics, serving, textfile, once)
 
 

@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from observe.cli_base import StoreOpt, _fail, _store, _time, app, err, out
+from observe.hostname import this_node
 from queries.search import parse_span
 
 health_app = typer.Typer(help="Node health checks (GPU burn, all-reduce, GPU count, InfiniBand) and their policy.",
@@ -64,9 +65,7 @@ def health_run_cmd(
                           escape(r.summary))
         out.print(table)
     if record:
-        import socket
-
-        _store(store).write(as_events(results, node or socket.gethostname().split(".")[0], rules_.get("version", "")))
+        _store(store).write(as_events(results, node or this_node(), rules_.get("version", "")))
     raise typer.Exit(1 if any(r.status.value == "FAIL" for r in results) else 0)
 
 
@@ -85,14 +84,12 @@ def inject_fault_cmd(
 
     Example: observe health inject-fault --xid 79 --yes   then watch: observe query --kind gpu_xid --since 5m
     """
-    import socket
-
     from observe.health.drill import inject
 
     if not yes:
         _fail("a drill can drain this node: add --yes to write the fault")
     try:
-        line = inject(xid, gpu, to, node or socket.gethostname().split(".")[0])
+        line = inject(xid, gpu, to, node or this_node())
     except ValueError as exc:
         _fail(str(exc))
     except OSError as exc:

@@ -10,7 +10,6 @@ are shipped to the central store (:mod:`observe.ship`).
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ import polars as pl
 
 from observe import collector as registry
 from observe.collector import Collector, Context
+from observe.hostname import this_node
 from observe.ingest import (InputError, ParseInput, choose, job_from_name, joined_records, last_record_start,
                             parse_unit, sample_of)
 from observe.reader import peek_head
@@ -70,7 +70,7 @@ class Config:
     spool: Path
     store: str
     inputs: tuple[InputSpec, ...]
-    node: str = field(default_factory=lambda: socket.gethostname().split(".")[0])
+    node: str = field(default_factory=this_node)
     flush_interval_s: float = 5.0
     partial_timeout_s: float = 5.0
     max_batch_bytes: int = 64 << 20

@@ -191,3 +191,12 @@ def test_cli_health_run_records_results(tmp_path: Path) -> None:
     assert events.filter(pl.col("kind") == "health_check").get_column("message")[0].startswith("gpu_burn PASS")
     bad = _cli("run", "--checks", "gpu_burn,nope", env=env)
     assert bad.returncode == 2 and "unknown check(s) nope" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_this_node_is_slurms_name_else_the_short_host_name(monkeypatch) -> None:
+    import socket
+
+    from observe.hostname import this_node
+    monkeypatch.setattr(socket, "gethostname", lambda: "gpu042.cluster.local")
+    assert this_node({}) == "gpu042"
+    assert this_node({"SLURMD_NODENAME": "node-a17"}) == "node-a17"

@@ -12,6 +12,7 @@ import socket
 import time
 
 from observe.health.result import Result, Status, unknown
+from observe.hostname import this_node
 
 NAME = "allreduce"
 UNITS = {"KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30}
@@ -112,7 +113,7 @@ def _rank_main(rank: int, world: int, plan: dict, queue) -> dict | None:
                 wrong += int(not bool((x == expected).all()))
             total += elapsed
             out[size] = (elapsed / plan["iterations"], wrong)
-        node = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+        node = this_node()
         mine = {"node": node, "rank": rank, "sizes": out, "seconds": total}
         gathered = [None] * world
         dist.all_gather_object(gathered, mine)

@@ -8,7 +8,6 @@ The fault policy (:mod:`observe.health.faults`, policy [faults]) decides: a rebo
 from __future__ import annotations
 
 import os
-import socket
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from observe import provenance
 from observe.collector import Context
 from observe.health import faults
 from observe.health.result import Result, Status, unknown
+from observe.hostname import this_node
 from observe.ingest import parse_bytes
 from observe.schema import conform
 from observe.streams import read_kmsg
@@ -30,7 +30,7 @@ LOG_MAX = 64 << 20  # of a kernel log file, the last this many bytes are read
 
 def run(opts: dict) -> Result:
     """FAIL when a GPU fault on this node is open and calls for a remedy; the action is the gravest."""
-    node = opts.get("node") or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    node = opts.get("node") or this_node()
     boot = datetime.fromisoformat(opts["boot_time"]) if opts.get("boot_time") else boot_time()
     rules = opts["policy"]["faults"]
     now = datetime.now(timezone.utc)
