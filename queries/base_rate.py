@@ -30,12 +30,10 @@ def succeeded_with(store: Store, nodes: list[str], kinds: list[str], since: date
     logged it, when it was logged, and completed: per node of ``nodes`` and fleet-wide. Jobs come
     from the store's job index (``observe compact`` or ingest writes it); none without one."""
     none = BaseRates(pl.DataFrame(schema=SCHEMA), pl.DataFrame(schema=FLEET))
-    path = jobs.index_path(store)
-    if not nodes or not kinds or not path.exists():
+    completed = jobs.completed_on_nodes(store)
+    if not nodes or not kinds or completed is None:
         return none
-    ok = (pl.scan_parquet(path)
-          .filter(pl.col("state").str.starts_with("COMPLETED"), pl.col("start") >= since, pl.col("end") <= until)
-          .explode("nodes").select(pl.col("nodes").alias("node"), "job_id", "start", "end").sort("start").collect())
+    ok = completed.filter(pl.col("start") >= since, pl.col("end") <= until).sort("start").collect()
     if ok.is_empty():
         return none
     seen = (search(store, since=since, until=until, kinds=kinds)

@@ -120,6 +120,16 @@ def index_path(store: Store) -> Path:
     return store.root / "index" / "jobs.parquet"
 
 
+def completed_on_nodes(store: Store) -> pl.LazyFrame | None:
+    """(node, job_id, start, end) of every run the job index holds that completed, one row per node
+    it ran on; None without an index. What a node does while its jobs succeed is its background."""
+    path = index_path(store)
+    if not path.exists():
+        return None
+    return (pl.scan_parquet(path).filter(pl.col("state").str.starts_with("COMPLETED"))
+            .explode("nodes").select(pl.col("nodes").alias("node"), "job_id", "start", "end"))
+
+
 def write_index(store: Store) -> int:
     """Write every run in the store to ``index/jobs.parquet`` (atomically); returns the runs written.
 

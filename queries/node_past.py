@@ -30,12 +30,10 @@ def unrecovered(store: Store, nodes: list[str], kinds: list[str], since: datetim
         return faults
     ends = (search(store, since=since, until=until + slack, nodes=nodes, kinds=recovered_by)
             .select("node", "ts").drop_nulls().collect())
-    path = jobs.index_path(store)
-    if path.exists():
-        ok = (pl.scan_parquet(path)
-              .filter(pl.col("state").str.starts_with("COMPLETED"), pl.col("end") >= since, pl.col("end") < until + slack)
-              .explode("nodes").filter(pl.col("nodes").is_in(nodes))
-              .select(pl.col("nodes").alias("node"), pl.col("end").alias("ts")).collect())
+    completed = jobs.completed_on_nodes(store)
+    if completed is not None:
+        ok = (completed.filter(pl.col("end") >= since, pl.col("end") < until + slack, pl.col("node").is_in(nodes))
+              .select("node", pl.col("end").alias("ts")).collect())
         ends = pl.concat([ends, ok.cast(ends.schema)])
     last_end = ends.group_by("node").agg(pl.col("ts").max().alias("_ended"))
     return (faults.join(last_end, on="node", how="left")
