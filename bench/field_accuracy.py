@@ -72,6 +72,9 @@ ROUTE = "system_file"
 COLUMNS = ("kind", "code", "gpu", "pid", "rank", "node", "program", "job_id", "message")
 INTEGERS = {"code", "pid", "rank", "seq", "timeout_ms", "port"}
 STAMP = re.compile(r"^(?:(?:(\d{4})-)?(\d{2})-(\d{2}) )?(\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?$")
+# A line that starts with a stamp of its own (dmesg, syslog, ISO 8601): labelled ``continuation``, it
+# goes against LABELS.md's one-record-per-header convention (counted and shown, not rescored)
+OWN_STAMP = re.compile(r"^(?:\s*(?:<\d+>)?\[\s*\+?\d+\.\d{6}\]|[^\W\d_]{3,5}\.? [ \d]\d \d\d:\d\d:\d\d |\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d)")
 
 
 class StaleLabels(Exception):
@@ -249,7 +252,8 @@ def score_file(path: Path, labels_path: Path, source: str, set_name: str = "dev"
         event = by_offset.get(line.offset)
         where = {"set": set_name, "file": shown, "line": line.number, "family": label.get("family") or "?"}
         start = label["record"] == "start"
-        res.records.append({**where, "record": label["record"], "right": (event is not None) == start})
+        res.records.append({**where, "record": label["record"], "right": (event is not None) == start,
+                            "stamped": not start and OWN_STAMP.match(line.text) is not None})
         if not start:
             continue
         attrs = json.loads(event["attrs"]) if event is not None and event["attrs"] else {}
@@ -305,7 +309,8 @@ def _frame(rows: list[dict], schema: dict) -> pl.DataFrame:
 def summary(res: Result) -> dict:
     """Per set: per family, per field and overall counts (what the table and --json show)."""
     checks = _frame(res.checks, {"set": pl.String, "family": pl.String, "field": pl.String, "right": pl.Boolean})
-    recs = _frame(res.records, {"set": pl.String, "family": pl.String, "record": pl.String, "right": pl.Boolean})
+    recs = _frame(res.records, {"set": pl.String, "family": pl.String, "record": pl.String, "right": pl.Boolean,
+                                "stamped": pl.Boolean})
     start, cont = pl.col("record") == "start", pl.col("record") == "continuation"
     fams = recs.group_by("set", "family").agg(
         pl.len().alias("lines"),
@@ -313,6 +318,8 @@ def summary(res: Result) -> dict:
         (start & pl.col("right")).sum().alias("starts_found"),
         cont.sum().alias("continuations"),
         (cont & pl.col("right")).sum().alias("joined_right"),
+        pl.col("stamped").sum().alias("stamped_continuations"),
+        (pl.col("stamped") & ~pl.col("right")).sum().alias("stamped_started"),
     ).join(checks.group_by("set", "family").agg(pl.len().alias("checked"), pl.col("right").sum().alias("right")),
            on=["set", "family"], how="left").fill_null(0).sort("set", "family")
     fields = checks.group_by("set", "field").agg(pl.len().alias("checked"), pl.col("right").sum().alias("right")) \
@@ -375,6 +382,9 @@ def table(summ: dict) -> list[str]:
         out.append(f"  overall: {o['right']}/{o['checked']} fields right ({_pct(o['accuracy'])}), "
                    f"{o['starts_found']}/{o['starts']} record starts found, "
                    f"{o['joined_right']}/{o['continuations']} continuation lines joined")
+        if o["stamped_continuations"]:
+            out.append(f"  {o['stamped_continuations']} lines labelled continuation carry a stamp of their own, against "
+                       f"LABELS.md's one record per header; {o['stamped_started']} of them are among the misses")
         out.append("")
     return out
 

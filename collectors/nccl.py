@@ -12,19 +12,40 @@ import re
 
 import polars as pl
 
-from collectors.slurm import slurm_severity
+from collectors.slurm import SLURM_PROGRAMS, slurm_fields
 from observe import timeparse as tp
 from observe.collector import Collector, Context, register, split_header
 from observe.rules import any_of, scatter_rows
 
 # ASCII classes: the regex engine runs them twice as fast as Unicode \w and \d
 # What a launcher puts before each task's lines: srun --label's right-aligned ``12: `` (task id),
-# torchrun's ``[default3]:`` / ``[rank3]:``
+# torchrun's ``[default3]:`` / ``[rank3]:``: source: pytorch/pytorch torch/distributed/elastic/multiprocessing/tail_log.py
+#   TailLog (v1.9-v2.9): the prefix f"[{name}{local_rank}]:" by default, name the worker group's role (torchrun --role,
+#   "default"; a launcher built on the agent names its own, such as torchx's "trainer"); c10d's "[rank%d]:"
+#   (torch._logging rankprefix).
 SRUN_LABEL = r"(?:\d{1,6}: )"
-TORCHRUN_LABEL = r"\[(?:rank|default)\d+\]:"
+ROLE = r"(?:[A-Za-z][A-Za-z_-]*)"
+TORCHRUN_LABEL = r"\[" + ROLE + r"\d+\]:"
 TASK_LABEL = r"(?:" + TORCHRUN_LABEL + r"|\d{1,6}:)"  # either, without the space after it
-NCCL = r"\s*(?:" + SRUN_LABEL + r"\s*|" + TORCHRUN_LABEL + r"\s?)?(?:\[(?P<tag>[0-9]+)\]\s*)?(?P<host>[A-Za-z0-9_.-]+):(?P<pid>[0-9]+):(?P<tid>[0-9]+) \[(?P<dev>[0-9]+)\] "
-NCCL_LEVEL = r"NCCL (INFO|WARN|TRACE|ABORT|ERROR)"
+# NCCL's own header: source: NVIDIA/nccl src/debug.cc ncclDebugLog (2.4-2.28): "%s:%d:%d " (hostname cut at its
+#   first ".", pid, tid), then "[%d] NCCL INFO ", "[%d] %s:%d NCCL WARN " (2.19+: "[%d] %s:%d (%s) NCCL WARN ", the
+#   function too), "[%d] %f %s:%d NCCL TRACE " (cudaDev, milliseconds since init) or, for API calls at TRACE level,
+#   "NCCL CALL " with no device. 2.26+ puts strftime(NCCL_DEBUG_TIMESTAMP_FORMAT, local time) first, by default
+#   "[%F %T] " and on WARN lines only (NCCL_DEBUG_TIMESTAMP_LEVELS=WARN).
+# Before it, a launcher's label (srun --label, torchrun) or the host pdsh puts first: source: chaos/pdsh
+#   src/pdsh/dsh.c (rsh thread, with labels, the default): out("%S: %s", a->host, buf) (deepspeed's multi-node
+#   launcher runs pdsh).
+# A container runtime's prefix and stamp before both: source: docker/compose cmd/formatter/logs.go (v2) presenter.setPrefix
+#   fmt.Sprintf("%-"+strconv.Itoa(width)+"s | ", name); kubernetes/kubectl pkg/cmd/logs/logs.go (--prefix, v1.17+)
+#   "[pod/%s/%s] " (pod and container); docker/cli and kubelet --timestamps: the line's RFC 3339 time with nanoseconds
+#   and a space first.
+RUNTIME_PREFIX = (r"(?:[A-Za-z0-9][\w.-]* +\| |\[pod/[^\]\s]+\] )?"
+                  r"(?:(?P<rts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)) )?")
+NCCL = (r"\s*" + RUNTIME_PREFIX + r"(?:(?P<srank>\d{1,6}): \s*|\[" + ROLE + r"(?P<lrank>\d+)\]:\s?|[A-Za-z0-9][\w.-]*: )?"
+        r"(?:\[(?P<stamp>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)\] )?(?:\[(?P<tag>[0-9]+)\]\s*)?"
+        r"(?P<host>[A-Za-z0-9_.-]+):(?P<pid>[0-9]+):(?P<tid>[0-9]+)(?: \[(?P<dev>[0-9]+)\])? ")
+NCCL_BARE = r"(?P<host>[A-Za-z0-9_.-]+):(?P<pid>[0-9]+):(?P<tid>[0-9]+)(?: \[(?P<dev>[0-9]+)\])? "  # most lines: no prefix
+NCCL_LEVEL = r"NCCL (INFO|WARN|TRACE|ABORT|ERROR|CALL)"
 # NCCL 2.0-2.3 printed the level without "NCCL": source: NVIDIA/nccl src/include/debug.h 2.1-2.3
 #   INFO: fprintf(ncclDebugFile,"%s:%d:%d [%d] INFO ", hostname, getpid(), gettid(), cudaDev);
 #   WARN: fprintf(ncclDebugFile,"\n%s:%d:%d [%d] %s:%d WARN ", hostname, getpid(), gettid(), cudaDev, __FILE__, __LINE__)
@@ -35,7 +56,7 @@ OLD_NCCL = r"[\w.-]:\d+:\d+ \[\d+\] (?:[\w/.]+:\d+ )?(?:INFO|WARN|TRACE) "
 # id & 0xf): "busId e7000" is 0000:e7:00.0, the GPU the line is about (gpu, as dddd:bb:dd).
 BUS_ID = r"\bbusId ([0-9a-f]{5,12})\b"
 TORCH = (
-    r"\s*" + SRUN_LABEL + r"?(?:\[(?:rank|default)(?P<rank>\d+)\]:\s?)?(?P<pre>.*?)\[(?P<lvl>[EWIF])(?:(?P<md>\d{3,4}) "
+    r"\s*" + SRUN_LABEL + r"?(?:\[" + ROLE + r"(?P<rank>\d+)\]:\s?)?(?P<pre>.*?)\[(?P<lvl>[EWIF])(?:(?P<md>\d{3,4}) "
     r"(?P<clock>\d\d:\d\d:\d\d\.\d+)(?: \d+)?)? ?(?P<src>[\w.]+\.(?:cpp|cc|h|hpp|py):\d+)\] "
 )
 # torch._logging's glog-like layout (torch.distributed.elastic's agent since v2.2), no brackets around the
@@ -45,14 +66,14 @@ TORCH = (
 #   (asctime "%m%d %H:%M:%S"; record.process instead of record.thread in later releases: the number is not
 #   taken as a pid), rankprefix "[rank%d]:" under torch.distributed.
 TORCH_LOGS = (
-    r"\s*" + SRUN_LABEL + r"?(?:\[(?:rank|default)(?P<rank>\d+)\]:\s?)?(?P<lvl>[EWIFDC])(?P<md>\d{4}) "
+    r"\s*" + SRUN_LABEL + r"?(?:\[" + ROLE + r"(?P<rank>\d+)\]:\s?)?(?P<lvl>[EWIFDC])(?P<md>\d{4}) "
     r"(?P<clock>\d\d:\d\d:\d\d\.\d+) \d+ (?P<src>[\w./-]+\.py:\d+)\]\s?"
 )
-TORCH_LOGS_START = r"^\s*(?:\[(?:rank|default)\d+\]:)?[EWIFDC]\d{4} \d\d:\d\d:\d\d\.\d+ \d+ [\w./-]+\.py:\d+\]"
+TORCH_LOGS_START = r"^\s*(?:" + TORCHRUN_LABEL + r")?" + r"[EWIFDC]\d{4} \d\d:\d\d:\d\d\.\d+ \d+ [\w./-]+\.py:\d+\]"
 # Python logging's basicConfig layout: source: python/cpython Lib/logging/__init__.py (2.x-3.13)
 #   BASIC_FORMAT = "%(levelname)s:%(name)s:%(message)s" ("ERROR:torch.distributed.elastic.multiprocessing.api:...").
 PY_BASIC = r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL):(?:[A-Za-z_][\w.]*):"
-RANK_PREFIX = r"^\s*(?:\[(?:rank|default))?(\d{1,6})(?:\]:\s?|: )"  # [rank3]: or srun's 3:
+RANK_PREFIX = r"^\s*(?:\[" + ROLE + r")?(\d{1,6})(?:\]:\s?|: )"  # [rank3]: or srun's 3:
 # An indented line without a launcher label continues the record above (a traceback frame, a wrapped line);
 # a labelled one is a record of its own (the label is a header), except the lines of a Python traceback (one
 # exception report that the launcher labels line by line: source: python/cpython Lib/traceback.py
@@ -97,6 +118,13 @@ RECORD_START = (
 # source: horovod/horovod horovod/runner/common/util/safe_shell_exec.py prefix_connection (v0.20+, horovodrun's gloo
 #   launcher): '{time}[{rank}]<{prefix}>:' (time: time.asctime() with --prefix-output-with-timestamp, else '').
 #   A collector in front of either may stamp each line in ISO 8601 first (``2019-06-02T16:13:44.884Z: ``).
+# source: openpmix/openpmix src/common/pmix_iof.c pmix_iof_prep_output (v4-v5,
+#   Open MPI 5's mpirun/prterun --output tag, tag-detailed, tag-fullname, rank, timestamp): "[%s,%s]<%s>: " (the
+#   jobid after the nspace's "@", or the whole nspace ``prterun-host-123@1``; the rank), "[%s,%s][%s:%s]<%s>: " (also
+#   host and pid), "[%s]<%s>: " (the rank alone), each after "[%s]" (ctime, less its newline) with timestamp.
+# source: skypilot-org/skypilot sky/skylet/executor/slurm.py (and the Ray backend's job driver, v0.5+): colorama.Fore.CYAN
+#   + "(setup pid={pid})", "({task name}, pid={pid})", "({node_name}, rank={rank}, pid={pid})" or with ", ip={ip}",
+#   then colorama.Style.RESET_ALL and a space (the rank there is the node's, not a process rank: not taken).
 # source: ray-project/ray python/ray/_private/worker.py print_worker_logs (v1.x-v2.x): "{}{}({}{}{}){} {}".format(
 #   colorama.Style.DIM, color, prefix_for(data) ("pid=", after the actor or task name and a space), pid,
 #   ", ip=" + ip when the worker is on another node, colorama.Style.RESET_ALL, line) (the SGR escapes may lose
@@ -104,21 +132,21 @@ RECORD_START = (
 #   only colorama.Style.RESET_ALL ("\x1b[0m") and the space before the line: ``[0m ip-10-0-0-1:14605:14673 [0] ...``.
 SGR = r"(?:\x1b?\[[0-9;]*m)*"
 LAUNCHER = (
-    SGR + r"(?:\((?:[\w.:-]+ )?pid=(?P<_lpid>\d+)(?:, ip=[\w.:-]+)?\)" + SGR + r" ?"
+    SGR + r"(?:\((?:[^()]*?[ ,])?pid=(?P<_lpid>\d+)(?:, ip=[\w.:-]+)?\)" + SGR + r" ?"
     r"|\x1b?\[0m "
     r"|(?:(?P<_liso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?): "
-    r"|(?P<_lctime>(?:Sun|Mon|Tue|Wed|Thu|Fri|Sat) \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}))?"
-    r"\[(?:\d+,)?(?P<_lrank>\d+)\]<(?:stdout|stderr|stddiag)>:)"
+    r"|\[?(?P<_lctime>(?:Sun|Mon|Tue|Wed|Thu|Fri|Sat) \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4})\]?)?"
+    r"\[(?:[^\[\],\s]+,)?(?P<_lrank>\d+)\](?:\[(?P<_lhost>[\w.-]+):(?P<_lpid2>\d+)\])?<(?:stdout|stderr|stddiag)>: ?)"
 )
 LAUNCHER_LITERALS = ["pid=", "]<std", "[0m "]
 TORCH_LITERALS = ["ProcessGroup", "]:[", "[E ", "[W ", "[I ", "[F "]
 GLOG_START = r"^\s*\[[EWIF]\d{3,4} "
 PYLOG = (
-    r"\s*" + SRUN_LABEL + r"?(?:\[(?:rank|default)(?P<rank>\d+)\]:\s?)?\[?(?P<stamp>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)\]?"
+    r"\s*" + SRUN_LABEL + r"?(?:\[" + ROLE + r"(?P<rank>\d+)\]:\s?)?\[?(?P<stamp>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)\]?"
     r"\s*"
 )
 PYLOG_FIXED = r"(\[?)(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)(\]?) "  # the first line's layout
-PYLOG_START = r"^\s*" + SRUN_LABEL + r"?(?:\[(?:rank|default)\d+\]:\s?)?\[?\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d"
+PYLOG_START = r"^\s*" + SRUN_LABEL + r"?(?:" + TORCHRUN_LABEL + r"\s?)?" + r"\[?\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d"
 # After the stamp, the logger's name and the bracketed level are header too: source: pytorch/pytorch
 #   torch/_logging/_internal.py / torch/_dynamo/logging.py (v2.0-v2.2, the handler torch.distributed.elastic's
 #   loggers used then): TORCH_COMPILE_FORMATTER = logging.Formatter("[%(asctime)s] %(name)s: [%(levelname)s] %(message)s").
@@ -127,8 +155,8 @@ PY_LEVEL = r"(?-u:\b)(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)(?-u:\b)"
 PY_LEVEL_LEAD = r"^\[?(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)(?-u:\b)"
 PY_SEVERITY = {"DEBUG": "debug", "INFO": "info", "WARNING": "warning", "WARN": "warning", "ERROR": "err",
                "CRITICAL": "crit", "FATAL": "crit"}
-SLURM_LITERALS = ["slurmstepd", "srun:", "salloc:", "sbatch:", "slurmd:"]
-SLURM_PROGRAM = r"^(srun|slurmstepd|salloc|sbatch|slurmd)(?:-\S+)?: "
+SLURM_LITERALS = ["slurm", "srun:", "salloc:", "sbatch:", "scancel:", "scontrol:", "sbcast:", "sattach:", "sstat:"]
+SLURM_PROGRAM = r"^(" + SLURM_PROGRAMS + r")(?:-\S+)?: "
 MONTHS = {i: m for i, m in enumerate(["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"], 1)}
 # An NCCL result the text names, as ncclResult_t (collectors/rules/nccl_results.toml): PyTorch's exceptions
 # print ncclGetErrorString's text, not the number, and then its own reading of the result.
@@ -148,7 +176,7 @@ NCCL_RESULT = (r"NCCL [Ee]rror(?: in: [^,\s]+,| \d+:)?:? (" + "|".join(re.escape
                r"|(?:^|[\s:\]])(" + "|".join(NCCL_RESULT_NAME) + r"): ")
 NCCL_RESULT_LITERALS = ["NCCL error", "NCCL Error", *(f"{n}: " for n in NCCL_RESULT_NAME)]
 GLOG_SEVERITY = {"E": "err", "W": "warning", "I": "info", "F": "crit"}
-NCCL_SEVERITY = {"WARN": "warning", "INFO": "info", "TRACE": "debug", "ABORT": "crit", "ERROR": "err"}
+NCCL_SEVERITY = {"WARN": "warning", "INFO": "info", "TRACE": "debug", "CALL": "debug", "ABORT": "crit", "ERROR": "err"}
 
 
 @register
@@ -177,17 +205,19 @@ class Nccl(Collector):
         if not has.any():
             return self._parse(records, ctx)
         pre = g.filter(has)
-        groups = ["_lpid", "_lrank", "_liso", "_lctime"]
+        groups = ["_lpid", "_lpid2", "_lhost", "_lrank", "_liso", "_lctime"]
         inner = self._parse(pre.drop(*groups, "msg").with_columns(pre.get_column("msg").alias("raw")), ctx)
         info = pre.select("offset", "raw", *groups)
         inner = inner.drop("raw").join(info, on="offset", how="left")
-        for name, dtype in (("rank", pl.Int32), ("pid", pl.Int64)):
+        for name, dtype in (("rank", pl.Int32), ("pid", pl.Int64), ("node", pl.String)):
             if name not in inner.columns:
                 inner = inner.with_columns(pl.lit(None, dtype=dtype).alias(name))
         ts = pl.coalesce(tp.iso(pl.col("_liso"), ctx.tz), tp.ctime(pl.col("_lctime"), ctx.tz))
         inner = inner.with_columns(
             pl.coalesce(pl.col("rank").cast(pl.Int32, strict=False), pl.col("_lrank").cast(pl.Int32, strict=False)).alias("rank"),
-            pl.coalesce(pl.col("pid").cast(pl.Int64, strict=False), pl.col("_lpid").cast(pl.Int64, strict=False)).alias("pid"),
+            pl.coalesce(pl.col("pid").cast(pl.Int64, strict=False), pl.col("_lpid").cast(pl.Int64, strict=False),
+                        pl.col("_lpid2").cast(pl.Int64, strict=False)).alias("pid"),
+            pl.coalesce("node", "_lhost").alias("node"),
             (pl.coalesce(pl.col("ts"), ts) if "ts" in inner.columns else ts).alias("ts"),
         ).drop(*groups)
         done = pre.get_column("offset")
@@ -214,7 +244,7 @@ class Nccl(Collector):
                 break
         if rest.height:
             parts.append(_text(rest, ctx))
-        return _closing_pid(_nccl_result(pl.concat(parts, how="diagonal_relaxed")))
+        return _named_rank(_closing_pid(_nccl_result(pl.concat(parts, how="diagonal_relaxed"))))
 
 
 # torchrun's agent stopping its workers: the worker the line is about (pid). source: pytorch/pytorch
@@ -223,33 +253,51 @@ class Nccl(Collector):
 CLOSING = r"Sending process (\d+) closing signal SIG[A-Z]+"
 
 
-def _closing_pid(df: pl.DataFrame) -> pl.DataFrame:
-    """``pid``: the worker an agent's "Sending process N closing signal" line names (those rows only)."""
-    rows = df.select(pl.col("message").str.contains("Sending process ", literal=True).fill_null(False)).to_series().arg_true()
+def _from_message(df: pl.DataFrame, name: str, dtype: pl.DataType, literals: list[str], found: pl.Expr) -> pl.DataFrame:
+    """``name`` where it is null, from ``found`` (an expression over ``message``), computed only on the few
+    rows whose message holds one of ``literals``."""
+    have = name in df.columns
+    current = pl.col(name) if have else pl.lit(None, dtype=dtype)
+    rows = df.select(current.is_null() & pl.col("message").str.contains_any(literals).fill_null(False)).to_series().arg_true()
     if not len(rows):
         return df
-    if "pid" not in df.columns:
-        df = df.with_columns(pl.lit(None, dtype=pl.Int64).alias("pid"))
-    fixed = df.select("message", "pid").gather(rows).select(
-        pl.coalesce(pl.col("pid").cast(pl.Int64, strict=False),
-                    pl.col("message").str.extract(CLOSING, 1).cast(pl.Int64, strict=False)).alias("pid"))
-    return scatter_rows(df.with_columns(pl.col("pid").cast(pl.Int64, strict=False)), rows, fixed)
+    df = df.with_columns((pl.col(name) if have else pl.lit(None)).cast(dtype, strict=False).alias(name))
+    fixed = df.select("message").gather(rows).select(found.cast(dtype, strict=False).alias(name))
+    return scatter_rows(df, rows, fixed)
+
+
+def _closing_pid(df: pl.DataFrame) -> pl.DataFrame:
+    """``pid``: the worker an agent's "Sending process N closing signal" line names."""
+    return _from_message(df, "pid", pl.Int64, ["Sending process "], pl.col("message").str.extract(CLOSING, 1))
+
+
+# The rank a message states as its own, where no label gave one:
+# source: pytorch/pytorch torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp createLogPrefix/logPrefix (v1.13-v2.9):
+#   "[Rank " << rank_ << "] ", "[PG " << uid_ << " Rank " << rank_ << "] " (v2.2), "[PG ID ", local_id_, " PG GUID ",
+#   pg_uid_, "(", pg_desc_, ") Rank ", rank_, "] " (v2.4+).
+# source: NVIDIA/nccl src/init.cc (2.4-2.28): INFO(NCCL_INIT, "comm %p rank %d nranks %d cudaDev %d busId %lx - Init
+#   COMPLETE"), "comm %p rank %d nRanks %d nNodes %d localRanks %d localRank %d MNNVL %d", "%s comm %p rank %d nranks %d
+#   cudaDev %d nvmlDev %d busId %lx commId 0x%llx - Init START", "comm %p rank %d nranks %d cudaDev %d busId %lx -
+#   Destroy COMPLETE" (and Abort): the communicator's rank of this process.
+# source: Lightning-AI/pytorch-lightning src/lightning/fabric/utilities/rank_zero.py rank_prefixed_message (v1.8+):
+#   f"[rank: {rank}] {message}".
+NAMED_RANK = r"\[(?:PG [^\]]*? )?Rank (\d+)\]|\bcomm 0x[0-9a-f]+ rank (\d+)\b|\[rank: (\d+)\]"
+NAMED_RANK_LITERALS = ["Rank ", " rank ", "[rank: "]
+
+
+def _named_rank(df: pl.DataFrame) -> pl.DataFrame:
+    """``rank``: the rank a message names as its own (NAMED_RANK), on the rows no label gave one."""
+    groups = pl.col("message").str.extract_groups(NAMED_RANK)
+    return _from_message(df, "rank", pl.Int32, NAMED_RANK_LITERALS,
+                         pl.coalesce(groups.struct.field(f) for f in ("1", "2", "3")))
 
 
 def _nccl_result(df: pl.DataFrame) -> pl.DataFrame:
-    """``code``: the NCCL result a message names by its text (NCCL_RESULT), on the few rows that name one."""
-    rows = df.select(pl.col("message").str.contains(any_of(NCCL_RESULT_LITERALS)).fill_null(False)).to_series().arg_true()
-    if not len(rows):
-        return df
-    if "code" not in df.columns:
-        df = df.with_columns(pl.lit(None, dtype=pl.Int64).alias("code"))
-    found = df.select("message", "code").gather(rows).with_columns(
-        pl.col("message").str.extract_groups(NCCL_RESULT).struct.rename_fields(["_t", "_n"]).alias("_r")).unnest("_r")
-    fixed = found.select(pl.coalesce(
-        pl.col("code").cast(pl.Int64, strict=False),
-        pl.col("_t").replace_strict(NCCL_RESULT_TEXT, default=None, return_dtype=pl.Int64),
-        pl.col("_n").replace_strict(NCCL_RESULT_NAME, default=None, return_dtype=pl.Int64)).alias("code"))
-    return scatter_rows(df.with_columns(pl.col("code").cast(pl.Int64, strict=False)), rows, fixed)
+    """``code``: the NCCL result a message names by its text (NCCL_RESULT)."""
+    msg = pl.col("message")
+    return _from_message(df, "code", pl.Int64, NCCL_RESULT_LITERALS, pl.coalesce(
+        msg.str.extract(NCCL_RESULT, 1).replace_strict(NCCL_RESULT_TEXT, default=None, return_dtype=pl.Int64),
+        msg.str.extract(NCCL_RESULT, 2).replace_strict(NCCL_RESULT_NAME, default=None, return_dtype=pl.Int64)))
 
 
 def _rank(raw: pl.Expr) -> pl.Expr:
@@ -270,16 +318,30 @@ def _text(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
         pl.when(basic).then(pl.lit("python")).alias("program"))
 
 
+def _nccl_header(part: pl.DataFrame) -> pl.DataFrame:
+    """split_header(part, NCCL), the full regex only on the lines the bare header does not start (the same
+    rows, in the same order)."""
+    g = split_header(part, NCCL_BARE)
+    bare = g.get_column("msg").is_not_null()
+    if not bare.all():  # in the input's order: callers filter ``part`` by masks of the result
+        g = (pl.concat([g.with_row_index("_i").filter(bare), split_header(part.with_row_index("_i").filter(~bare), NCCL)],
+                       how="diagonal_relaxed").sort("_i").drop("_i"))
+    return g.with_columns(pl.lit(None, dtype=pl.String).alias(c) for c in ("stamp", "rts", "tag", "lrank", "srank")
+                          if c not in g.columns)
+
+
 def _nccl(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
     msg = pl.col("msg")
-    g = split_header(part, NCCL).with_columns(
+    g = _nccl_header(part).with_columns(
         pl.coalesce(msg.str.extract(NCCL_LEVEL, 1), msg.str.extract(OLD_LEVEL, 1)).alias("level"))
     ok = pl.col("level").is_not_null()
     if not part.height or g.get_column("level").null_count() == part.height:
         return _torch(part, ctx)
     return pl.concat([
         g.filter(ok).select(
-            "raw", "offset", pl.col("host").alias("node"), pl.col("tag").cast(pl.Int32).alias("rank"),
+            "raw", "offset", pl.coalesce(tp.iso(pl.col("stamp"), ctx.tz), tp.iso(pl.col("rts"), ctx.tz)).alias("ts"),
+            pl.col("host").alias("node"),
+            pl.coalesce("tag", "lrank", "srank").cast(pl.Int32).alias("rank"),
             pl.coalesce(_bus_id(pl.col("msg")), pl.col("dev")).alias("gpu"), pl.col("pid").cast(pl.Int64).alias("pid"),
             pl.lit("nccl").alias("program"),
             pl.col("level").replace_strict(NCCL_SEVERITY, default=None, return_dtype=pl.String).alias("severity"),
@@ -365,8 +427,5 @@ def _slurm(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
     text = _text(part, ctx)
     prog = text.get_column("message").str.extract(SLURM_PROGRAM, 1)
     ok = prog.is_not_null()
-    slurm = text.filter(ok).with_columns(
-        prog.filter(ok).alias("program"), pl.lit("slurm").alias("source"),
-        slurm_severity(pl.col("message")).alias("severity"),
-    )
+    slurm = slurm_fields(text.filter(ok).with_columns(prog.filter(ok).alias("program"), pl.lit("slurm").alias("source")))
     return pl.concat([slurm, text.filter(~ok)], how="diagonal_relaxed")

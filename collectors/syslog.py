@@ -88,6 +88,11 @@ SHORT_MONOTONIC = r"\[\s*(?P<up>\d+\.\d+)(?: <\s*(?P<delta>\d+\.\d+)[ *]>)?\] " 
 # source: systemd/systemd src/shared/logs-show.c output_timestamp_realtime, journalctl -o short-unix
 #   "%10"PRI_TIME".%06"PRIu64 (seconds since the epoch), then output_short's " hostname identifier[pid]: ".
 SHORT_UNIX = r"\s*(?P<epoch>\d{9,11}\.\d{1,6}) " + HOST + TAG
+# journalctl's own lines between the entries: source: systemd/systemd src/journal/journalctl.c (v2xx-v245) printf("--
+#   Logs begin at %s, end at %s. --\n"), (v246+) "-- Journal begins at %s, ends at %s. --\n" and "-- Journal begins at
+#   %s. --\n" (--follow), "-- No entries --\n", and at a boot change "-- Reboot --" (v255+: "-- Boot %s --", the boot id):
+#   a known line with no header, kept as journalctl's text.
+JOURNAL_BANNER = (r"^-- (?:Logs begin at .*|Journal begins at .*|No entries|Reboot|Boot [0-9a-f]{32}) --$")
 SLURM_DAEMONS = r"^slurm(?:ctld|d|stepd|dbd|restd)?$"
 UPTIME = r"^\[\s*(\d+\.\d+)\]\s?"
 SEVERITY_BY_PRI = ["emerg", "alert", "crit", "err", "warning", "notice", "info", "debug"]
@@ -136,7 +141,7 @@ class Syslog(Collector):
         else:
             out = pl.concat([_rfc3164_fast(records.with_columns(ts.alias("_ts")).filter(fast)),
                              _by_format(records.filter(~fast), ctx)], how="diagonal_relaxed")
-        return _slurm_lines(kernel_device(kernel_uptime(out.with_columns(_source(out)))))
+        return _gpu_daemon_lines(_slurm_lines(kernel_device(kernel_uptime(out.with_columns(_source(out))))))
 
 
 def _source(df: pl.DataFrame) -> pl.Expr:
@@ -172,12 +177,20 @@ def _by_format(records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
         .when(raw.str.contains(r"^(?:Sun|Mon|Tue|Wed|Thu|Fri|Sat) \d{4}-\d\d-\d\d ")).then(pl.lit("full"))
         .when(raw.str.contains(r"^\[\s*\d+\.\d+(?: <[^>]*>)?\] ")).then(pl.lit("mono"))
         .when(raw.str.contains(r"^\s*\d{9,11}\.\d+ ")).then(pl.lit("unix"))
+        .when(raw.str.starts_with("-- ")).then(pl.lit("banner"))
         .otherwise(pl.lit("3164")).alias("_fmt")
     )
     parsers = {"json": _json, "5424": _rfc5424, "3339": _rfc3339, "3164": _rfc3164_regex,
-               "full": _short_full, "mono": _short_monotonic, "unix": _short_unix}
+               "full": _short_full, "mono": _short_monotonic, "unix": _short_unix, "banner": _journal_banner}
     return pl.concat([parsers[fmt](part.drop("_fmt"), ctx) for (fmt,), part in kinds.group_by("_fmt")],
                      how="diagonal_relaxed")
+
+
+def _journal_banner(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
+    """journalctl's banner and boot lines (JOURNAL_BANNER) as its text; other lines unparsed."""
+    banner = pl.col("raw").str.contains(JOURNAL_BANNER)
+    return part.select("raw", "offset", pl.when(banner).then(pl.col("raw")).alias("message"),
+                       pl.when(banner).then(pl.lit("journalctl")).alias("program"))
 
 
 def kernel_uptime(df: pl.DataFrame) -> pl.DataFrame:
@@ -208,19 +221,41 @@ def kernel_uptime(df: pl.DataFrame) -> pl.DataFrame:
 #   that printed (pid), after the device prefix ("mlx5_core_warn": "%s:%s:%d:(pid %d): " with the name).
 # source: NVIDIA/open-gpu-kernel-modules src/nvidia/arch/nvalloc/unix/include/os-interface.h NV_DEV_PRINTF:
 #   nv_printf(level, "NVRM: GPU " NV_PCI_DEV_FMT ": " format, ...), NV_PCI_DEV_FMT "%04x:%02x:%02x.%x"
-#   (kernel-open/common/inc/nv.h): the GPU (gpu).
+#   (kernel-open/common/inc/nv.h): the GPU (gpu); so is the device of the nvidia driver's own dev_printk lines
+#   ("nvidia 0000:3b:00.0: ...", the driver string "nvidia").
 PCI_ADDRESS = r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]"
 DEVICE_PREFIX = (
-    r"^\s*(?:[\w.-]+ (?P<pci>" + PCI_ADDRESS + r")(?: (?P<ibdev>[\w.-]+))?|infiniband (?P<classdev>[\w.-]+)): "
+    r"^\s*(?:(?P<driver>[\w.-]+) (?P<pci>" + PCI_ADDRESS + r")(?: (?P<ibdev>[\w.-]+))?|infiniband (?P<classdev>[\w.-]+)): "
     r"(?:(?:[\w.-]+:)?\w+:\d+:\(pid (?P<dpid>\d+)\): )?"
 )
 NVRM_GPU = r"^NVRM: GPU (?P<nvgpu>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): "
 _DEVICE_LINE = r"^\s*(?:[\w.-]+ [0-9a-f]{4}:[0-9a-f]{2}:|infiniband [\w.-]+: |NVRM: GPU [0-9a-fA-F]{4}:)"
 
 
+# NVIDIA's daemons name the GPU a line is about by its PCI address: source: NVIDIA/nvidia-persistenced
+#   nvidia-persistenced.c (v3xx-v5xx): syslog(LOG_NOTICE, "device %s - registered", pci_info) and "device %s -
+#   persistence mode enabled", "... disabled", "device %s - failed to open." (pci_info "%04x:%02x:%02x.%x").
+GPU_DAEMONS = ["nvidia-persistenced"]
+
+
+def _gpu_daemon_lines(df: pl.DataFrame) -> pl.DataFrame:
+    """``gpu``: the GPU a GPU daemon's line names (GPU_DAEMONS), on those rows only."""
+    if "program" not in df.columns:
+        return df
+    rows = df.select(pl.col("program").is_in(GPU_DAEMONS).fill_null(False)).to_series().arg_true()
+    if not len(rows):
+        return df
+    if "gpu" not in df.columns:
+        df = df.with_columns(pl.lit(None, dtype=pl.String).alias("gpu"))
+    fixed = df.select("message", "gpu").gather(rows).select(pl.coalesce(
+        "gpu", pl.col("message").str.to_lowercase().str.extract("(" + PCI_ADDRESS + ")", 1).str.head(10)).alias("gpu"))
+    return scatter_rows(df, rows, fixed)
+
+
 def kernel_device(df: pl.DataFrame) -> pl.DataFrame:
     """A kernel line's device prefix (see DEVICE_PREFIX) into attrs.pci and attrs.device, the mlx5
-    printer's pid into pid, an NVRM GPU prefix into gpu (only the rows that have one are touched)."""
+    printer's pid into pid, an NVRM GPU prefix or the nvidia driver's device into gpu (only the rows
+    that have one are touched)."""
     if "source" not in df.columns or "message" not in df.columns:
         return df
     has = (pl.col("source") == "kernel") & pl.col("message").str.contains(_DEVICE_LINE)
@@ -237,7 +272,8 @@ def kernel_device(df: pl.DataFrame) -> pl.DataFrame:
         merge_attrs(pl.col("attrs"), attrs_json([("pci", pl.col("pci")),
                                                  ("device", pl.coalesce("ibdev", "classdev"))])).alias("attrs"),
         pl.coalesce(pl.col("pid"), pl.col("dpid").cast(pl.Int64, strict=False)).alias("pid"),
-        pl.coalesce(pl.col("gpu"), pl.col("_gpu")).alias("gpu"),
+        pl.coalesce(pl.col("gpu"), pl.col("_gpu"),
+                    pl.when(pl.col("driver") == "nvidia").then(pl.col("pci").str.head(10))).alias("gpu"),
     )
     return scatter_rows(df, rows, fixed)
 

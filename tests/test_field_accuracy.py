@@ -45,7 +45,7 @@ def test_a_right_parse_counts_right(tmp_path: Path) -> None:
     assert {c["field"] for c in res.checks} == {"kind", "uptime", "gpu", "code", "message"}
     assert all(c["right"] for c in res.checks), res.checks
     assert res.records == [{"set": "dev", "file": "real/xid.log", "line": 1, "family": "nvrm", "record": "start",
-                            "right": True}]
+                            "right": True, "stamped": False}]
     overall = fa.summary(res)["dev"]["overall"]
     assert (overall["checked"], overall["right"], overall["accuracy"]) == (5, 5, 100.0)
 
@@ -82,6 +82,18 @@ def test_a_start_the_parser_joined_is_a_miss_on_every_field(tmp_path: Path) -> N
     res = _score(tmp_path, "xid", [XID, DETAIL], [_xid_label(), cont])
     assert [r["right"] for r in res.records] == [True, True]
     assert all(c["line"] == 1 for c in res.checks)
+
+
+def test_a_stamped_line_labelled_continuation_is_counted_against_the_convention(tmp_path: Path) -> None:
+    second = XID.replace("19639.966193", "19639.966200")  # a printk record of its own
+    cont = {"line": 2, "text": second, "record": "continuation", "family": "nvrm"}
+    res = _score(tmp_path, "xid", [XID, second], [_xid_label(), cont])
+    overall = fa.summary(res)["dev"]["overall"]
+    assert (overall["stamped_continuations"], overall["stamped_started"]) == (1, 1)
+    assert "1 lines labelled continuation carry a stamp of their own" in "\n".join(fa.table(fa.summary(res)))
+    res = _score(tmp_path, "xid", [XID, DETAIL], [_xid_label(), {"line": 2, "text": DETAIL, "record": "continuation",
+                                                               "family": "nvrm"}])
+    assert fa.summary(res)["dev"]["overall"]["stamped_continuations"] == 0
 
 
 def test_stale_labels_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -218,6 +218,18 @@ def test_hostless_lines_make_no_node(tmp_path: Path) -> None:
     assert given["node"] == "gpu7"  # the node the context names
 
 
+# systemd journalctl.c: "-- Logs begin at %s, end at %s. --" (to v245), "-- Journal begins at %s, ends at %s. --" (v246+),
+# "-- No entries --", "-- Reboot --" and "-- Boot %s --" (v255+) between the entries: journalctl's text, not unparsed
+def test_journalctl_banner_lines_are_its_text(tmp_path: Path) -> None:
+    rows = _rows(tmp_path, ["-- Logs begin at Wed 2015-12-02 22:53:58 IST, end at Tue 2016-09-20 17:46:04 IST. --",
+                            "Mar  1 10:00:00 node01 sshd[1327]: Accepted publickey for root",
+                            "-- Reboot --", "-- Boot 0123456789abcdef0123456789abcdef --", "-- No entries --",
+                            "-- not a banner"])
+    assert [(r["kind"], r["program"]) for r in rows] == [
+        ("log", "journalctl"), ("log", "sshd"), ("log", "journalctl"), ("log", "journalctl"), ("log", "journalctl"),
+        ("unparsed", None)]
+
+
 def test_lines_without_a_header_are_unparsed(tmp_path: Path) -> None:
     rows = _rows(tmp_path, ["Mar  1 10:00:00 node01 sshd[1]: first", "a line without any header",
                             "Foo 99 10:00:00 not a month either"])
@@ -364,6 +376,93 @@ def test_launcher_prefixes_are_header(tmp_path: Path) -> None:
     assert got[3][0] == 5 and got[3][4] == "Epoch 1 done" and rows[3]["ts"] == _at(2019, 6, 2, 16, 13, 44)
     assert got[4][:2] == (1, 4009) and got[4][3] == "nccl_watchdog"
     assert got[5][1] == 77 and got[5][4] == "hello"
+
+
+# openpmix src/common/pmix_iof.c (Open MPI 5): "[%s,%s]<%s>: " with the jobid or the whole nspace, "[%s,%s][%s:%s]<%s>: "
+# (host and pid too), "[%s]" ctime before it; skypilot sky/skylet/executor/slurm.py "({node_name}, rank={rank}, pid={pid})"
+# (a node's rank, not taken); pdsh dsh.c "%S: %s" (the host) before an NCCL line
+def test_more_launcher_prefixes_are_header(tmp_path: Path) -> None:
+    rows = _rows(tmp_path, [
+        "[prterun-gpu01-1234@1,5]<stdout>: gpu01:11:12 [5] NCCL INFO Connected all rings",
+        "[1,3][gpu07:4242]<stderr>: RuntimeError: boom",
+        "[Mon Mar  3 12:00:01 2025][1,2]<stdout>: hello",
+        "(worker1, rank=1, pid=2402, ip=10.0.0.2) gpu02:55:66 [0] NCCL INFO Bootstrap : Using eth0",
+        "worker-3: gpu03:77:78 [1] NCCL INFO Channel 00/02 : 0 1",
+    ], "nccl")
+    got = [(r["rank"], r["pid"], r["node"], r["message"]) for r in rows]
+    assert got[0] == (5, 11, "gpu01", "NCCL INFO Connected all rings")
+    assert got[1] == (3, 4242, "gpu07", "RuntimeError: boom")
+    assert got[2] == (2, None, None, "hello") and rows[2]["ts"] == _at(2025, 3, 3, 12, 0, 1)
+    assert got[3] == (None, 55, "gpu02", "NCCL INFO Bootstrap : Using eth0")
+    assert got[4] == (None, 77, "gpu03", "NCCL INFO Channel 00/02 : 0 1")
+
+
+# docker compose logs.go "%-*s | ", kubectl logs --prefix "[pod/%s/%s] ", --timestamps' RFC 3339 time; torch elastic
+# TailLog f"[{name}{local_rank}]:" for any role name; srun --label "%*d: "
+def test_runtime_prefixes_and_role_labels(tmp_path: Path) -> None:
+    rows = _rows(tmp_path, [
+        "trainer-1  | gpu01:11:12 [0] NCCL INFO Bootstrap : Using eth0",
+        "[pod/job-worker-0/pytorch] 2024-01-02T03:04:05.123456789Z gpu02:21:22 [1] NCCL INFO Init",
+        "[trainer3]:gpu03:31:32 [3] NCCL INFO Connected all rings",
+        " 12: gpu04:41:42 [2] NCCL INFO Connected all trees",
+        "[trainer3]:[E ProcessGroupNCCL.cpp:1182] [Rank 3] boom",
+    ], "nccl")
+    got = [(r["rank"], r["pid"], r["node"], r["message"]) for r in rows]
+    assert got[0] == (None, 11, "gpu01", "NCCL INFO Bootstrap : Using eth0")
+    assert got[1] == (None, 21, "gpu02", "NCCL INFO Init")
+    assert rows[1]["ts"] == _at(2024, 1, 2, 3, 4, 5).replace(microsecond=123456)
+    assert got[2] == (3, 31, "gpu03", "NCCL INFO Connected all rings")
+    assert got[3] == (12, 41, "gpu04", "NCCL INFO Connected all trees")
+    assert got[4] == (3, None, None, "[ProcessGroupNCCL.cpp:1182] [Rank 3] boom")
+
+
+# nccl src/debug.cc: 2.26+ "[%F %T] " (NCCL_DEBUG_TIMESTAMP_FORMAT's default, on WARN lines) before the header,
+# "[%d] %s:%d (%s) NCCL WARN " (the function), "NCCL CALL " with no device
+def test_nccl_timestamp_function_and_call_forms(tmp_path: Path) -> None:
+    rows = _rows(tmp_path, [
+        "[2025-03-01 12:34:56] gpu01:1234:1290 [3] transport/net_ib.cc:1696 (ncclIbIsend) NCCL WARN NET/IB : Got completion from peer 10.1.4.1<43521> with status=12",
+        "gpu01:1234:1234 NCCL CALL ncclCommInitRank(0x1,8,0x2,3)",
+    ], "nccl")
+    assert (rows[0]["ts"], rows[0]["node"], rows[0]["pid"], rows[0]["gpu"]) == (_at(2025, 3, 1, 12, 34, 56), "gpu01", 1234, "3")
+    assert rows[0]["message"].startswith("transport/net_ib.cc:1696 (ncclIbIsend) NCCL WARN")
+    assert (rows[1]["node"], rows[1]["pid"], rows[1]["severity"], rows[1]["message"]) == (
+        "gpu01", 1234, "debug", "NCCL CALL ncclCommInitRank(0x1,8,0x2,3)")
+
+
+# The rank a message states: c10d logPrefix "[PG ID %d PG GUID %s(%s) Rank %d] ", NCCL init.cc "comm %p rank %d nRanks %d
+# ...", Lightning rank_zero.py "[rank: {rank}] {message}"
+def test_a_rank_the_message_states(tmp_path: Path) -> None:
+    rows = _rows(tmp_path, [
+        "gpu01:1234:1290 [3] NCCL INFO comm 0x5f5e rank 3 nRanks 16 nNodes 2 localRanks 8 localRank 3 MNNVL 0",
+        "[E ProcessGroupNCCL.cpp:1182] [PG ID 0 PG GUID 0(default_pg) Rank 6] Process group watchdog thread terminated",
+        "[2024-01-01 00:00:00,000][__main__][INFO] - [rank: 2] Instantiating model",
+        "[rank1]:[E ProcessGroupNCCL.cpp:1182] [Rank 1] label and text agree",
+        "nothing about ranks here",
+    ], "nccl")
+    assert [r["rank"] for r in rows] == [3, 6, 2, 1, None]
+
+
+# slurm src/common/log.c "[%M] ": LogTimeFormat short "%b %d %T", thread_id "%.15s.%-6d %5d %-*s %p", clock a number
+@pytest.mark.parametrize(("line", "ts"), [
+    ("[Mar 03 12:00:01] error: Nodes gpu01 not responding", _at(2024, 3, 3, 12, 0, 1)),
+    ("[Mar  3 12:00:01.123456  4242 rpcmgr       0x7f1234567890] error: Nodes gpu01 not responding",
+     _at(2024, 3, 3, 12, 0, 1).replace(microsecond=123456)),
+    ("[1234567] error: Nodes gpu01 not responding", None),
+])
+def test_slurm_log_time_formats(tmp_path: Path, line: str, ts: datetime | None) -> None:
+    (row,) = _rows(tmp_path, [line], "slurm")
+    assert (row["ts"], row["kind"], row["node"], row["message"]) == (
+        ts, "slurm_node_not_responding", "gpu01", "error: Nodes gpu01 not responding")
+
+
+# nvidia-persistenced.c syslog "device %s - registered" (pci_info "%04x:%02x:%02x.%x"); the nvidia driver's own
+# dev_printk "nvidia 0000:3b:00.0: ..." (drivers/base/core.c "%s %s: " driver and device): the GPU the line names
+def test_the_gpu_an_nvidia_daemon_or_the_driver_names(tmp_path: Path) -> None:
+    rows = _rows(tmp_path, ["May 31 05:33:40 kino1 nvidia-persistenced[19176]: device 0000:3D:00.0 - registered",
+                            "May 31 05:33:41 kino1 kernel: nvidia 0000:3b:00.0: enabling device (0000 -> 0003)",
+                            "May 31 05:33:42 kino1 kernel: mlx5_core 0000:5e:00.0: firmware version: 28.39.1002",
+                            "May 31 05:33:43 kino1 sshd[1]: device 0000:3d:00.0 is not a GPU daemon's"])
+    assert [r["gpu"] for r in rows] == ["0000:3d:00", "0000:3b:00", None, None]
 
 
 # pytorch torch/_dynamo/logging.py TORCH_COMPILE_FORMATTER "[%(asctime)s] %(name)s: [%(levelname)s] %(message)s"

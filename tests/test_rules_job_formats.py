@@ -267,7 +267,38 @@ CASES = {
         "slurm_job_cancelled", {"job_id": "1234", "node": "gpu001"}, {"reason": "TIME LIMIT"}),
     "stepd cancelled requeue": (
         "nccl", "slurmstepd: error: *** JOB 1234 ON gpu001 CANCELLED AT 2024-01-01T00:00:00 DUE TO JOB REQUEUE ***",
-        "slurm_job_cancelled", {"job_id": "1234", "node": "gpu001"}, {"reason": "JOB REQUEUE"}),
+        "slurm_job_requeue", {"job_id": "1234", "node": "gpu001"}, {}),
+    "stepd extern step cancelled": (
+        "nccl", "slurmstepd: error: *** EXTERN STEP FOR 1234 ON gpu001 CANCELLED AT 2024-01-01T00:00:00 ***",
+        "slurm_job_cancelled", {"job_id": "1234", "node": "gpu001"}, {}),
+    "stepd unkillable step": (
+        "nccl", "slurmstepd: error: *** STEP 63532.0 STEPD TERMINATED ON cn106 AT 2020-12-14T09:44:56 DUE TO JOB NOT ENDING WITH SIGNALS ***",
+        "log", {"job_id": "63532", "node": "cn106"}, {}),
+    # slurmctld lines about one node name it: that node is the event's (collectors/slurm.py NODE_WORDINGS)
+    "ctld unexpected reboot": (
+        "slurm", STAMP + "validate_node_specs: Node node017 unexpectedly rebooted boot_time=1726123354 last response=1726123285",
+        "log", {"node": "node017"}, {}),
+    "ctld orphan step": (
+        "slurm", STAMP + "error: Orphan JobId=1234 StepId=0 reported on node node017",
+        "log", {"node": "node017", "job_id": "1234"}, {}),
+    "ctld batch failure": (
+        "slurm", STAMP + "error: slurmd error running JobId=6 on node(s)=worker1: Plugin initialization failed",
+        "log", {"node": "worker1", "job_id": "6"}, {}),
+    "ctld rpc to a node": (
+        "slurm", STAMP + "agent/is_node_resp: node:node017 RPC:REQUEST_PING : Communication connection failure",
+        "log", {"node": "node017"}, {}),
+    "ctld epilog drain": (
+        "slurm", STAMP + "error: job_epilog_complete: JobId=44 epilog error on node017, draining the node",
+        "log", {"node": "node017", "job_id": "44"}, {}),
+    "ctld lookup failure": (
+        "slurm", STAMP + 'error: _find_node_record: lookup failure for node "gpu08"',
+        "log", {"node": "gpu08"}, {}),
+    "ctld a word after node is no node": (
+        "slurm", STAMP + "error: Node configuration differs from hardware: CPUs=4:8(hw)",
+        "slurm_config_error", {"node": None}, {}),
+    "slurmd launch task 20.02": (
+        "slurm", STAMP + "launch task 63532.0 request from UID:1000 GID:1000 HOST:10.1.2.3 PORT:63195",
+        "log", {"job_id": "63532"}, {}),
     "stepd step failed": (
         "nccl", "slurmstepd: error: *** STEP 5001.0 ON gpu001 FAILED (non-zero exit code or other failure mode) ***",
         "slurm_job_cancelled", {"job_id": "5001", "node": "gpu001"}, {"reason": "FAILED", "step": "0"}),
