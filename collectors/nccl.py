@@ -125,6 +125,8 @@ RECORD_START = (
 # source: skypilot-org/skypilot sky/skylet/executor/slurm.py (and the Ray backend's job driver, v0.5+): colorama.Fore.CYAN
 #   + "(setup pid={pid})", "({task name}, pid={pid})", "({node_name}, rank={rank}, pid={pid})" or with ", ip={ip}",
 #   then colorama.Style.RESET_ALL and a space (the rank there is the node's, not a process rank: not taken).
+# SageMaker's distributed training runs mpirun whose tag carries the rank and the host: "[1,mpirank:0,algo-1]<stdout>:"
+#   (as aws/sagemaker-training-toolkit test/unit/test_process.py test_watch expects it).
 # source: ray-project/ray python/ray/_private/worker.py print_worker_logs (v1.x-v2.x): "{}{}({}{}{}){} {}".format(
 #   colorama.Style.DIM, color, prefix_for(data) ("pid=", after the actor or task name and a space), pid,
 #   ", ip=" + ip when the worker is on another node, colorama.Style.RESET_ALL, line) (the SGR escapes may lose
@@ -136,7 +138,8 @@ LAUNCHER = (
     r"|\x1b?\[0m "
     r"|(?:(?P<_liso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?): "
     r"|\[?(?P<_lctime>(?:Sun|Mon|Tue|Wed|Thu|Fri|Sat) \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4})\]?)?"
-    r"\[(?:[^\[\],\s]+,)?(?P<_lrank>\d+)\](?:\[(?P<_lhost>[\w.-]+):(?P<_lpid2>\d+)\])?<(?:stdout|stderr|stddiag)>: ?)"
+    r"\[(?:[^\[\],\s]+,)?(?:mpirank:)?(?P<_lrank>\d+)(?:,(?P<_lhost2>[\w.-]+))?\](?:\[(?P<_lhost>[\w.-]+):(?P<_lpid2>\d+)\])?"
+    r"<(?:stdout|stderr|stddiag)>: ?)"
 )
 LAUNCHER_LITERALS = ["pid=", "]<std", "[0m "]
 TORCH_LITERALS = ["ProcessGroup", "]:[", "[E ", "[W ", "[I ", "[F "]
@@ -205,7 +208,7 @@ class Nccl(Collector):
         if not has.any():
             return self._parse(records, ctx)
         pre = g.filter(has)
-        groups = ["_lpid", "_lpid2", "_lhost", "_lrank", "_liso", "_lctime"]
+        groups = ["_lpid", "_lpid2", "_lhost", "_lhost2", "_lrank", "_liso", "_lctime"]
         inner = self._parse(pre.drop(*groups, "msg").with_columns(pre.get_column("msg").alias("raw")), ctx)
         info = pre.select("offset", "raw", *groups)
         inner = inner.drop("raw").join(info, on="offset", how="left")
@@ -217,7 +220,7 @@ class Nccl(Collector):
             pl.coalesce(pl.col("rank").cast(pl.Int32, strict=False), pl.col("_lrank").cast(pl.Int32, strict=False)).alias("rank"),
             pl.coalesce(pl.col("pid").cast(pl.Int64, strict=False), pl.col("_lpid").cast(pl.Int64, strict=False),
                         pl.col("_lpid2").cast(pl.Int64, strict=False)).alias("pid"),
-            pl.coalesce("node", "_lhost").alias("node"),
+            pl.coalesce("node", "_lhost", "_lhost2").alias("node"),
             (pl.coalesce(pl.col("ts"), ts) if "ts" in inner.columns else ts).alias("ts"),
         ).drop(*groups)
         done = pre.get_column("offset")

@@ -388,6 +388,7 @@ def test_more_launcher_prefixes_are_header(tmp_path: Path) -> None:
         "[Mon Mar  3 12:00:01 2025][1,2]<stdout>: hello",
         "(worker1, rank=1, pid=2402, ip=10.0.0.2) gpu02:55:66 [0] NCCL INFO Bootstrap : Using eth0",
         "worker-3: gpu03:77:78 [1] NCCL INFO Channel 00/02 : 0 1",
+        "[1,mpirank:3,algo-2]<stderr>:INFO:root:Reducer buckets have been rebuilt in this iteration.",
     ], "nccl")
     got = [(r["rank"], r["pid"], r["node"], r["message"]) for r in rows]
     assert got[0] == (5, 11, "gpu01", "NCCL INFO Connected all rings")
@@ -395,6 +396,7 @@ def test_more_launcher_prefixes_are_header(tmp_path: Path) -> None:
     assert got[2] == (2, None, None, "hello") and rows[2]["ts"] == _at(2025, 3, 3, 12, 0, 1)
     assert got[3] == (None, 55, "gpu02", "NCCL INFO Bootstrap : Using eth0")
     assert got[4] == (None, 77, "gpu03", "NCCL INFO Channel 00/02 : 0 1")
+    assert got[5] == (3, None, "algo-2", "Reducer buckets have been rebuilt in this iteration.")
 
 
 # docker compose logs.go "%-*s | ", kubectl logs --prefix "[pod/%s/%s] ", --timestamps' RFC 3339 time; torch elastic
