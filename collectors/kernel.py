@@ -13,7 +13,7 @@ from datetime import datetime
 
 import polars as pl
 
-from collectors.syslog import Syslog, kernel_device, severity_from_pri
+from collectors._syslog import SNIFF, kernel_device, parse_syslog, severity_from_pri
 from observe import timeparse as tp
 from observe.collector import Collector, Context, register, split_header
 from observe.rules import attrs_json
@@ -57,7 +57,6 @@ NODE_PREFIX = (
 INDENTED_DEVICE = r"^\s+[\w.-]+ [0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]: "
 KMSG = r"(?P<kpri>\d{1,4}),(?P<seq>\d+),(?P<usec>\d+),[^;]*;"
 STAMP = r"^(?:<\d{1,3}>)?(?:\[\s*\+?\s*\d+\.\d+(?: <\s*\d+\.\d+>)?\]|\[[A-Z][a-z]{2}[ \d]?\d \d\d:\d\d\]|\[\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\]|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d,\d{6}|\d{1,4},\d+,\d+,[^;]*;)"
-_SYSLOG = Syslog()
 
 
 @register
@@ -79,10 +78,10 @@ class Kernel(Collector):
 
     def parse(self, records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
         """Route syslog-framed lines to the syslog parser and parse the others' dmesg/kmsg prefix."""
-        framed = records.get_column("raw").str.contains(_SYSLOG.sniff)
+        framed = records.get_column("raw").str.contains(SNIFF)
         parts = []
         if framed.any():
-            parts.append(_SYSLOG.parse(records.filter(framed), ctx).with_columns(pl.lit("kernel").alias("source")))
+            parts.append(parse_syslog(records.filter(framed), ctx).with_columns(pl.lit("kernel").alias("source")))
             if ctx.boot_time is None:  # lines carrying both stamps tell the boot time for the others
                 ctx = replace(ctx, boot_time=_boot_from(parts[0]))
         if not framed.all():

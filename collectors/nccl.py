@@ -12,7 +12,7 @@ import re
 
 import polars as pl
 
-from collectors.slurm import SLURM_PROGRAMS, slurm_fields
+from collectors._slurm_text import SLURM_PROGRAMS, slurm_fields
 from observe import timeparse as tp
 from observe.collector import Collector, Context, register, split_header
 from observe.rules import any_of, scatter_rows

@@ -16,9 +16,9 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColu
 from rich.table import Table
 
 from observe import rules
-from observe.cli_base import OPENED, StoreOpt, _existing, _fail, _store, _time, app, err, out
+from observe.cli_base import OPENED, StoreOpt, app, err, existing_store, fail, open_store, out, when
 from observe.ingest import InputError, Summary, ingest
-from observe.parallel import WorkerError
+from observe.ingest.pool import WorkerError
 from observe.printable import printable
 from observe.reader import input_files
 from observe.schema import DESCRIPTIONS, FIELDS
@@ -68,12 +68,12 @@ def ingest_cmd(
 
     Example: observe ingest /var/log/slurm/slurmctld.log --node ctl1; dmesg | observe ingest - --source kernel --node gpu001
     """
-    st = _store(store)
+    st = open_store(store)
     try:
         missing: list[str] = []
         files = input_files(paths, skip=st.root, missing=missing)
         if missing and not files:
-            _fail(f"no such file: {missing[0]}")
+            fail(f"no such file: {missing[0]}")
         tz = tz_zone(tz)
         boot = parse_time(boot_time, tz=tz) if boot_time else None
         opts = dict(source=source, node=node, job=job, boot_time=boot, tz=tz)
@@ -87,9 +87,9 @@ def ingest_cmd(
         else:
             summary = ingest(files, st, workers=workers or None, waiting=_waiting(st), **opts)
     except (InputError, ValueError, FileNotFoundError, rules.RuleError, WorkerError, StoreBusy) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     except OSError as exc:
-        _fail(f"{exc.filename or ''}: {exc.strerror or exc}")
+        fail(f"{exc.filename or ''}: {exc.strerror or exc}")
     summary.failed[:0] = [f"{p}: no such file" for p in missing]
     _summary(summary)
     _index_jobs(st, summary)
@@ -113,7 +113,7 @@ def demo_cmd(
     from observe.demo import generate
     from observe.ingest import ingest_inputs
 
-    logs, store = directory / "logs", _store(str(directory / "store"))
+    logs, store = directory / "logs", open_store(str(directory / "store"))
     err.print(f"generating {nodes} nodes x {hours:g} h of logs in {logs} ...", highlight=False)
     manifest = generate(logs, nodes=nodes, hours=hours, seed=seed)
     summary = ingest_inputs([(str(f.path), {"source": f.format, "node": f.node, "job": f.job}) for f in manifest.files], store)
@@ -152,17 +152,17 @@ def query_cmd(
     Example: observe query --since 2h --node 'gpu[001-016]' --kind gpu_xid --format json
     """
     if fmt not in ("table", "json", "csv"):
-        _fail(f"unknown format {fmt!r}: use table, json or csv")
+        fail(f"unknown format {fmt!r}: use table, json or csv")
     try:
-        start, end, nodes = _time(since), _time(until), expand_nodes(node) if node else None
+        start, end, nodes = when(since), when(until), expand_nodes(node) if node else None
         if start and end and end <= start:
-            _fail(f"--until {until} is not after --since {since}")
-        st = _store(store)
+            fail(f"--until {until} is not after --since {since}")
+        st = open_store(store)
         lf = search(st, since=start, until=end, nodes=nodes, sources=source, kinds=kind, job=job, grep=grep)
-        _existing(st)
+        existing_store(st)
         df = (lf.head(limit + 1) if limit else lf).collect()
     except ValueError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     more = bool(limit) and df.height > limit
     df = df.head(limit) if more else df
     if fmt == "json":
@@ -213,20 +213,20 @@ def explain_cmd(
     from queries.report import report
 
     if fmt not in ("table", "json"):
-        _fail(f"unknown format {fmt!r}: use table or json")
+        fail(f"unknown format {fmt!r}: use table or json")
     if plot is not None and plot.suffix.lower() not in (".html", ".htm"):
-        _fail(f"--plot {plot}: only .html is supported")
+        fail(f"--plot {plot}: only .html is supported")
     try:
-        result = explain(_existing(_store(store)), job, at=_time(at), before=parse_span(before), after=parse_span(after))
+        result = explain(existing_store(open_store(store)), job, at=when(at), before=parse_span(before), after=parse_span(after))
     except ValueError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     if plot is not None:
         from queries.plot import timeline_html
 
         try:
             plot.write_text(timeline_html(result))
         except OSError as exc:
-            _fail(f"--plot {plot}: {exc.strerror or exc}")
+            fail(f"--plot {plot}: {exc.strerror or exc}")
         err.print(f"timeline drawn to {plot}", style="dim")
     if fmt == "json":
         sys.stdout.write(json.dumps(result.to_dict()) + "\n")
@@ -271,8 +271,8 @@ def incidents_cmd(
     from queries.incidents import incidents
 
     if fmt not in ("table", "json"):
-        _fail(f"unknown format {fmt!r}: use table or json")
-    found = incidents(search(_existing(_store(store)), since=_time(since), until=_time(until)))
+        fail(f"unknown format {fmt!r}: use table or json")
+    found = incidents(search(existing_store(open_store(store)), since=when(since), until=when(until)))
     _print_frame(found.with_columns(pl.when("shared_cause").then(pl.lit("shared?")).otherwise(pl.lit("")).alias("note"))
                  if fmt == "table" else found, fmt,
                  [("incident", 8), ("start", 19), ("category", 8), ("nodes", 5), ("nodelist", 22), ("events", 6),
@@ -297,8 +297,8 @@ def nodes_cmd(
     from queries.nodes import rank_gpus, rank_nodes
 
     if fmt not in ("table", "json"):
-        _fail(f"unknown format {fmt!r}: use table or json")
-    lf = search(_existing(_store(store)), since=_time(since), until=_time(until))
+        fail(f"unknown format {fmt!r}: use table or json")
+    lf = search(existing_store(open_store(store)), since=when(since), until=when(until))
     if gpus:
         _print_frame(rank_gpus(lf), fmt, [("node", 10), ("gpu", 12), ("episodes", 8), ("xids", 10), ("advice", 6),
                                            ("last", 19), ("kinds", 0)])
@@ -335,14 +335,14 @@ def patterns_cmd(
     from queries.patterns import compare, mine
 
     if fmt not in ("table", "json"):
-        _fail(f"unknown format {fmt!r}: use table or json")
-    start, end = _time(since), _time(until) or datetime.now(timezone.utc)
+        fail(f"unknown format {fmt!r}: use table or json")
+    start, end = when(since), when(until) or datetime.now(timezone.utc)
     try:
         span = parse_span(baseline)
         nodes = expand_nodes(node) if node else None
     except ValueError as exc:
-        _fail(str(exc))
-    st = _existing(_store(store))
+        fail(str(exc))
+    st = existing_store(open_store(store))
     window = search(st, since=start, until=end, nodes=nodes, sources=source)
     if all_:
         found = mine(window)
@@ -357,7 +357,7 @@ def patterns_cmd(
 @app.command("stats")
 def stats_cmd(store: StoreOpt = None) -> None:
     """What the store holds, per source and day (segments, rows, bytes)."""
-    s = _existing(_store(store))
+    s = existing_store(open_store(store))
     df = s.stats()
     if df.is_empty():
         out.print(f"{s.root}: empty store")
@@ -379,8 +379,8 @@ def compact_cmd(
     try:
         grace_s = parse_span(grace).total_seconds()
     except ValueError as exc:
-        _fail(str(exc))
-    s = _store(store)
+        fail(str(exc))
+    s = open_store(store)
     merged = 0
     parts = s.partitions()
     try:
@@ -390,7 +390,7 @@ def compact_cmd(
                 merged += done[0]
                 out.print(f"[{i}/{len(parts)}] {part.source}/{part.date}: {done[0]} segments, {done[1]} rows")
     except StoreBusy as exc:
-        _fail(str(exc))
+        fail(str(exc))
     out.print(f"compacted {merged} segment(s)")
     from queries import jobs
 
@@ -408,9 +408,9 @@ def retention_cmd(
     try:
         span = parse_span(keep)
     except ValueError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     cutoff = (datetime.now(timezone.utc) - span).strftime("%Y-%m-%d")
-    dropped = _store(store).expire(cutoff, dry_run=dry_run)
+    dropped = open_store(store).expire(cutoff, dry_run=dry_run)
     for p in dropped:
         out.print(f"{'would drop' if dry_run else 'dropped'} {p.source}/{p.date}")
     out.print(f"{len(dropped)} partition(s) before {cutoff} {'would be ' if dry_run else ''}dropped")
@@ -433,7 +433,7 @@ def collect_cmd(
     try:
         node = NodeCollector(Config.load(config))
     except (ConfigError, ValueError, OSError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     node.handle_signals()
     try:
         counters = node.run(once=once)
@@ -450,7 +450,7 @@ def rules_cmd(check: Annotated[bool, typer.Option(help="Check every rule's examp
         listed = rules.describe()
         problems = rules.examples_report() if check else []
     except rules.RuleError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     if check:
         for p in problems:
             err.print(p, highlight=False)

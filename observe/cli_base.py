@@ -40,35 +40,37 @@ StoreOpt = Annotated[Optional[str], typer.Option("--store", help="Store director
 OPENED: list[Store] = []  # the stores this command opened (what an unreadable file is looked for in)
 
 
-def _store(path: str | None) -> Store:
+def open_store(path: str | None) -> Store:
     """The store named by ``--store``, $OBSERVE_STORE or ./observe-store; a one-line error if it cannot be one."""
     try:
         store = Store(path or os.environ.get("OBSERVE_STORE") or "observe-store")
     except ValueError as exc:
-        _fail(str(exc))
+        fail(str(exc))
         raise
     if store.root.exists() and not store.root.is_dir():
-        _fail(f"store {store.root}: not a directory")
+        fail(f"store {store.root}: not a directory")
     if all(s.root != store.root for s in OPENED):
         OPENED.append(store)
     return store
 
 
-def _existing(store: Store) -> Store:
+def existing_store(store: Store) -> Store:
     """``store``, or a one-line error if it is not there (a mistyped path would read as empty)."""
     if not store.root.exists():
-        _fail(f"store {store.root}: no such directory (nothing ingested there yet? --store or $OBSERVE_STORE names it)")
+        fail(f"store {store.root}: no such directory (nothing ingested there yet? --store or $OBSERVE_STORE names it)")
     return store
 
 
-def _fail(message: str) -> None:
+def fail(message: str) -> None:
+    """The one-line error every command ends with on bad input (exit status 2, never a traceback)."""
     err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 
-def _time(text: str | None) -> datetime | None:
+def when(text: str | None) -> datetime | None:
+    """A time the user gave (--since, --until, ...); a one-line error if it is not one."""
     try:
         return parse_time(text) if text else None
     except ValueError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     return None

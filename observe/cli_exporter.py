@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from observe.cli_base import StoreOpt, _fail, _store, app, err
+from observe.cli_base import StoreOpt, app, err, fail, open_store
 from observe.exporter import MAX_SERIES
 from observe.hostname import this_node
 from queries.search import parse_span
@@ -50,9 +50,9 @@ def central_cmd(
     from observe.exporter.central import StoreMetrics
 
     serving = _serving(listen, interval)
-    s = _store(store)
+    s = open_store(store)
     if not s.events.is_dir():
-        _fail(f"{s.root}: no store here (no events/ directory); give --store or set $OBSERVE_STORE")
+        fail(f"{s.root}: no store here (no events/ directory); give --store or set $OBSERVE_STORE")
     err.print(f"reading {s.root} ...", highlight=False)
     _run(StoreMetrics(s, max_series=max_series), serving, textfile, once)
 
@@ -84,11 +84,11 @@ def node_cmd(
         try:
             cfg = Config.load(config)
         except (ConfigError, OSError) as exc:
-            _fail(str(exc))
+            fail(str(exc))
         spool, node = spool or cfg.spool, node or cfg.node
     if spool is None and store is None:
-        _fail("nothing to report: give --config or --spool (collector counters) and/or --store (health results)")
-    metrics = NodeMetrics(node or this_node(), spool, _store(store) if store else None)
+        fail("nothing to report: give --config or --spool (collector counters) and/or --store (health results)")
+    metrics = NodeMetrics(node or this_node(), spool, open_store(store) if store else None)
     _run(metrics, serving, textfile, once)
 
 
@@ -100,9 +100,9 @@ def _serving(listen: str, interval: str) -> tuple[str, int, float]:
         every = parse_span(interval).total_seconds()
         host, port = parse_listen(listen)
     except ValueError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     if every <= 0:
-        _fail(f"--interval {interval!r}: must be more than 0")
+        fail(f"--interval {interval!r}: must be more than 0")
     return host, port, every
 
 
@@ -119,7 +119,7 @@ def _run(source, serving: tuple[str, int, float], textfile: Path | None, once: b
     try:
         httpd = exporter.server(host, port)
     except OSError as exc:
-        _fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+        fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     refresher = threading.Thread(target=exporter.run, args=(every, stop), daemon=True)

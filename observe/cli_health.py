@@ -8,7 +8,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from observe.cli_base import StoreOpt, _fail, _store, _time, app, err, out
+from observe.cli_base import StoreOpt, app, err, fail, open_store, out, when
 from observe.hostname import this_node
 from queries.search import parse_span
 
@@ -42,16 +42,16 @@ def health_run_cmd(
     names = [c.strip() for c in checks.split(",") if c.strip()]
     bad = [c for c in names if c not in CHECKS]
     if bad:
-        _fail(f"unknown check(s) {', '.join(bad)}: use {', '.join(CHECKS)}")
+        fail(f"unknown check(s) {', '.join(bad)}: use {', '.join(CHECKS)}")
     if fmt not in ("table", "json"):
-        _fail(f"unknown format {fmt!r}: use table or json")
+        fail(f"unknown format {fmt!r}: use table or json")
     if device not in ("auto", "cpu"):
-        _fail(f"--device {device!r}: use auto or cpu")
+        fail(f"--device {device!r}: use auto or cpu")
     try:
         budget_s = parse_span(budget).total_seconds()
         rules_ = pol.load(policy)
     except (ValueError, pol.PolicyError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     overrides = {"device": device, **({"seconds": seconds} if seconds is not None else {})}
     results = run_checks(names, rules_, budget_s, overrides)
     if fmt == "json":
@@ -65,7 +65,7 @@ def health_run_cmd(
                           escape(r.summary))
         out.print(table)
     if record:
-        _store(store).write(as_events(results, node or this_node(), rules_.get("version", "")))
+        open_store(store).write(as_events(results, node or this_node(), rules_.get("version", "")))
     raise typer.Exit(1 if any(r.status.value == "FAIL" for r in results) else 0)
 
 
@@ -87,13 +87,13 @@ def inject_fault_cmd(
     from observe.health.drill import inject
 
     if not yes:
-        _fail("a drill can drain this node: add --yes to write the fault")
+        fail("a drill can drain this node: add --yes to write the fault")
     try:
         line = inject(xid, gpu, to, node or this_node())
     except ValueError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     except OSError as exc:
-        _fail(f"{to}: {exc.strerror or exc}")
+        fail(f"{to}: {exc.strerror or exc}")
     out.print(f"wrote to {escape(to)}: {escape(line.strip())}")
 
 
@@ -120,8 +120,8 @@ def set_healthy_cmd(
     try:
         event = fault_cleared(node, gpu, did, note)
     except (ValueError, SlurmError) as exc:
-        _fail(str(exc))
-    _store(store).write(event)
+        fail(str(exc))
+    open_store(store).write(event)
     out.print(f"recorded: {escape(event['message'][0])}")
 
 
@@ -143,7 +143,7 @@ def breaker_cmd(
 
     from observe.health.drain import breaker, reset_breaker
 
-    st = _store(store)
+    st = open_store(store)
     tripped, last_reset = breaker(st)
     if reset:
         reset_breaker(st, os.environ.get("SUDO_USER") or os.environ.get("USER") or "unknown", note)
@@ -164,11 +164,11 @@ def _section_and_nodes(fmt: str, policy: str | None, section: str, node: str | N
     from queries.search import expand_nodes
 
     if fmt not in ("table", "json"):
-        _fail(f"unknown format {fmt!r}: use table or json")
+        fail(f"unknown format {fmt!r}: use table or json")
     try:
         return pol.load(policy)[section], expand_nodes(node) if node else None
     except (ValueError, pol.PolicyError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
 
 
 @health_app.command("faults")
@@ -195,8 +195,8 @@ def faults_cmd(
     from observe.health.drain import breaker
 
     rules_, nodes = _section_and_nodes(fmt, policy, "faults", node)
-    st = _store(store)
-    lf = st.scan(sources=["kernel", "health"], since=_time(since))
+    st = open_store(store)
+    lf = st.scan(sources=["kernel", "health"], since=when(since))
     if nodes:
         lf = lf.filter(pl.col("node").is_in(nodes))
     decided = faults.decide(lf, rules_, datetime.now(timezone.utc), breaker(st)[1])
@@ -239,7 +239,7 @@ def drains_cmd(
     from queries import drains
 
     rules_, nodes = _section_and_nodes(fmt, policy, "drain", node)
-    lf = drains.history(_store(store).scan(sources=["health", "slurm"], since=_time(since)), rules_)
+    lf = drains.history(open_store(store).scan(sources=["health", "slurm"], since=when(since)), rules_)
     if nodes:
         lf = lf.filter(pl.col("node").is_in(nodes))
     if by:
@@ -267,10 +267,10 @@ def _drain_or_resume(node: str, reason: str | None, policy: str | None, store: s
     from observe.health.slurm import SlurmError
 
     try:
-        drainer = Drainer(pol.load(policy), _store(store), dry_run=dry_run)
+        drainer = Drainer(pol.load(policy), open_store(store), dry_run=dry_run)
         decisions = drainer.drain(node, reason) if reason is not None else drainer.resume(node, force=force)
     except (pol.PolicyError, SlurmError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     for d in decisions:
         out.print(f"{d.kind} {escape(d.node)}: {escape(d.detail)}{' (dry run)' if d.dry_run else ''}")
     if not any(d.kind in ("node_drain", "node_resume") for d in decisions):
@@ -330,11 +330,11 @@ def checkpoint_latest_cmd(
     from observe import checkpoint
 
     if fmt not in ("path", "json"):
-        _fail(f"unknown format {fmt!r}: use path or json")
+        fail(f"unknown format {fmt!r}: use path or json")
     try:
         best, skipped = checkpoint.latest(directory, trust)
     except OSError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     if fmt == "json":
         print(json.dumps(checkpoint.to_dict(best, skipped)))
     elif best is not None:

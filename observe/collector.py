@@ -24,15 +24,19 @@ class Context:
 
 
 class Collector:
-    """A pure, vectorised parser for one input format.
-
-    Subclasses set ``name`` (the ``--source`` value), ``source`` (the schema's default source),
-    ``sniff`` (a regex that matches typical lines, for ``--source auto``) and implement ``parse``.
+    """A pure, vectorised parser for one input format: the contract every module of ``collectors/``
+    implements (subclass, set the attributes below, implement ``parse``, decorate with ``@register``).
+    A collector imports this contract and the package's private helper modules, never another collector.
     """
 
+    # The ``--source`` value that names it.
     name: str = ""
+    # The schema's ``source`` of its events unless a line says otherwise.
     source: str = ""
+    # A regex typical lines match: ``--source auto`` picks the collector whose sniff matches most of a
+    # file's first lines.
     sniff: str = ""
+    # Which collector ``--source auto`` prefers when several match equally (higher wins).
     priority: int = 0
     # Record-level formats (XML documents, tables) set this: the reader hands whole records.
     whole_file: bool = False
@@ -89,12 +93,14 @@ def register(cls: type[Collector]) -> type[Collector]:
 
 
 def collectors() -> dict[str, Collector]:
-    """All registered collectors, importing every module in the ``collectors`` package once."""
+    """All registered collectors, importing every public module in the ``collectors`` package once
+    (a ``_module`` holds parsing helpers several collectors share, and registers none)."""
     if not _LOADED:  # every module, even when some were imported directly before
         import collectors as pkg
 
         for mod in pkgutil.iter_modules(pkg.__path__):
-            importlib.import_module(f"collectors.{mod.name}")
+            if not mod.name.startswith("_"):
+                importlib.import_module(f"collectors.{mod.name}")
         _LOADED.append(True)
     return _REGISTRY
 

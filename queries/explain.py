@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 import numpy as np
 import polars as pl
 
-from observe import provenance
+from observe import provenance, sessions
 from observe.store import Store
 from queries import base_rate, jobs, node_past, ranks
 from queries.causes import Causes, load_causes
@@ -91,7 +91,7 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
     onset = _onset(ev, run)
     # repeats of one event close together are one candidate; the same event an hour apart is two
     same = ["node", "kind", "code", "gpu"]
-    episode = (pl.col("ts").diff().over(same) > timedelta(seconds=sc["episode_gap_s"])).fill_null(False)
+    episode = sessions.starts("ts", same, timedelta(seconds=sc["episode_gap_s"]), undated_starts=False)
     groups = (ev.sort("ts", nulls_last=True).with_columns(episode.cum_sum().over(same).alias("_episode"))
               .group_by(*same, "_episode", maintain_order=True)
               .agg(pl.col("ts").min(), pl.len().alias("count"), pl.col("message").first(),

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import polars as pl
 
-from observe import provenance
+from observe import provenance, sessions
 from queries import jobs
 from queries.causes import load_causes
 from queries.search import compact_nodes
@@ -38,10 +38,10 @@ def incidents(events: pl.LazyFrame, gap: timedelta = GAP, linger: timedelta = LI
     found = faults(events).collect()
     if found.is_empty():
         return pl.DataFrame(schema=SCHEMA)
-    episodes = (_sessions(found, ["node", "category"], "ts", linger)
+    episodes = (grouped_sessions(found, ["node", "category"], "ts", linger)
                 .agg(pl.col("ts").min().alias("start"), pl.col("ts").max().alias("end"),
                      pl.col("kind").unique(maintain_order=True), pl.len().alias("events")))
-    grouped = (_sessions(episodes, ["category"], "start", gap)
+    grouped = (grouped_sessions(episodes, ["category"], "start", gap)
                .agg(pl.col("start").min(), pl.col("end").max(),
                     pl.col("kind").list.explode(keep_nulls=False, empty_as_null=False).unique(maintain_order=True).str.join(",").alias("kinds"),
                     pl.col("node").n_unique().cast(pl.UInt32).alias("nodes"),
@@ -57,10 +57,9 @@ def incidents(events: pl.LazyFrame, gap: timedelta = GAP, linger: timedelta = LI
     ).with_row_index("incident", offset=1).select(list(SCHEMA))
 
 
-def _sessions(df: pl.DataFrame, by: list[str], ts: str, gap: timedelta):
+def grouped_sessions(df: pl.DataFrame, by: list[str], ts: str, gap: timedelta):
     """``df`` grouped by ``by`` plus session: rows within ``gap`` of the previous one stay together."""
-    keyed = df.sort(*by, ts).with_columns(
-        (pl.col(ts).diff().over(by).fill_null(gap * 2) > gap).cum_sum().alias("_session"))
+    keyed = df.sort(*by, ts).with_columns(sessions.numbered(ts, by, gap, undated_starts=True).alias("_session"))
     return keyed.group_by(*by, "_session", maintain_order=True)
 
 

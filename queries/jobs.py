@@ -10,6 +10,7 @@ from pathlib import Path
 import hostlist
 import polars as pl
 
+from observe import sessions
 from observe.store import Store, create_temp
 
 RUN_KINDS = ["slurm_job_start", "slurm_job_end", "slurm_job_requeue"]
@@ -91,8 +92,7 @@ def _moments(rec: pl.LazyFrame) -> pl.LazyFrame:
     """Rows within SAME_MOMENT of the previous one of the same job are one moment (first non-null
     value of each column wins, the most trusted first)."""
     return (rec.sort("job_id", "at")
-            .with_columns((pl.col("at").diff().over("job_id").fill_null(SAME_MOMENT * 2) > SAME_MOMENT)
-                          .cum_sum().alias("_m"))
+            .with_columns(sessions.numbered("at", "job_id", SAME_MOMENT, undated_starts=True).alias("_m"))
             .sort("job_id", "_m", "_trust", maintain_order=True)
             .group_by("job_id", "_m", maintain_order=True)
             .agg(pl.col("at").min(), pl.col("state").drop_nulls().first(), pl.col("exit_code").drop_nulls().first(),

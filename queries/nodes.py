@@ -6,7 +6,7 @@ import polars as pl
 
 from queries.causes import load_causes
 from queries.drains import history
-from queries.incidents import LINGER, _sessions, faults
+from queries.incidents import LINGER, faults, grouped_sessions
 
 
 def _episodes(events: pl.LazyFrame, by: list[str]) -> pl.DataFrame:
@@ -15,7 +15,7 @@ def _episodes(events: pl.LazyFrame, by: list[str]) -> pl.DataFrame:
         ~pl.col("kind").is_in(limits.get("ignore_kinds", [])))
     if by == ["node", "gpu"]:
         found = found.filter(pl.col("gpu").is_not_null())
-    return (_sessions(found, by, "ts", LINGER)
+    return (grouped_sessions(found, by, "ts", LINGER)
             .agg(pl.col("ts").min().alias("start"), pl.col("kind").first(), pl.col("code").drop_nulls().first(),
                  pl.col("category").first(), pl.col("message").first(), pl.len().alias("events")))
 

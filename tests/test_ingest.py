@@ -137,12 +137,13 @@ def test_records_across_read_boundaries_are_whole(store: Store, tmp_path: Path, 
                                                  chunk: int) -> None:
     """Reads cut a file anywhere; a multi-line record (NVRM continuation lines, tracebacks) cut by
     one is still stored whole, with the offset of its first line, as when the file is read at once."""
-    import observe.ingest as ingest_mod
+    from observe.ingest import pipeline, records
 
     for name, source in [("xid.log", "kernel"), ("nccl.log", "nccl")]:
         whole = parse_file(CORPUS / "real" / name, source)
-        monkeypatch.setattr(ingest_mod, "CHUNK_BYTES", chunk)
-        monkeypatch.setattr(ingest_mod, "TAIL_BYTES", 4 * chunk)
+        monkeypatch.setattr(records, "CHUNK_BYTES", chunk)
+        monkeypatch.setattr(pipeline, "CHUNK_BYTES", chunk)
+        monkeypatch.setattr(records, "TAIL_BYTES", 4 * chunk)
         s = Store(tmp_path / f"{name}-{chunk}")
         ingest([str(CORPUS / "real" / name)], s, source=source, node="gpu001" if source == "kernel" else None)
         got = s.scan().collect().sort("offset")

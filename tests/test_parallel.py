@@ -14,10 +14,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from observe import parallel
+from observe.ingest import pool as parallel
 from observe.demo import generate
 from observe.ingest import ingest, ingest_inputs
-from observe.parallel import WorkerError
+from observe.ingest.pool import WorkerError
 from observe.reader import input_files
 from observe.store import Store
 
@@ -88,7 +88,7 @@ def test_a_worker_killed_is_an_error_not_a_hang(logs: Path, tmp_path: Path) -> N
     def kill_a_worker(_: int) -> None:  # progress: a worker has read something
         if not killed:
             kids = [int(p) for p in os.listdir("/proc") if p.isdigit() and _parent(int(p)) == os.getpid()]
-            workers = [k for k in kids if "observe.parallel" in _cmdline(k)]
+            workers = [k for k in kids if "observe.ingest.pool" in _cmdline(k)]
             if workers:
                 os.kill(workers[0], signal.SIGKILL)
                 killed.append(workers[0])

@@ -23,7 +23,7 @@ from datetime import datetime, timedelta, timezone
 
 import polars as pl
 
-from observe import provenance
+from observe import provenance, sessions
 from queries.search import parse_span
 
 REMEDIES = ("none", "report", "app", "drain", "reset", "reboot", "replace")  # gravity order
@@ -107,13 +107,11 @@ def episodes(lines: pl.LazyFrame, window: timedelta) -> pl.LazyFrame:
     """Fault lines folded into episodes: lines of one (node, GPU, kind, code) closer than ``window``
     are one, unless a recovery (``_epoch``: the time of the last one before the line) came between;
     with their first and last time and count (undated lines join their fault's first)."""
-    gap = pl.col("ts").diff().over(KEY)
-    first = pl.int_range(pl.len()).over(KEY) == 0
     epoch = pl.col("_epoch").fill_null(EPOCH)
     recovered = (epoch != epoch.shift().over(KEY)).fill_null(False)
     pid = pl.col("pid").cast(pl.String)
     return (lines.sort([*KEY, "ts"], nulls_last=False)
-            .with_columns((first | (gap > window).fill_null(False) | recovered).cum_sum().alias("_episode"))
+            .with_columns((sessions.starts("ts", KEY, window, undated_starts=False) | recovered).cum_sum().alias("_episode"))
             .with_columns(_attr("process").alias("_process"),
                           pl.col("message").str.extract(r"GPC (\d+), TPC (\d+)", 0).alias("_loc"))
             .group_by([*KEY, "_episode"])

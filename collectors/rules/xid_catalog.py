@@ -1,8 +1,8 @@
-"""The Xid catalog's generator: ``collectors/rules/xid.toml`` from NVIDIA's Xid table, transcribed in
-``collectors/rules/xid_catalog.psv``, and observe's own columns below (name, meaning, action, category,
+"""The Xid catalog's generator, a tool kept beside the rules it writes (not a collector): ``xid.toml``
+from NVIDIA's Xid table, transcribed in ``xid_catalog.psv``, and observe's own columns below (name, meaning, action, category,
 severity, drivers, fatal_action, and a note for entries that depart from NVIDIA's resolution buckets).
 
-``python -m collectors.xid_catalog`` rewrites xid.toml; ``--check`` only compares, exiting 1 when the
+``python collectors/rules/xid_catalog.py`` rewrites xid.toml; ``--check`` only compares, exiting 1 when the
 file differs from what this module produces. Edit the table or this module, never xid.toml.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-RULES = Path(__file__).resolve().parent / "rules"
+RULES = Path(__file__).resolve().parent
 TABLE = RULES / "xid_catalog.psv"
 CATALOG = RULES / "xid.toml"
 
@@ -25,7 +25,7 @@ HEADER = """\
 # "Xid 144-150 Decode" table), codes 1-172.
 #
 # Generated: edit collectors/rules/xid_catalog.psv (NVIDIA's table, transcribed) or observe's columns in
-# collectors/xid_catalog.py, then run `python -m collectors.xid_catalog` (`--check`: is this file current?).
+# collectors/rules/xid_catalog.py, then run `python collectors/rules/xid_catalog.py` (`--check`: is this file current?).
 #
 # Events of kind gpu_xid get the fields named in `attach` merged into attrs (an Xid storm repeats them on
 # every line); the rest stay here, read at query time with observe.rules.catalog("gpu_xid"). `severity`
@@ -381,7 +381,7 @@ def render(table: Path = TABLE) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Rewrite xid.toml, or with ``--check`` return 1 (and say so) when it is not what :func:`render` gives."""
-    parser = argparse.ArgumentParser(prog="python -m collectors.xid_catalog",
+    parser = argparse.ArgumentParser(prog="python collectors/rules/xid_catalog.py",
                                      description="Generate collectors/rules/xid.toml from the Xid table.")
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 when xid.toml is out of date")
     args = parser.parse_args(argv)
@@ -389,8 +389,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.check:
         CATALOG.write_text(text)
     elif not CATALOG.is_file() or CATALOG.read_text() != text:
-        print(f"{CATALOG} is out of date with {TABLE.name} and collectors/xid_catalog.py: run "
-              "python -m collectors.xid_catalog", file=sys.stderr)
+        print(f"{CATALOG} is out of date with {TABLE.name} and collectors/rules/xid_catalog.py: run "
+              "python collectors/rules/xid_catalog.py", file=sys.stderr)
         return 1
     return 0
 

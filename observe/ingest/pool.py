@@ -21,7 +21,9 @@ from dataclasses import replace
 from datetime import datetime
 from multiprocessing.connection import Connection, wait
 
-from observe.ingest import Step, Summary, Task, _Pipeline, plan, run_step, tasks
+from observe.ingest.pipeline import Pipeline, run_step
+from observe.ingest.plan import Step, Task, plan, tasks
+from observe.ingest.summary import Summary
 from observe.reader import CHUNK_BYTES
 from observe.store import Store
 
@@ -125,7 +127,7 @@ class _Workers:
             cmd_r, cmd_w = os.pipe()
             res_r, res_w = os.pipe()
             self.procs.append(subprocess.Popen(
-                [sys.executable, "-c", "import sys; from observe.parallel import serve; serve(*sys.argv[1:])",
+                [sys.executable, "-c", "import sys; from observe.ingest.pool import serve; serve(*sys.argv[1:])",
                  str(cmd_r), str(res_w), str(store.root)], pass_fds=(cmd_r, res_w), env=env))
             os.close(cmd_r)
             os.close(res_w)
@@ -226,7 +228,7 @@ def serve(commands_fd: str, results_fd: str, root: str) -> None:
     results = Connection(int(results_fd), readable=False)
     store, summary = Store(root), Summary()
     try:
-        with store.writer(**WORKER_WRITER) as writer, _Pipeline(writer, summary, threads=WORKER_PARSE_THREADS) as pipe:
+        with store.writer(**WORKER_WRITER) as writer, Pipeline(writer, summary, threads=WORKER_PARSE_THREADS) as pipe:
             while True:
                 command, task = commands.recv()
                 if command == "task":

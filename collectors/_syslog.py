@@ -1,0 +1,409 @@
+"""Syslog headers, shared by the collectors whose lines may come framed by syslog or journald (syslog,
+kernel, slurm): RFC 3164 (localized months, space-padded days), RFC 5424, RFC 3339 / journald short-iso,
+journalctl's other ``short`` modes, ``journalctl -o json``, and the Sandia archive prefix
+(``- 1131566461 2005.11.09 dn228 ...``).
+
+Sample: ``Apr 29 19:24:11 EVE kernel: NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.``
+Kernel lines become source ``kernel`` (their ``[uptime]`` kept in attrs), Slurm daemons ``slurm``.
+
+Each header form below names where its emitter prints it (``# source:``). After the stamp comes
+``HOSTNAME SP TAG``; the host is optional (``journalctl --no-hostname``, BSD senders that leave it
+out): as rsyslog's parser decides (source: rsyslog/rsyslog tools/pmrfc3164.c parse2, "there are
+certain characters which are frequently used in TAG (e.g. ':'), which are *invalid* in host names"),
+a first word that ends with ``:`` is the tag, never a host. A line with no header is unparsed
+(message null), its node whatever the context says.
+
+A private module (discovery skips it): it registers no collector. The refinements of other sources'
+lines that syslog carries (kernel devices and uptimes, Slurm daemons' severity, job and node, NVIDIA
+daemons' GPU) are made in one step, ``parse_syslog``.
+"""
+from __future__ import annotations
+
+import json
+
+import polars as pl
+
+from observe import provenance
+from observe import timeparse as tp
+from collectors._slurm_text import slurm_fields
+from observe.collector import Context, per_value, split_header
+from observe.rules import attrs_json, merge_attrs, scatter_rows
+
+# TAG as rsyslog writes %syslogtag% and journalctl ``identifier[pid]: ``: a program name (paths,
+# dots, dashes: ``/apps/x/gmetad[1682]:``), a parenthesised part (``sshd(pam_unix)[1327]:``), the
+# pid optional (``kernel:``).
+TAG = r"(?:(?P<tag>[^\s:\[\]]+(?:\([^)\s]*\))?)(?:\[(?P<pid>\d+)\])?: ?)?"
+# HOSTNAME, optional: a word that holds no ``[`` and does not end with ``:`` (else it is the tag).
+HOST = r"(?:(?P<host>[^\s\[]*[^\s\[:]) )?"
+# source: rsyslog/rsyslog tools/smtradfile.c (RSYSLOG_TraditionalFileFormat,
+#   "%TIMESTAMP% %HOSTNAME% %syslogtag%%msg:::sp-if-no-1st-sp%%msg:::drop-last-lf%\n"), the stamp by
+#   runtime/datetime.c formatTimestamp3164 ("%s %2d %2.2d:%2.2d:%2.2d": English month, day space-padded);
+#   RSYSLOG_TraditionalForwardFormat "<%PRI%>%TIMESTAMP% %HOSTNAME% %syslogtag:1:32%%msg%" (runtime/rsconf.c).
+# source: syslog-ng/syslog-ng lib/logwriter.c log_writer_format_log (a9b2bc66), file destination without
+#   template: stamp (ts-format, default BSD "Mmm dd HH:MM:SS", day zero-padded), " ", HOST, " ",
+#   MSGHDR or "PROGRAM[PID]: ", MESSAGE (no program: no tag).
+# source: systemd/systemd src/shared/logs-show.c (002951ce) output_timestamp_realtime, journalctl -o short
+#   strftime("%b %d %H:%M:%S") and -o short-precise (+ ".%06"PRIu64), then output_short: " hostname"
+#   (left out with --no-hostname), " identifier" (or comm, or "unknown"), "[pid]", ": ", message; %b is
+#   the locale's abmon (observe/timeparse.py MONTHS), `` 3月`` (ja_JP) padded with a space.
+# Also the Sandia archive prefix (``- 1131566461 2005.11.09 dn228 ``) and a year after the clock.
+# busybox syslogd writes the facility and level between host and message, by name (syslog.h's
+# facilitynames/prioritynames, the first name of each value: "err", "warn", "emerg"): source: mirror/busybox
+#   sysklogd/syslogd.c timestamp_and_log (1.x): parse_fac_prio_20(pri, res); sprintf(G.printbuf,
+#   "%s %.64s %s %s\n", timestamp, G.hostname, res, msg) (``Sep 13 14:34:10 ccgx user.err kernel: ...``).
+BUSYBOX_PRIO = (r"(?:(?:kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|mark|security|local[0-7])"
+                r"\.(?P<blvl>emerg|panic|alert|crit|err|error|warn|warning|notice|info|debug) )")
+BUSYBOX_SEVERITY = {"emerg": "emerg", "panic": "emerg", "alert": "alert", "crit": "crit", "err": "err",
+                    "error": "err", "warn": "warning", "warning": "warning", "notice": "notice", "info": "info",
+                    "debug": "debug"}
+MONTH = r"(?P<mon>\p{L}{2,6}\.?|\d{1,2}[月월])"
+RFC3164 = (
+    r"(?:(?P<tb_label>\S+) (?P<tb_epoch>\d{9,11}) (?P<tb_date>\d{4}\.\d\d\.\d\d) (?P<tb_node>\S+) )?"
+    r"(?:<(?P<pri>\d{1,3})>)? ?" + MONTH + r" {1,2}(?P<day>\d{1,2}) (?P<clock>\d\d:\d\d:\d\d(?:\.\d+)?) "
+    r"(?:(?P<year>\d{4}) )?" + HOST + BUSYBOX_PRIO + "?" + TAG
+)
+# source: rsyslog/rsyslog tools/smfile.c (RSYSLOG_FileFormat,
+#   "%TIMESTAMP:::date-rfc3339% %HOSTNAME% %syslogtag%%msg:::sp-if-no-1st-sp%%msg:::drop-last-lf%\n") and
+#   RSYSLOG_ForwardFormat "<%PRI%>%TIMESTAMP:::date-rfc3339% %HOSTNAME% %syslogtag:1:32%%msg%" (runtime/rsconf.c).
+# source: systemd/systemd src/shared/logs-show.c output_timestamp_realtime, journalctl -o short-iso
+#   strftime("%Y-%m-%dT%H:%M:%S") + "%+03d:%02d" (tm_gmtoff), -o short-iso-precise with ".%06" before the offset.
+RFC3339 = (
+    r"(?:<(?P<pri>\d{1,3})>)?(?P<stamp>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?) "
+    + HOST + TAG
+)
+# source: RFC 5424 section 6 (HEADER = PRI VERSION SP TIMESTAMP SP HOSTNAME SP APP-NAME SP PROCID SP MSGID,
+#   then SP STRUCTURED-DATA [SP MSG], "-" for a nil value, MSG optionally BOM-prefixed); rsyslog's
+#   RSYSLOG_SyslogProtocol23Format "<%PRI%>1 %TIMESTAMP:::date-rfc3339% %HOSTNAME% %APP-NAME% %PROCID%
+#   %MSGID% %STRUCTURED-DATA% %msg%\n" (rsyslog/rsyslog runtime/rsconf.c).
+RFC5424 = (
+    r"(?s)^<(?P<pri>\d{1,3})>1 (?P<stamp>\S+) (?P<host>\S+) (?P<tag>\S+) (?P<pid>\S+) (?P<msgid>\S+) "
+    r"(?P<sd>-|(?:\[(?:[^\]\\]|\\.)*\])+)(?: \x{FEFF}?(?P<msg>.*))?$"
+)
+# source: systemd/systemd src/shared/logs-show.c output_timestamp_realtime, journalctl -o short-full (and
+#   -o with-unit): format_timestamp() (src/basic/time-util.c format_timestamp_style, 003b845c): an English
+#   weekday from its own table ("Sun".."Sat", not the locale's), strftime(" %Y-%m-%d %H:%M:%S"), then
+#   " UTC" (--utc) or " " tm_zone (``CET``, ``EDT``, ``+03``; left out when it does not fit).
+SHORT_FULL = (
+    r"(?:Sun|Mon|Tue|Wed|Thu|Fri|Sat) (?P<stamp>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})?)"
+    r"(?: (?P<zone>[A-Z]{2,6}|[+-]\d\d(?:\d\d)?))? " + HOST + TAG
+)
+# source: systemd/systemd src/shared/logs-show.c output_timestamp_monotonic, journalctl -o short-monotonic
+#   "[%5"PRI_USEC".%06"PRI_USEC"]" (seconds since boot), -o short-delta adds " <%5"PRI_USEC".%06"PRI_USEC"%s>"
+#   (" " or "*") inside the brackets; then output_short's " hostname identifier[pid]: message".
+SHORT_MONOTONIC = r"\[\s*(?P<up>\d+\.\d+)(?: <\s*(?P<delta>\d+\.\d+)[ *]>)?\] " + HOST + TAG
+# source: systemd/systemd src/shared/logs-show.c output_timestamp_realtime, journalctl -o short-unix
+#   "%10"PRI_TIME".%06"PRIu64 (seconds since the epoch), then output_short's " hostname identifier[pid]: ".
+SHORT_UNIX = r"\s*(?P<epoch>\d{9,11}\.\d{1,6}) " + HOST + TAG
+# journalctl's own lines between the entries: source: systemd/systemd src/journal/journalctl.c (v2xx-v245) printf("--
+#   Logs begin at %s, end at %s. --\n"), (v246+) "-- Journal begins at %s, ends at %s. --\n" and "-- Journal begins at
+#   %s. --\n" (--follow), "-- No entries --\n", and at a boot change "-- Reboot --" (v255+: "-- Boot %s --", the boot id):
+#   a known line with no header, kept as journalctl's text.
+JOURNAL_BANNER = (r"^-- (?:Logs begin at .*|Journal begins at .*|No entries|Reboot|Boot [0-9a-f]{32}) --$")
+SLURM_DAEMONS = r"^slurm(?:ctld|d|stepd|dbd|restd)?$"
+UPTIME = r"^\[\s*(\d+\.\d+)\]\s?"
+SEVERITY_BY_PRI = ["emerg", "alert", "crit", "err", "warning", "notice", "info", "debug"]
+
+def severity_from_pri(pri: pl.Expr) -> pl.Expr:
+    """Syslog PRI (facility*8+level) or bare level to a severity name."""
+    return (pri.cast(pl.Int32, strict=False) % 8).replace_strict(
+        dict(enumerate(SEVERITY_BY_PRI)), default=None, return_dtype=pl.String)
+
+def source_of(program: pl.Expr) -> pl.Expr:
+    """Schema source for a syslog program name (worked out once per distinct name)."""
+    return per_value(program, lambda names: pl.when(names == "kernel").then(pl.lit("kernel"))
+                     .when(names.str.contains(SLURM_DAEMONS)).then(pl.lit("slurm")).otherwise(pl.lit("syslog")),
+                     default="syslog")
+
+def _nil(e: pl.Expr) -> pl.Expr:
+    return pl.when(e != "-").then(e)
+
+
+# What a syslog- or journald-framed line starts with (the syslog collector's sniff; the kernel and slurm
+# collectors route such lines to parse_syslog by it)
+SNIFF = (
+    r"^(?:\S+ \d{9,11} \d{4}\.\d\d\.\d\d \S+ )?(?:<\d{1,3}>)? ?(?:\p{L}{2,6}\.?|\d{1,2}[月월]) {1,2}\d{1,2} "
+    r"\d\d:\d\d:\d\d(?:\.\d{1,9})? |"
+    r"^(?:<\d{1,3}>1? ?)?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d\S* (?:\S+ [^\s:]+|[^\s:\[]+\[\d+\]): |"
+    r"^<\d{1,3}>1 (?:\d{4}-\d\d-\d\dT\S+|-) \S+ \S+ \S+ \S+ |"  # RFC 5424: no tag's colon
+    r"^(?:Sun|Mon|Tue|Wed|Thu|Fri|Sat) \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})? |"  # short-full
+    r"^\s*\d{9,11}\.\d{6} (?:[^\s\[:]+ )?[^\s:\[]+(?:\[\d+\])?: |"  # short-unix
+    # short-monotonic only with a host and a pid (or ``kernel:``): the same stamp starts every
+    # dmesg line (``[    5.1] usb 1-1: ...``), whose lines the kernel collector routes here by this
+    r"^\[\s*\d+\.\d{6}(?: <\s*\d+\.\d{6}[ *]>)?\] [^\s\[:]+ (?:kernel|[^\s:\[]+\[\d+\]): |"
+    r"^\{.*\"__REALTIME_TIMESTAMP\""
+)
+
+
+def parse_syslog(records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
+    """Syslog-framed records as events. Split headers: lines of the common RFC 3164 shape (the stamp
+    parses, a space follows) at fixed positions, the others by their format; the rest of each record is
+    the message. Then the refinements of the sources syslog carries, in this one step."""
+    raw = records.get_column("raw")
+    ts = tp.syslog_stamp(raw.str.slice(0, 15), ctx.reference_time, ctx.tz)
+    fast = (ts.is_not_null() & (raw.str.slice(15, 1) == " ")).fill_null(False)
+    if fast.all():  # nearly always: no format detection, split or concatenation
+        out = _rfc3164_fast(records.with_columns(ts.alias("_ts")))
+    else:
+        out = pl.concat([_rfc3164_fast(records.with_columns(ts.alias("_ts")).filter(fast)),
+                         _by_format(records.filter(~fast), ctx)], how="diagonal_relaxed")
+    return _gpu_daemon_lines(_slurm_lines(kernel_device(kernel_uptime(out.with_columns(_source(out))))))
+
+
+def _source(df: pl.DataFrame) -> pl.Expr:
+    """The source of each line by its program; a journal entry a user sent is syslog whatever
+    program it names (``logger -t kernel``, ``logger -t slurmd``)."""
+    source = source_of(pl.col("program"))
+    if "route" not in df.columns:
+        return source.alias("source")
+    return pl.when(pl.col("route") == "journal_user").then(pl.lit("syslog")).otherwise(source).alias("source")
+
+
+def _slurm_lines(df: pl.DataFrame) -> pl.DataFrame:
+    """Slurm daemons' lines (``slurmd[777]: error: ...``) with Slurm's severity and job id."""
+    rows = df.select((pl.col("source") == "slurm").fill_null(False)).to_series().arg_true()
+    if not len(rows):
+        return df
+    part = df.select("message", "severity", "node", *(["job_id"] if "job_id" in df.columns else [])).gather(rows)
+    fixed = slurm_fields(part).select("severity", "job_id", "node")
+    if "job_id" not in df.columns:
+        df = df.with_columns(pl.lit(None, dtype=pl.String).alias("job_id"))
+    return scatter_rows(df, rows, fixed)
+
+
+def _by_format(records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
+    """Lines of any other shape, each by its format's parser."""
+    raw = pl.col("raw")
+    kinds = records.with_columns(
+        pl.when(raw.str.starts_with("{")).then(pl.lit("json"))
+        .when(raw.str.contains(r"^<\d{1,3}>1 ")).then(pl.lit("5424"))
+        .when(raw.str.contains(r"^(?:<\d{1,3}>)?\d{4}-\d\d-\d\d[T ]")).then(pl.lit("3339"))
+        .when(raw.str.contains(r"^(?:Sun|Mon|Tue|Wed|Thu|Fri|Sat) \d{4}-\d\d-\d\d ")).then(pl.lit("full"))
+        .when(raw.str.contains(r"^\[\s*\d+\.\d+(?: <[^>]*>)?\] ")).then(pl.lit("mono"))
+        .when(raw.str.contains(r"^\s*\d{9,11}\.\d+ ")).then(pl.lit("unix"))
+        .when(raw.str.starts_with("-- ")).then(pl.lit("banner"))
+        .otherwise(pl.lit("3164")).alias("_fmt")
+    )
+    parsers = {"json": _json, "5424": _rfc5424, "3339": _rfc3339, "3164": _rfc3164_regex,
+               "full": _short_full, "mono": _short_monotonic, "unix": _short_unix, "banner": _journal_banner}
+    return pl.concat([parsers[fmt](part.drop("_fmt"), ctx) for (fmt,), part in kinds.group_by("_fmt")],
+                     how="diagonal_relaxed")
+
+
+def _journal_banner(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
+    """journalctl's banner and boot lines (JOURNAL_BANNER) as its text; other lines unparsed."""
+    banner = pl.col("raw").str.contains(JOURNAL_BANNER)
+    return part.select("raw", "offset", pl.when(banner).then(pl.col("raw")).alias("message"),
+                       pl.when(banner).then(pl.lit("journalctl")).alias("program"))
+
+
+def kernel_uptime(df: pl.DataFrame) -> pl.DataFrame:
+    """Move a kernel message's leading ``[ 12.345678]`` into attrs.uptime (only those rows touched)."""
+    has = (pl.col("source") == "kernel") & pl.col("message").str.starts_with("[")
+    rows = df.select(has.fill_null(False)).to_series().arg_true()
+    if not len(rows):
+        return df
+    msg = pl.col("message")
+    fixed = df.select("message", "attrs").gather(rows).with_columns(msg.str.extract(UPTIME, 1).alias("_up")).select(
+        pl.when(pl.col("_up").is_not_null()).then(msg.str.replace(UPTIME, "")).otherwise(msg).alias("message"),
+        merge_attrs(pl.col("attrs"), attrs_json([("uptime", pl.col("_up"))])).alias("attrs"),
+    )
+    return scatter_rows(df, rows, fixed)
+
+# The device a kernel line is about, from the prefix its printing helper puts before the message:
+# source: torvalds/linux drivers/base/core.c __dev_printk (v3.x-v6.x): dev_printk_emit(level, dev,
+#   "%s %s: %pV", dev_driver_string(dev), dev_name(dev), vaf): "<driver> <dev_name>: " ("mlx5_core
+#   0000:03:00.0: ", "pcieport 0000:00:03.0: "; a PCI device's dev_name is its "%04x:%02x:%02x.%d"
+#   address: attrs.pci). A device without a driver prints its class name: an InfiniBand device on
+#   itself "infiniband rxe0: " (rdma_rxe, drivers/infiniband/sw/rxe/rxe_net.c dev_info(&rxe->ib_dev.dev,
+#   "set active\n")): attrs.device.
+# source: torvalds/linux drivers/infiniband/core/device.c __ibdev_printk (v5.1+): dev_printk_emit(level,
+#   ibdev->dev.parent, "%s %s %s: %pV", dev_driver_string(parent), dev_name(parent), dev_name(&ibdev->dev),
+#   vaf): "mlx5_core 0000:ab:00.0 mlx5_5: " (attrs.pci, attrs.device).
+# source: torvalds/linux drivers/net/ethernet/mellanox/mlx5/core/mlx5_core.h mlx5_core_err/_dbg/_info
+#   (v4.x-v6.x): dev_err(dev, "%s:%d:(pid %d): " format, __func__, __LINE__, current->pid): the task
+#   that printed (pid), after the device prefix ("mlx5_core_warn": "%s:%s:%d:(pid %d): " with the name).
+# source: NVIDIA/open-gpu-kernel-modules src/nvidia/arch/nvalloc/unix/include/os-interface.h NV_DEV_PRINTF:
+#   nv_printf(level, "NVRM: GPU " NV_PCI_DEV_FMT ": " format, ...), NV_PCI_DEV_FMT "%04x:%02x:%02x.%x"
+#   (kernel-open/common/inc/nv.h): the GPU (gpu); so is the device of the nvidia driver's own dev_printk lines
+#   ("nvidia 0000:3b:00.0: ...", the driver string "nvidia").
+PCI_ADDRESS = r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]"
+DEVICE_PREFIX = (
+    r"^\s*(?:(?P<driver>[\w.-]+) (?P<pci>" + PCI_ADDRESS + r")(?: (?P<ibdev>[\w.-]+))?|infiniband (?P<classdev>[\w.-]+)): "
+    r"(?:(?:[\w.-]+:)?\w+:\d+:\(pid (?P<dpid>\d+)\): )?"
+)
+NVRM_GPU = r"^NVRM: GPU (?P<nvgpu>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): "
+_DEVICE_LINE = r"^\s*(?:[\w.-]+ [0-9a-f]{4}:[0-9a-f]{2}:|infiniband [\w.-]+: |NVRM: GPU [0-9a-fA-F]{4}:)"
+
+
+# NVIDIA's daemons name the GPU a line is about by its PCI address: source: NVIDIA/nvidia-persistenced
+#   nvidia-persistenced.c (v3xx-v5xx): syslog(LOG_NOTICE, "device %s - registered", pci_info) and "device %s -
+#   persistence mode enabled", "... disabled", "device %s - failed to open." (pci_info "%04x:%02x:%02x.%x").
+GPU_DAEMONS = ["nvidia-persistenced"]
+
+
+def _gpu_daemon_lines(df: pl.DataFrame) -> pl.DataFrame:
+    """``gpu``: the GPU a GPU daemon's line names (GPU_DAEMONS), on those rows only."""
+    if "program" not in df.columns:
+        return df
+    rows = df.select(pl.col("program").is_in(GPU_DAEMONS).fill_null(False)).to_series().arg_true()
+    if not len(rows):
+        return df
+    if "gpu" not in df.columns:
+        df = df.with_columns(pl.lit(None, dtype=pl.String).alias("gpu"))
+    fixed = df.select("message", "gpu").gather(rows).select(pl.coalesce(
+        "gpu", pl.col("message").str.to_lowercase().str.extract("(" + PCI_ADDRESS + ")", 1).str.head(10)).alias("gpu"))
+    return scatter_rows(df, rows, fixed)
+
+
+def kernel_device(df: pl.DataFrame) -> pl.DataFrame:
+    """A kernel line's device prefix (see DEVICE_PREFIX) into attrs.pci and attrs.device, the mlx5
+    printer's pid into pid, an NVRM GPU prefix or the nvidia driver's device into gpu (only the rows
+    that have one are touched)."""
+    if "source" not in df.columns or "message" not in df.columns:
+        return df
+    has = (pl.col("source") == "kernel") & pl.col("message").str.contains(_DEVICE_LINE)
+    rows = df.select(has.fill_null(False)).to_series().arg_true()
+    if not len(rows):
+        return df
+    for name, dtype in (("pid", pl.Int64), ("gpu", pl.String), ("attrs", pl.String)):
+        if name not in df.columns:
+            df = df.with_columns(pl.lit(None, dtype=dtype).alias(name))
+    msg = pl.col("message")
+    part = df.select("message", "attrs", "pid", "gpu").gather(rows).with_columns(
+        msg.str.extract_groups(DEVICE_PREFIX).alias("_d"), msg.str.extract(NVRM_GPU, 1).alias("_gpu")).unnest("_d")
+    fixed = part.select(
+        merge_attrs(pl.col("attrs"), attrs_json([("pci", pl.col("pci")),
+                                                 ("device", pl.coalesce("ibdev", "classdev"))])).alias("attrs"),
+        pl.coalesce(pl.col("pid"), pl.col("dpid").cast(pl.Int64, strict=False)).alias("pid"),
+        pl.coalesce(pl.col("gpu"), pl.col("_gpu"),
+                    pl.when(pl.col("driver") == "nvidia").then(pl.col("pci").str.head(10))).alias("gpu"),
+    )
+    return scatter_rows(df, rows, fixed)
+
+
+def _header(part: pl.DataFrame, pattern: str) -> pl.DataFrame:
+    return part.with_columns(pl.col("raw").str.extract_groups(pattern).alias("_h")).unnest("_h")
+
+def _common(g: pl.DataFrame, ts: pl.Expr, host: pl.Expr, severity: pl.Expr,
+            attrs: pl.Expr | None = None) -> pl.DataFrame:
+    return g.select(
+        "raw", "offset", ts.alias("ts"), host.alias("node"), severity.alias("severity"),
+        pl.col("tag").alias("program"), pl.col("pid").cast(pl.Int64, strict=False).alias("pid"),
+        pl.col("msg").alias("message"), (attrs if attrs is not None else pl.lit(None, dtype=pl.String)).alias("attrs"),
+    )
+
+def _rfc3164_fast(part: pl.DataFrame) -> pl.DataFrame:
+    """``Mmm dd hh:mm:ss host tag[pid]: msg`` (time already in ``_ts``) by fixed positions and
+    splits, no regex captures."""
+    raw = pl.col("raw")
+    g = part.with_columns(
+        raw.str.slice(16).str.splitn(" ", 2).struct.rename_fields(["host", "body"]).alias("_h")
+    ).unnest("_h")
+    hostless = pl.col("host").str.ends_with(":")  # ``Mar 01 10:00:00 sshd[1]: ...``: the word is the tag
+    if g.select(hostless.any()).item():
+        g = g.with_columns(pl.when(hostless).then(raw.str.slice(16)).otherwise(pl.col("body")).alias("body"),
+                           pl.when(~hostless).then(pl.col("host")).alias("host"))
+    tagged = pl.col("msg").is_not_null() & (pl.col("tagpart") != "") & ~pl.col("tagpart").str.contains(" ", literal=True)
+    g = _tag_split(g).with_columns(tagged.alias("_tagged"))
+    severity = pl.lit(None, dtype=pl.String)
+    if not g.get_column("_tagged").all():  # a few lines: busybox's ``user.err`` before the tag?
+        g = g.with_columns(pl.when(~pl.col("_tagged")).then(pl.col("body")).str.extract(r"^" + BUSYBOX_PRIO, 1).alias("_blvl"))
+        if g.get_column("_blvl").null_count() < g.height:
+            g = _tag_split(g.drop("tagpart", "msg").with_columns(
+                pl.when(pl.col("_blvl").is_not_null()).then(pl.col("body").str.splitn(" ", 2).struct.field("field_1"))
+                .otherwise(pl.col("body")).alias("body"))).with_columns(tagged.alias("_tagged"))
+            severity = pl.col("_blvl").replace_strict(BUSYBOX_SEVERITY, default=None, return_dtype=pl.String)
+    g = g.with_columns(
+        pl.when(pl.col("_tagged")).then(pl.col("tagpart").str.splitn("[", 2)).alias("_p")
+    ).unnest("_p")
+    g = g.with_columns(
+        pl.col("field_0").alias("tag"),
+        pl.col("field_1").str.strip_suffix("]").alias("pid"),
+        pl.when(pl.col("_tagged")).then(pl.col("msg")).otherwise(pl.col("body")).alias("msg"),
+    )
+    return _common(g, pl.col("_ts"), pl.col("host"), severity)
+
+
+def _tag_split(g: pl.DataFrame) -> pl.DataFrame:
+    return g.with_columns(
+        pl.col("body").str.splitn(": ", 2).struct.rename_fields(["tagpart", "msg"]).alias("_t")
+    ).unnest("_t")
+
+
+def _rfc3164_regex(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
+    """The general RFC 3164 shape: PRI, archive prefix, localized months, optional year."""
+    g = split_header(part, RFC3164)
+    year = pl.coalesce(pl.col("year"), pl.col("tb_date").str.slice(0, 4))
+    ts = pl.coalesce(
+        tp.yearless(pl.col("mon"), pl.col("day"), pl.col("clock"), ctx.reference_time, ctx.tz, year=year),
+        tp.yearless(pl.col("mon"), pl.col("day"), pl.col("clock"), ctx.reference_time, ctx.tz),
+    )
+    host = pl.coalesce(pl.col("tb_node"), pl.col("host").str.extract(r"^([^/]+)", 1))
+    ok = pl.col("msg").is_not_null() & tp.month_number(pl.col("mon")).is_not_null()  # else no header at all
+    g = g.with_columns(pl.when(ok).then(pl.col(c)).alias(c) for c in ["msg", "tag", "pid", "host", "pri"])
+    severity = pl.coalesce(severity_from_pri(pl.col("pri")),
+                           pl.col("blvl").replace_strict(BUSYBOX_SEVERITY, default=None, return_dtype=pl.String))
+    return _common(g, ts, host, severity)
+
+def _rfc3339(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
+    g = split_header(part, RFC3339)
+    return _common(g, tp.iso(pl.col("stamp"), ctx.tz), pl.col("host"), severity_from_pri(pl.col("pri")))
+
+def _short_full(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
+    """journalctl ``-o short-full``: the zone ``UTC`` or a numeric one is exact; an abbreviation
+    (``CET``) names the local zone, which is ``ctx.tz``."""
+    g = split_header(part, SHORT_FULL)
+    zone = pl.col("zone")
+    offset = pl.when(zone.is_in(["UTC", "GMT"])).then(pl.lit("Z")).when(zone.str.contains(r"^[+-]")).then(zone)
+    stamp = pl.concat_str(pl.col("stamp"), offset.fill_null(""))
+    return _common(g, tp.iso(stamp, ctx.tz), pl.col("host"), pl.lit(None, dtype=pl.String))
+
+def _short_monotonic(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
+    """journalctl ``-o short-monotonic`` / ``short-delta``: seconds since boot (a time given the
+    boot time), kept in attrs.uptime (and attrs.delta) as the kernel collector keeps dmesg's."""
+    g = split_header(part, SHORT_MONOTONIC)
+    ts = tp.since_boot(pl.col("up").cast(pl.Float64, strict=False), ctx.boot_time)
+    attrs = attrs_json([("uptime", pl.col("up")), ("delta", pl.col("delta"))])
+    return _common(g, ts, pl.col("host"), pl.lit(None, dtype=pl.String), attrs)
+
+def _short_unix(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
+    g = split_header(part, SHORT_UNIX)
+    return _common(g, tp.epoch(pl.col("epoch")), pl.col("host"), pl.lit(None, dtype=pl.String))
+
+def _rfc5424(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
+    g = part.with_columns(pl.col("raw").str.extract_groups(RFC5424).alias("_h")).unnest("_h").with_columns(
+        _nil(pl.col("tag")).alias("tag"), _nil(pl.col("pid")).alias("pid"),
+        pl.coalesce(pl.col("msg"), pl.when(pl.col("pri").is_not_null()).then(pl.lit(""))).alias("msg"),
+    )
+    return _common(g, tp.iso(pl.col("stamp")), _nil(pl.col("host")), severity_from_pri(pl.col("pri")))
+
+def _json(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
+    raw = pl.col("raw")
+
+    def field(name: str) -> pl.Expr:
+        return raw.str.json_path_match(f"$.{name}")
+
+    usec = field("__REALTIME_TIMESTAMP").cast(pl.Int64, strict=False)
+    ts = pl.from_epoch(usec, time_unit="us").dt.replace_time_zone("UTC")
+    # journald sets the fields that start with "_" itself; SYSLOG_IDENTIFIER is whatever the sender
+    # said (``logger -t kernel``): only the kernel transport makes a kernel line, only a system
+    # account's entry a Slurm daemon's
+    kernel = field("_TRANSPORT") == "kernel"
+    system = field("_UID").cast(pl.Int64, strict=False) <= provenance.policy()["system_uid_max"]
+    route = pl.when(kernel).then(pl.lit("journal_kernel")).when(system).then(pl.lit("journal_system")) \
+        .otherwise(pl.lit("journal_user"))
+    tag = pl.when(kernel).then(pl.lit("kernel")).otherwise(pl.coalesce(field("SYSLOG_IDENTIFIER"), field("_COMM")))
+    out = part.select(
+        "raw", "offset", ts.alias("ts"), field("_HOSTNAME").alias("node"),
+        severity_from_pri(field("PRIORITY")).alias("severity"), tag.alias("program"),
+        pl.coalesce(field("_PID"), field("SYSLOG_PID")).cast(pl.Int64, strict=False).alias("pid"),
+        field("MESSAGE").alias("message"), pl.lit(None, dtype=pl.String).alias("attrs"), route.alias("route"),
+    )
+    # journald writes a MESSAGE that is not valid UTF-8 (or holds control characters) as an array
+    # of byte values: decoded, invalid bytes replaced (such lines are rare: a Python loop over them)
+    rows = out.select(raw.str.contains(r'"MESSAGE"\s*:\s*\[').fill_null(False)).to_series().arg_true()
+    if len(rows):
+        msgs = out.get_column("message").gather(rows)
+        decoded = [bytes(json.loads(m)).decode("utf-8", "replace") if m else m for m in msgs]
+        out = out.with_columns(out.get_column("message").scatter(rows, pl.Series(decoded, dtype=pl.String)))
+    return out

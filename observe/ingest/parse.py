@@ -1,0 +1,136 @@
+"""Records to events, pure functions: the collector's parse, then defaults, hints, rules and catalogs
+(``finalize``); a parse unit's fresh events split by partition (``parse_unit``); what kernel lines
+with both clocks tell of a node's boot time."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import polars as pl
+
+from observe import collector as registry
+from observe import provenance, rules
+from observe.collector import Collector, Context, per_value
+from observe.ingest.records import INPUT_BITS, blank_lines, joined_records
+from observe.schema import FIELDS, POLARS_SCHEMA, conform
+from observe.store import buffered_parts, no_records
+
+PCI = r"^(?:[0-9a-f]*?)([0-9a-f]{4}):([0-9a-f]{2}):([0-9a-f]{2})(?:\.[0-7])?$"
+
+
+def short_host(expr: pl.Expr) -> pl.Expr:
+    """Host names to short node names (``gpu001.cluster.local`` -> ``gpu001``); IPs kept."""
+    return per_value(expr, lambda names: pl.when(names.str.contains(r"^[0-9.:]+$")).then(names)
+                     .otherwise(names.str.extract(r"^([^.]+)", 1)))
+
+
+def finalize(df: pl.DataFrame, c: Collector, ctx: Context, file_id: str | None = None) -> pl.DataFrame:
+    """Fill defaults and hints, run the rules and catalogs, classify the rest as log/unparsed.
+
+    ``file_id`` names the input; batches of inputs carry ``file_id`` and ``_job`` columns instead.
+    """
+    if "file_id" not in df.columns:
+        df = df.with_columns(pl.lit(file_id, dtype=pl.String).alias("file_id"))
+    job_hint = pl.col("_job") if "_job" in df.columns else pl.lit(ctx.job_id, dtype=pl.String)
+    df = df.with_columns(pl.lit(None, dtype=POLARS_SCHEMA[n]).alias(n) for n in FIELDS if n not in df.columns)
+    parsed = pl.col("message").is_not_null()
+    given = pl.lit(ctx.node, dtype=pl.String)
+    df = df.with_columns(
+        parsed.alias("_ok"),
+        pl.coalesce("message", "raw").alias("message"),
+        short_host(pl.coalesce(pl.col("node"), given)).alias("node"),
+        pl.coalesce(pl.col("job_id").cast(pl.String), job_hint).alias("job_id"),
+        pl.coalesce(pl.col("source"), pl.lit(c.source)).alias("source"),
+        pl.coalesce(pl.col("route"), pl.lit(provenance.input_route(ctx.route, c.relayed), dtype=pl.String)).alias("route"),
+    )  # journald's entries have their own route
+    if provenance.user_written(ctx.route):  # the node a user's text names is only a claim (attrs.claimed_node)
+        claim = pl.when(pl.col("node") != given.fill_null("")).then(pl.col("node"))
+        df = df.with_columns(given.alias("node"), rules.merge_attrs(pl.col("attrs"), rules.attrs_json([("claimed_node", claim)])).alias("attrs"))
+    df = provenance.clamp_future(rules.apply(df))
+    df = df.with_columns(
+        pl.when(pl.col("kind").is_not_null()).then("kind")
+        .when("_ok").then(pl.lit("log")).otherwise(pl.lit("unparsed")).alias("kind"),
+        pl.coalesce("severity", pl.lit("info")).alias("severity"),
+        per_value(pl.col("gpu"), lambda gpu: gpu.str.to_lowercase().str.replace(PCI, "${1}:${2}:${3}")).alias("gpu"),
+    ).drop("_ok", *(["_job"] if "_job" in df.columns else []))
+    return conform(rules.enrich(df))
+
+
+def parse_bytes(data: bytes, source: str, ctx: Context) -> pl.DataFrame:
+    """Events of one input's bytes parsed as ``source``, without a store (what checks and hooks read)."""
+    c = registry.get(source)
+    if not data.strip():
+        return conform(pl.DataFrame())
+    recs = joined_records([data if data.endswith(b"\n") else data + b"\n"], c)
+    recs = recs.filter(~blank_lines(recs.get_column("raw")))
+    return finalize(c.parse(recs, ctx), c, ctx, "local")
+
+
+@dataclass(frozen=True)
+class ParseInput:
+    """One input inside a parse unit: its identity, job hint and offsets already stored."""
+
+    file_id: str
+    job: str | None
+    known: pl.DataFrame = field(default_factory=no_records)  # offset, text (hash of raw) already stored
+
+
+@dataclass
+class Parsed:
+    """A parsed unit, ready to store: its fresh records by partition and what the summary counts."""
+
+    parts: dict[tuple[str, str], pl.DataFrame] = field(default_factory=dict)
+    blank: int = 0
+    records: int = 0
+    unparsed: int = 0
+    duplicates: int = 0
+    stored: int = 0
+    kinds: dict[str, int] = field(default_factory=dict)
+    boots: dict[str, datetime] = field(default_factory=dict)
+
+
+def parse_unit(recs: pl.DataFrame, inputs: list[ParseInput], c: Collector, ctx: Context) -> Parsed:
+    """Parse, classify, drop what the store already holds and split by partition (on a worker)."""
+    blank = blank_lines(recs.get_column("raw"))
+    if blank.any():
+        recs = recs.filter(~blank)
+    if not recs.height:
+        return Parsed(blank=int(blank.sum()))
+    out = c.parse(recs, ctx)
+    order = out.get_column("offset")  # file order (a batch: input by input), restored when splitting
+    if len(inputs) == 1:
+        out = out.with_columns(pl.lit(inputs[0].file_id).alias("file_id"),
+                               pl.lit(inputs[0].job, dtype=pl.String).alias("_job"))
+    else:  # the input's index rides in the offset's high bits through the collector
+        hints = pl.DataFrame({"_in": range(len(inputs)), "file_id": [i.file_id for i in inputs],
+                              "_job": [i.job for i in inputs]}, schema={"_in": pl.Int64, "file_id": pl.String, "_job": pl.String})
+        out = out.with_columns((pl.col("offset") // (1 << INPUT_BITS)).alias("_in"),
+                               (pl.col("offset") % (1 << INPUT_BITS)).alias("offset"))
+        out = out.join(hints, on="_in", how="left", maintain_order="left").drop("_in")
+    out = finalize(out, c, ctx)
+    kinds = out.get_column("kind").value_counts()
+    done = Parsed(blank=int(blank.sum()), records=out.height, kinds=dict(kinds.iter_rows()))
+    done.unparsed = done.kinds.get("unparsed", 0)
+    known = [i.known.with_columns(pl.lit(i.file_id).alias("file_id")) for i in inputs if i.known.height]
+    if known:  # a record is a duplicate only if the same input holds the same text at that offset
+        keyed = out.with_columns(pl.col("raw").hash().alias("text"), order.alias("_order"))
+        fresh = keyed.join(pl.concat(known), on=["file_id", "offset", "text"], how="anti", maintain_order="left")
+        done.duplicates = out.height - fresh.height
+        out, order = fresh.drop("text", "_order"), fresh.get_column("_order")
+    done.stored = out.height
+    learn_boot_times(out, done.boots)
+    done.parts = buffered_parts(out, order)
+    return done
+
+
+def learn_boot_times(events: pl.DataFrame, known: dict[str, datetime]) -> None:
+    """Record each node's boot time from kernel events that carry both wall-clock time and uptime."""
+    both = events.filter(pl.col("source") == "kernel", pl.col("ts").is_not_null(), pl.col("node").is_not_null(),
+                         pl.col("attrs").str.contains('"uptime"', literal=True))
+    if both.is_empty():
+        return
+    up = pl.col("attrs").str.json_path_match("$.uptime").cast(pl.Float64)
+    boots = both.group_by("node").agg(
+        (pl.col("ts") - pl.duration(microseconds=(up * 1e6).cast(pl.Int64))).median().alias("boot"))
+    for node, boot in boots.iter_rows():
+        known.setdefault(node, boot)

@@ -1,0 +1,43 @@
+"""What an ingest run reports: its counts, and the error an input that cannot be ingested raises."""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+
+class InputError(ValueError):
+    """An input cannot be ingested (unknown format, unreadable); the message is one line."""
+
+
+@dataclass
+class Summary:
+    """What an ingest run did."""
+
+    files: int = 0
+    bytes: int = 0
+    records: int = 0
+    stored: int = 0
+    duplicates: int = 0
+    unparsed: int = 0
+    blank: int = 0
+    seconds: float = 0.0
+    kinds: Counter = field(default_factory=Counter)
+    sources: dict[str, str] = field(default_factory=dict)
+    failed: list[str] = field(default_factory=list)
+    boot_times: dict[str, datetime] = field(default_factory=dict)
+    file_ids: set[str] = field(default_factory=set)
+
+    @property
+    def parsed_pct(self) -> float:
+        return 100.0 * (self.records - self.unparsed) / self.records if self.records else 100.0
+
+    def add(self, other: Summary) -> None:
+        """Count ``other`` (another worker's part of the same run) in this one."""
+        for name in ("files", "bytes", "records", "stored", "duplicates", "unparsed", "blank"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.kinds.update(other.kinds)
+        self.sources.update(other.sources)
+        self.failed.extend(other.failed)
+        for node, boot in other.boot_times.items():
+            self.boot_times.setdefault(node, boot)
+        self.file_ids |= other.file_ids
