@@ -27,7 +27,7 @@ from observe import provenance
 from observe import timeparse as tp
 from collectors._slurm_text import slurm_fields
 from observe.collector import Context, per_value, split_header
-from observe.rules import attrs_json, merge_attrs, scatter_rows
+from observe.frames import attrs_json, merge_attrs, scatter_rows
 
 # TAG as rsyslog writes %syslogtag% and journalctl ``identifier[pid]: ``: a program name (paths,
 # dots, dashes: ``/apps/x/gmetad[1682]:``), a parenthesised part (``sshd(pam_unix)[1327]:``), the

@@ -17,8 +17,9 @@ import polars as pl
 
 from observe import timeparse as tp
 from observe.collector import Collector, Context, register
+from observe.pci import gpu_ids
 from observe.reader import read_lines
-from observe.rules import attrs_json
+from observe.frames import attrs_json
 
 LOG = (
     r"^(?P<ts>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)\s+(?P<level>[A-Z]+)\s+\[(?P<pid>\d+):(?P<tid>\d+)\]\s*"
@@ -31,7 +32,6 @@ SECTION = r"^[|+]-{3,}\s+(\S.*?)\s+-+\+-*[|+]\s*$"
 RESULT = r"^(?P<res>Pass|Fail|Warn|Skip)(?:\s*-\s*(?:GPUs?:\s*)?(?P<gpus>\S.*))?$"
 METRIC = r"^(?P<metric>DCGM_FI_\w+)\{(?P<labels>[^}]*)\}\s+(?P<value>\S+)"
 CHATTER = r"^(?:\$ )?dcgmi\b|^Successfully ran |^# (?:HELP|TYPE) DCGM_FI_"
-PCI = r"^[0-9a-f]*?([0-9a-f]{4}):([0-9a-f]{2}):([0-9a-f]{2})(?:\.[0-7])?$"
 UUID = r"(GPU-[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12})"
 LEVELS = {"TRACE": "debug", "VERB": "debug", "VERBOSE": "debug", "DEBUG": "debug", "INFO": "info",
           "WARN": "warning", "WARNING": "warning", "ERROR": "err", "CRITICAL": "crit", "CRIT": "crit",
@@ -134,7 +134,7 @@ def _lines(lines: pl.DataFrame, ctx: Context) -> pl.DataFrame:
     xid = raw.str.extract(r"(?i)\bXID:?\s*(\d+)", 1)
     pci = raw.str.extract(r"\bPCI:([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)", 1)
     gpu = pl.coalesce(
-        pci.str.to_lowercase().str.replace(PCI, "${1}:${2}:${3}"),
+        gpu_ids(pci),
         raw.str.extract(r"\bGPU[: ]?(\d+)\b", 1),
     )
     known = body.is_not_null() | is_json | metric.struct.field("metric").is_not_null() | raw.str.contains(CHATTER)

@@ -16,7 +16,7 @@ import polars as pl
 from collectors._syslog import SNIFF, kernel_device, parse_syslog, severity_from_pri
 from observe import timeparse as tp
 from observe.collector import Collector, Context, register, split_header
-from observe.rules import attrs_json
+from observe.frames import attrs_json
 
 # dmesg -x levels (util-linux "warn") and Talos's (go-kmsg Priority.String(): "warning")
 LEVELS = "emerg|alert|crit|err|warning|warn|notice|info|debug"

@@ -15,7 +15,7 @@ import polars as pl
 from collectors._slurm_text import SLURM_PROGRAMS, slurm_fields
 from observe import timeparse as tp
 from observe.collector import Collector, Context, register, split_header
-from observe.rules import any_of, scatter_rows
+from observe.frames import any_of, scatter_rows
 
 # ASCII classes: the regex engine runs them twice as fast as Unicode \w and \d
 # What a launcher puts before each task's lines: srun --label's right-aligned ``12: `` (task id),

@@ -22,14 +22,14 @@ import polars as pl
 
 from observe import timeparse as tp
 from observe.collector import Collector, Context, register
+from observe.pci import gpu_id
 from observe.reader import read_lines
-from observe.rules import to_json
+from observe.config import to_json
 
 GPU_LINE = r"^GPU (?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$"
 KEY_VALUE = r"^(?P<ind> *)(?P<key>[^:\s][^:]*?)\s*:(?:\s+(?P<val>.*?))?\s*$"
 SECTION = r"^(?P<ind> *)(?P<key>[A-Za-z][^:]*?)\s*$"
 NOT_A_VALUE = r"(?i)^\[?(?:n/a|not supported|not available|unknown|unknown error|insufficient permissions)\]?$"
-PCI = re.compile(r"([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})")
 THROTTLE = r"^clocks_(?:event|throttle)_reasons/(?:clocks_(?:event|throttle)_reason_)?(?:gpu_)?(\w+)$"
 THROTTLE_ATTR = "throttle_reasons_active"
 HEADER = ("timestamp", "driver_version", "cuda_version")
@@ -75,12 +75,6 @@ TYPES = {name: kind for name, kind, _ in SPECS} | {THROTTLE_ATTR: "list"}
 SLOTS = {"gpu_ecc": 1, "gpu_thermal": 2, "gpu_pcie_degraded": 3, "gpu_reset_required": 4}
 
 
-def normalise_pci(bus_id: str | None) -> str | None:
-    """``00000000:B1:00.0`` -> ``0000:b1:00`` (domain's last four digits, bus, device)."""
-    m = PCI.search(bus_id or "")
-    return f"{m.group(1)[-4:]}:{m.group(2)}:{m.group(3)}".lower() if m else None
-
-
 @register
 class NvidiaSmi(Collector):
     name = "nvidia_smi"
@@ -106,7 +100,7 @@ def _document(text: str, base: int, ctx: Context) -> pl.DataFrame:
     rows = []
     for block in blocks:
         r = readings.get(block["g"], {})
-        gpu = normalise_pci(block["bus"] or r.get("bus_id"))
+        gpu = gpu_id(block["bus"] or r.get("bus_id"))
         header = {k: block[k] for k in ("driver_version", "cuda_version") if block[k]}
         health = {"ts": block["timestamp"], "gpu": gpu, "raw": block["raw"], "offset": block["offset"]}
         rows.append(health | {

@@ -12,7 +12,7 @@ import polars as pl
 
 from observe import timeparse as tp
 from observe.collector import Collector, Context, register
-from observe.rules import attrs_json
+from observe.frames import attrs_json
 
 JOBCOMP_KEYS = {
     "job_id": "JobId", "user": "UserId", "name": "Name", "state": "JobState", "partition": "Partition",

@@ -25,7 +25,8 @@ from observe.hostname import this_node
 from observe.ingest import (InputError, ParseInput, choose, job_from_name, joined_records, last_record_start,
                             parse_unit, sample_of)
 from observe.reader import peek_head
-from observe.rules import merge_attrs, read_toml, to_json
+from observe.config import read_toml, to_json
+from observe.frames import merge_attrs
 from observe.schema import POLARS_SCHEMA
 from observe.ship import Destination, batch_of, ship, spool_files
 from observe.store import Store, buffered_parts, write_atomic

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import polars as pl
 
-from observe.rules import attrs_json, merge_attrs, rule_dirs, scatter_rows
+from observe.config import rule_dirs
+from observe.frames import attrs_json, merge_attrs, scatter_rows
 
 BUILTIN = Path(__file__).with_name("provenance.toml")
 KEYS = {"trusted_routes", "system_uid_max", "job_output_sources", "future_tolerance_s"}

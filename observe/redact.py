@@ -12,7 +12,7 @@ import tomllib
 from functools import lru_cache
 from pathlib import Path
 
-from observe.rules import rule_dirs
+from observe.config import rule_dirs
 
 MASK = "[REDACTED]"
 BUILTIN = Path(__file__).with_name("redact.toml")

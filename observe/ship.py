@@ -7,7 +7,6 @@ to a bound, past which the oldest segments are dropped with a log line and count
 """
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 from dataclasses import dataclass
@@ -16,7 +15,7 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from observe.store import Store, create_temp, fsync_path, open_nofollow, regular_names, subdirs
+from observe.store import Store, atomic_file, open_nofollow, regular_names, subdirs
 
 
 class Destination:
@@ -52,13 +51,8 @@ class LocalDir(Destination):
     def put(self, rel: str, src: Path) -> None:
         final = self.store.root / rel
         self.store.make_dirs(final.parent)
-        tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
-        with open_nofollow(src) as r, create_temp(tmp, self.store) as w:
+        with open_nofollow(src) as r, atomic_file(final, self.store) as w:
             shutil.copyfileobj(r, w, 1 << 20)
-            w.flush()
-            os.fsync(w.fileno())
-        os.replace(tmp, final)
-        fsync_path(final.parent)
 
     def exists(self, rel: str) -> bool:
         return (self.store.root / rel).exists()

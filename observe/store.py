@@ -533,16 +533,29 @@ def create_temp(path: Path, store: Store | None = None) -> BinaryIO:
     return store.create(path) if store else create_file(path)
 
 
-def write_atomic(path: Path, data: bytes, store: Store | None = None) -> None:
-    """Write ``data`` to ``path`` through a temporary file, fsync'd, renamed, directory fsync'd; the
-    temporary is made as ``store`` makes its files (mode, group) when given, never through a symlink."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with create_temp(tmp, store) as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+@contextmanager
+def atomic_file(path: Path, store: Store | None = None) -> Iterator[BinaryIO]:
+    """A file that replaces ``path`` whole or not at all: written to a hidden temporary beside it (this
+    process's own name), fsync'd, renamed onto ``path``, the directory fsync'd; removed if the writing
+    fails. The temporary is made as ``store`` makes its files (mode, group) when given, never through a
+    symlink. Every atomic write of observe goes through here."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with create_temp(tmp, store) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     fsync_path(path.parent)
+
+
+def write_atomic(path: Path, data: bytes, store: Store | None = None) -> None:
+    """Write ``data`` to ``path`` whole or not at all (:func:`atomic_file`)."""
+    with atomic_file(path, store) as f:
+        f.write(data)
 
 
 def replaced_by(output: Path) -> set[str] | None:

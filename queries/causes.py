@@ -11,7 +11,7 @@ from pathlib import Path
 
 import polars as pl
 
-from observe.rules import rule_dirs
+from observe.config import rule_dirs
 
 CAUSES = Path(__file__).with_name("causes.toml")
 CATEGORIES = ("gpu", "network", "memory", "node", "software", "user", "unknown")

@@ -10,7 +10,7 @@ import polars as pl
 from observe import provenance, sessions
 from queries import jobs
 from queries.causes import load_causes
-from queries.search import compact_nodes
+from observe.hostlists import compact_nodes
 
 GAP = timedelta(seconds=60)  # nodes whose faults of one category begin this close are one incident
 LINGER = timedelta(minutes=15)  # repeats of a category on one node this close are one episode

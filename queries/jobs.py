@@ -2,7 +2,6 @@
 start, end, state and exit code, from job records (jobcomp, sacct) and slurmctld lines alike."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -11,12 +10,11 @@ import hostlist
 import polars as pl
 
 from observe import sessions
-from observe.store import Store, create_temp
+from observe.job_states import BAD_ENDS
+from observe.store import Store, atomic_file
 
 RUN_KINDS = ["slurm_job_start", "slurm_job_end", "slurm_job_requeue"]
 SAME_MOMENT = timedelta(minutes=2)  # a job record and the slurmctld line of the same start or end
-FAILED = ["FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "TIMEOUT", "CANCELLED", "BOOT_FAIL", "DEADLINE", "PREEMPTED",
-          "REQUEUED"]
 RUN_SCHEMA = {"job_id": pl.String, "start": pl.Datetime("us", "UTC"), "end": pl.Datetime("us", "UTC"),
               "state": pl.String, "exit_code": pl.String, "nodes": pl.List(pl.String)}
 
@@ -139,10 +137,8 @@ def write_index(store: Store) -> int:
     table = runs(store.scan(sources=["slurm"]).filter(pl.col("kind").is_in(RUN_KINDS)))
     path = index_path(store)
     store.make_dirs(path.parent)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with create_temp(tmp, store) as f:
+    with atomic_file(path, store) as f:
         table.write_parquet(f)
-    os.replace(tmp, path)
     return table.height
 
 
@@ -186,5 +182,5 @@ def failed_run(runs: list[Run], at: datetime | None = None) -> Run | None:
         hit = [r for r in runs if (r.start is None or r.start - timedelta(minutes=5) <= at)
                and (r.end is None or at <= r.end + timedelta(minutes=5))]
         return hit[-1] if hit else None
-    bad = [r for r in runs if r.state and r.state.split()[0] in FAILED]
+    bad = [r for r in runs if r.state and r.state.split()[0] in BAD_ENDS]
     return (bad or runs or [None])[-1]

@@ -11,8 +11,8 @@ from queries.incidents import LINGER, faults, grouped_sessions
 
 def _episodes(events: pl.LazyFrame, by: list[str]) -> pl.DataFrame:
     limits = load_causes().nodes
-    found = faults(events, min_weight=limits.get("min_weight", 60)).collect().filter(
-        ~pl.col("kind").is_in(limits.get("ignore_kinds", [])))
+    found = faults(events, min_weight=limits["min_weight"]).collect().filter(
+        ~pl.col("kind").is_in(limits["ignore_kinds"]))
     if by == ["node", "gpu"]:
         found = found.filter(pl.col("gpu").is_not_null())
     return (grouped_sessions(found, by, "ts", LINGER)
@@ -38,8 +38,8 @@ def rank_nodes(events: pl.LazyFrame, drain_rules: dict | None = None) -> pl.Data
                 pl.col("start").dt.date().n_unique().cast(pl.UInt32).alias("days"),
                 pl.col("kind").unique().sort().str.join(",").alias("kinds"),
                 pl.col("start").max().alias("last"), pl.col("message").last().alias("last_message")))
-    repeat = (pl.col("episodes") >= limits.get("repeat_episodes", 2)) & (pl.col("days") >= 2)
-    advice = pl.when(pl.col("episodes") >= limits.get("drain_episodes", 3)).then(pl.lit("drain")) \
+    repeat = (pl.col("episodes") >= limits["repeat_episodes"]) & (pl.col("days") >= 2)
+    advice = pl.when(pl.col("episodes") >= limits["drain_episodes"]).then(pl.lit("drain")) \
         .when(repeat).then(pl.lit("drain")).otherwise(pl.lit("watch"))
     return (out.with_columns(repeat.alias("repeat"), advice.alias("advice"))
             .join(drained, on="node", how="full", coalesce=True)
@@ -56,6 +56,6 @@ def rank_gpus(events: pl.LazyFrame) -> pl.DataFrame:
            .agg(pl.len().cast(pl.UInt32).alias("episodes"),
                 pl.col("code").drop_nulls().unique().sort().cast(pl.String).str.join(",").alias("xids"),
                 pl.col("kind").unique().sort().str.join(",").alias("kinds"), pl.col("start").max().alias("last")))
-    rma = pl.col("episodes") >= limits.get("rma_gpu_episodes", 2)
+    rma = pl.col("episodes") >= limits["rma_gpu_episodes"]
     return (out.with_columns(rma.alias("repeat"), pl.when(rma).then(pl.lit("rma")).otherwise(pl.lit("watch")).alias("advice"))
             .sort(["episodes", "last"], descending=True))

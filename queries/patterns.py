@@ -21,7 +21,7 @@ from pathlib import Path
 
 import polars as pl
 
-from observe.rules import rule_dirs
+from observe.config import rule_dirs
 
 PATTERNS = Path(__file__).with_name("patterns.toml")
 WILDCARD = "<*>"

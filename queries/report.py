@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from queries.explain import Explanation
-from queries.search import compact_nodes, first_line
+from observe.hostlists import compact_nodes
+from queries.search import first_line
 
 def report(e: Explanation) -> list[str]:
     """The explanation as text lines: verdict first, then candidates, then the evidence timeline."""

@@ -1,6 +1,7 @@
-"""The shape of the code, checked: no import cycles among the project's modules, no module importing
-another's private name, and collectors sealed (a collector imports the contract and the package's
-private helper modules, never another collector). Read from the source with ``ast``, nothing imported.
+"""The shape of the code, checked: layers that import only downwards (docs/architecture.md), no import
+cycles among the project's modules, no module importing another's private name, and collectors sealed
+(a collector imports the contract and the package's private helper modules, never another collector).
+Read from the source with ``ast``, nothing imported.
 
 KNOWN_CYCLES lists cycles not yet taken apart (none now): the test fails when a new one appears,
 and also when a listed one is gone, so that the list only shrinks.
@@ -14,6 +15,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("observe", "collectors", "queries")
 KNOWN_CYCLES: list[set[str]] = []
+# interfaces -> analyses and health -> store, rules, schema, collectors -> shared vocabulary
+INTERFACES = ("observe.cli", "observe.exporter", "observe.demo", "observe.health.hooks")
+ANALYSES = ("queries", "observe.health")
+SHARED = ("observe.timeparse", "observe.hostname", "observe.sessions", "observe.printable", "observe.provenance",
+          "observe.redact", "observe.spans", "observe.hostlists", "observe.pci", "observe.job_states", "observe.config",
+          "observe.frames")
 
 
 def _modules() -> dict[str, Path]:
@@ -106,6 +113,23 @@ def _cycles(edges: dict[str, set[str]]) -> list[set[str]]:
     return out
 
 
+def layer(module: str) -> int:
+    """3 interfaces, 2 analyses and health, 1 store, rules, schema and collectors, 0 shared vocabulary."""
+    def under(prefixes: tuple[str, ...]) -> bool:
+        return any(module == p or module.startswith(p + ".") or module.startswith(p + "_") for p in prefixes)
+    return 3 if under(INTERFACES) else 2 if under(ANALYSES) else 0 if module in SHARED else 1
+
+
+def _upward(edges: dict[str, set[str]]) -> list[tuple[str, str]]:
+    return sorted((name, target) for name, targets in edges.items() for target in targets if layer(target) > layer(name))
+
+
+def test_layers_import_only_downwards() -> None:
+    assert _upward(_imports()[0]) == []
+    assert layer("observe.cli.health") == 3 and layer("queries.explain") == 2 and layer("observe.store") == 1
+    assert layer("observe.timeparse") == 0 and layer("observe.health.faults") == 2 and layer("observe.health.hooks") == 3
+
+
 def test_no_import_cycles_but_the_known_ones() -> None:
     found = _cycles(_imports()[0])
     new = [sorted(c) for c in found if c not in KNOWN_CYCLES]
@@ -127,9 +151,11 @@ def test_collectors_import_no_other_collector() -> None:
 
 
 def test_the_checks_see_a_cycle_and_a_private_import() -> None:
-    """The graph walk itself: a made-up cycle is found, and the real graph is not empty."""
+    """The graph walk itself: a made-up upward import and the cycle it makes are found, and the real
+    graph is not empty."""
     edges, _ = _imports()
     assert {"observe.collector"} <= edges["collectors.syslog"]
     fake = defaultdict(set, {k: set(v) for k, v in edges.items()})
     fake["observe.timeparse"].add("observe.cli")  # the CLI imports timeparse through many modules
     assert any("observe.timeparse" in c and "observe.cli" in c for c in _cycles(fake))
+    assert ("observe.timeparse", "observe.cli") in _upward(fake)

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from observe.cli import app
-from observe.rules import attrs_json
+from observe.frames import attrs_json
 from observe.schema import conform
 from queries.causes import load_causes
 from queries.explain import candidates, explain, run_events

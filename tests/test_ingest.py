@@ -176,7 +176,7 @@ def test_runs_into_one_store_at_once_store_each_record_once(tmp_path: Path) -> N
 
 def test_boot_time_without_offset_is_in_tz() -> None:
     """``--boot-time "$(uptime -s)"`` prints the node's local time: without an offset it is read in --tz."""
-    from queries.search import parse_time
+    from observe.spans import parse_time
 
     boot = parse_time("2026-11-24 08:00:00", tz="Europe/Berlin")
     assert boot == datetime(2026, 11, 24, 7, 0, tzinfo=timezone.utc)

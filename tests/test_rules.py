@@ -10,6 +10,7 @@ import polars as pl
 import pytest
 
 from observe import rules
+from observe.config import BUILTIN_DIR
 from observe.schema import POLARS_SCHEMA, SEVERITIES
 
 ALL_RULES, _ = rules.load()
@@ -83,7 +84,7 @@ def test_catalog_override_replaces_entry(tmp_path: Path, monkeypatch: pytest.Mon
     assert cat.filter(pl.col("code") == 79).height == 1
 
 
-XID_TOML = rules.BUILTIN_DIR / "xid.toml"
+XID_TOML = BUILTIN_DIR / "xid.toml"
 XID_LOG = Path(__file__).resolve().parent / "fixtures" / "corpus" / "real" / "xid.log"
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import parse_file
-from observe.rules import BUILTIN_DIR
+from observe.config import BUILTIN_DIR
 
 STAMP = "[2026-11-22T10:00:00.000] "  # slurmctld's own log line header
 

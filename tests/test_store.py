@@ -277,3 +277,21 @@ def test_compaction_keeps_one_of_rows_stored_twice(store: Store) -> None:
     for part in store.partitions():
         store.compact(part, min_segments=1)
     assert _rows(store).height == rows.height
+
+
+def test_an_atomic_write_that_fails_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> None:
+    """observe.store.atomic_file: the old content until the new one is whole; a failure part-way leaves
+    the old file and no hidden temporary behind."""
+    from observe.store import atomic_file, write_atomic
+
+    target = tmp_path / "index.parquet"
+    write_atomic(target, b"old")
+    with pytest.raises(RuntimeError):
+        with atomic_file(target) as f:
+            f.write(b"half of the new")
+            raise RuntimeError("disk full")
+    assert target.read_bytes() == b"old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["index.parquet"]
+    with atomic_file(target) as f:
+        f.write(b"new")
+    assert target.read_bytes() == b"new" and sorted(p.name for p in tmp_path.iterdir()) == ["index.parquet"]

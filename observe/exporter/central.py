@@ -30,6 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from observe.exporter import MAX_SERIES
 from observe.health import slurm
 from observe.health.drain import KINDS as DRAIN_KINDS
+from observe.job_states import BAD_ENDS, FAULT_ENDS
 from observe.schema import FIELDS, POLARS_SCHEMA, SEVERITIES
 from observe.store import Store, replaced_by, scan_segments
 from queries import jobs
@@ -43,8 +44,6 @@ WINDOW = timedelta(hours=2)  # fault events kept in memory for open incidents
 REQUEUE_KINDS = ("job_requeue", "job_requeue_skipped")  # what the epilog decided about a failed job
 READ_FILES = 256  # segments read at once (bounds memory at start-up)
 RECENT_NS = 10 * 10**9  # a partition changed this recently is listed again on the next refresh
-# failed runs explain() is asked about: their cause category is counted once their logs had time to arrive
-EXPLAINED = ("FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "REQUEUED")
 SETTLE = timedelta(minutes=2)
 EXPLAIN_BUDGET_S = 5.0  # per refresh; the rest wait for the next one
 EXPLAIN_HISTORY = timedelta(hours=1)  # when counting starts, failures this recent are explained too
@@ -238,8 +237,9 @@ class StoreMetrics:
         fresh = (ended.join_asof(seen, on="at", by="job_id", strategy="nearest", tolerance=jobs.SAME_MOMENT,
                                  check_sortedness=False)
                  .filter(pl.col("_seen").is_null()))
-        _add(self.failures, fresh.filter(pl.col("state").is_in(jobs.FAILED)).group_by("state").len())
-        due = fresh.filter(pl.col("state").is_in(EXPLAINED), pl.col("at") >= self.explain_since)
+        _add(self.failures, fresh.filter(pl.col("state").is_in(BAD_ENDS)).group_by("state").len())
+        due = fresh.filter(pl.col("state").is_in(FAULT_ENDS),  # counted once their logs had time to arrive
+                           pl.col("at") >= self.explain_since)
         self.pending += due.select("at", "job_id").iter_rows()
         keep = ended.get_column("at").max() - timedelta(days=1)
         self.ends = pl.concat([self.ends, fresh.select("job_id", "at")]).filter(pl.col("at") >= keep)
@@ -335,9 +335,9 @@ class StoreMetrics:
                       ("outcome",), {(k.removeprefix("job_"),): self.requeues.get((k,), 0) for k in REQUEUE_KINDS})
         yield family(CounterMetricFamily, "observe_job_failures",
                       "Job runs that ended other than COMPLETED, by Slurm state (one per run, whichever sources saw it).",
-                      ("state",), {(s,): self.failures.get((s,), 0) for s in jobs.FAILED})
+                      ("state",), {(s,): self.failures.get((s,), 0) for s in BAD_ENDS})
         yield family(CounterMetricFamily, "observe_job_failure_causes",
-                      "Failed runs (FAILED, NODE_FAIL, OUT_OF_MEMORY, BOOT_FAIL, requeued) by the category of "
+                      "Failed runs (FAILED, NODE_FAIL, OUT_OF_MEMORY, BOOT_FAIL, TIMEOUT, requeued) by the category of "
                       "explain's root cause, counted once their logs settled; since the exporter started.",
                       ("category",), {(c,): self.causes.get((c,), 0) for c in (*CATEGORIES, "unexplained")})
         yield family(GaugeMetricFamily, "observe_incidents_open",

@@ -18,10 +18,10 @@ import sys
 
 import polars as pl
 
-from collectors.nvidia_smi import normalise_pci
+from observe.pci import gpu_id
 from observe.health.events import health_events
 from observe.health.nvml_gpus import each_gpu, text
-from observe.rules import to_json
+from observe.config import to_json
 
 TIMEOUT_S = 15.0
 KINDS = {"gpu_allocated": "allocated to", "gpu_released": "released by"}
@@ -58,7 +58,7 @@ def events(node: str, job: str, kind: str, numbers: list[int], gpus: list[dict])
         gpu = by_minor.get(n) or (by_index.get(n) if not by_minor else None)
         if gpu is None or gpu.get("error"):
             continue
-        pci = normalise_pci(gpu.get("pci"))
+        pci = gpu_id(gpu.get("pci"))
         rows.append({"node": node, "gpu": pci, "job_id": job, "kind": kind, "severity": "info",
                      "message": f"GPU {n} ({pci}, {gpu.get('uuid')}) {KINDS[kind]} job {job}",
                      "attrs": to_json({"number": n, "uuid": gpu.get("uuid"), "pci": gpu.get("pci"),

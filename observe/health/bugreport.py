@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from observe.health import slurm
-from queries.search import parse_span
+from observe.spans import parse_span
 
 SYSTEM_PATH = "/usr/bin:/usr/sbin:/bin:/sbin:/usr/local/bin"  # Slurm runs hooks with no PATH
 

@@ -25,7 +25,7 @@ import polars as pl
 
 from observe.health import slurm
 from observe.health.events import health_events
-from observe.rules import to_json
+from observe.config import to_json
 from observe.store import Store
 
 LOCK_WAIT_S = 30.0

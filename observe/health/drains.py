@@ -13,7 +13,7 @@ import polars as pl
 
 from observe.health import slurm
 from observe.health.events import health_events
-from observe.rules import to_json
+from observe.config import to_json
 from observe.store import Store
 from queries.drains import owner
 

@@ -24,7 +24,7 @@ from datetime import datetime, timedelta, timezone
 import polars as pl
 
 from observe import provenance, sessions
-from queries.search import parse_span
+from observe.spans import parse_span
 
 REMEDIES = ("none", "report", "app", "drain", "reset", "reboot", "replace")  # gravity order
 ACTING = ("drain", "reset", "reboot", "replace")  # remedies that take the node out of service
@@ -66,8 +66,8 @@ def fault_lines(events: pl.LazyFrame, rules: dict) -> pl.LazyFrame:
         hit = pl.col("kind") == kind
         for name, value in spec.get("when", {}).items():  # only lines whose attrs say so
             hit = hit & (_attr(name) == str(value)).fill_null(False)
-        remedy = remedy.when(hit).then(pl.lit(spec.get("remedy", "drain")))
-        category = category.when(hit).then(pl.lit(spec.get("category", "hardware")))
+        remedy = remedy.when(hit).then(pl.lit(spec["remedy"]))
+        category = category.when(hit).then(pl.lit(spec["category"]))
     return (events.filter(pl.col("kind").is_in(["gpu_xid", *kinds]))
             .with_columns(remedy.alias("remedy"), category.alias("category"))
             .filter(pl.col("remedy").is_not_null() & (pl.col("remedy") != "none")))

@@ -38,14 +38,15 @@ from datetime import datetime, timezone
 import polars as pl
 
 from observe import checkpoint, redact
+from observe.job_states import EPILOG_ACTS_ON
 from observe.health import allocation, bugreport, drains, faults, slurm
 from observe.health.drain import Drainer
 from observe.health.events import health_events
 from observe.health.result import Result, Status
 from observe.health.runner import as_events, run_checks
-from observe.rules import to_json
+from observe.config import to_json
 from observe.store import Store
-from queries.search import parse_span
+from observe.spans import parse_span
 
 MARKER = re.compile(r"^#OBSERVE[ \t]+requeue\b(?P<opts>[^\n]*)$", re.M)
 ACTING = ("drain", "reset", "reboot")
@@ -363,8 +364,7 @@ def _job_failed(env: dict[str, str], info: dict[str, str]) -> bool:
     """The job ended badly: its script's wait status is not 0 (Slurm hands it to the epilog; the
     derived exit code is not used: it outlives a requeue) or its state is a failed one."""
     state = info.get("JobState", "")
-    return env.get("SLURM_JOB_EXIT_CODE", "0") not in ("", "0") or state in ("FAILED", "NODE_FAIL", "TIMEOUT",
-                                                                              "OUT_OF_MEMORY")
+    return env.get("SLURM_JOB_EXIT_CODE", "0") not in ("", "0") or state in EPILOG_ACTS_ON
 
 
 def _artifacts(hook: Hook, info: dict[str, str], script: str):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from observe.rules import read_toml
+from observe.config import read_toml
 
 BUILTIN = Path(__file__).with_name("policy.toml")
 ACTIONS = ("drain", "reset", "reboot", "report")

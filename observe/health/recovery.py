@@ -16,7 +16,7 @@ import polars as pl
 from observe.health import slurm
 from observe.health.drill import GPU_ID
 from observe.health.events import health_events
-from observe.rules import to_json
+from observe.config import to_json
 
 DONE = ("none", "reset", "reboot", "replace")
 

@@ -16,7 +16,7 @@ import polars as pl
 
 from observe.health.events import health_events
 from observe.health.result import Result, Status, unknown
-from observe.rules import to_json
+from observe.config import to_json
 
 CHECKS = ("gpu_count", "disk", "nvml", "fabric", "gpu_procs", "ib", "xid_history",  # the default order: cheap ones first
           "gpu_burn", "allreduce")

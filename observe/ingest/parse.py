@@ -11,11 +11,12 @@ import polars as pl
 from observe import collector as registry
 from observe import provenance, rules
 from observe.collector import Collector, Context, per_value
+from observe.frames import attrs_json, merge_attrs
 from observe.ingest.records import INPUT_BITS, blank_lines, joined_records
+from observe.pci import gpu_ids
 from observe.schema import FIELDS, POLARS_SCHEMA, conform
 from observe.store import buffered_parts, no_records
 
-PCI = r"^(?:[0-9a-f]*?)([0-9a-f]{4}):([0-9a-f]{2}):([0-9a-f]{2})(?:\.[0-7])?$"
 
 
 def short_host(expr: pl.Expr) -> pl.Expr:
@@ -45,13 +46,13 @@ def finalize(df: pl.DataFrame, c: Collector, ctx: Context, file_id: str | None =
     )  # journald's entries have their own route
     if provenance.user_written(ctx.route):  # the node a user's text names is only a claim (attrs.claimed_node)
         claim = pl.when(pl.col("node") != given.fill_null("")).then(pl.col("node"))
-        df = df.with_columns(given.alias("node"), rules.merge_attrs(pl.col("attrs"), rules.attrs_json([("claimed_node", claim)])).alias("attrs"))
+        df = df.with_columns(given.alias("node"), merge_attrs(pl.col("attrs"), attrs_json([("claimed_node", claim)])).alias("attrs"))
     df = provenance.clamp_future(rules.apply(df))
     df = df.with_columns(
         pl.when(pl.col("kind").is_not_null()).then("kind")
         .when("_ok").then(pl.lit("log")).otherwise(pl.lit("unparsed")).alias("kind"),
         pl.coalesce("severity", pl.lit("info")).alias("severity"),
-        per_value(pl.col("gpu"), lambda gpu: gpu.str.to_lowercase().str.replace(PCI, "${1}:${2}:${3}")).alias("gpu"),
+        per_value(pl.col("gpu"), gpu_ids).alias("gpu"),
     ).drop("_ok", *(["_job"] if "_job" in df.columns else []))
     return conform(rules.enrich(df))
 

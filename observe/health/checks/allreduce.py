@@ -154,7 +154,7 @@ def _rendezvous_from_slurm() -> None:
     different jobs do not collide) unless the launcher set them."""
     nodes = os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("SLURM_JOB_NODELIST")
     if nodes and "MASTER_ADDR" not in os.environ:
-        from queries.search import expand_nodes
+        from observe.hostlists import expand_nodes
 
         os.environ["MASTER_ADDR"] = expand_nodes(nodes)[0]
     os.environ.setdefault("MASTER_PORT", str(29500 + int(os.environ.get("SLURM_JOB_ID", "0") or 0) % 2000))

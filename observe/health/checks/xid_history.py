@@ -22,7 +22,7 @@ from observe.hostname import this_node
 from observe.ingest import parse_bytes
 from observe.schema import conform
 from observe.streams import read_kmsg
-from queries.search import parse_span
+from observe.spans import parse_span
 
 NAME = "xid_history"
 LOG_MAX = 64 << 20  # of a kernel log file, the last this many bytes are read

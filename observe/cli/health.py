@@ -1,4 +1,4 @@
-"""``observe health``, ``drain``, ``resume``, ``slurm`` (the Slurm hooks) and ``checkpoint``."""
+"""``observe health`` (checks and their policy), ``drain`` and ``resume``."""
 from __future__ import annotations
 
 import json
@@ -8,16 +8,17 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from observe.cli_base import StoreOpt, app, err, fail, open_store, out, when
+from observe.cli.base import StoreOpt, command_table, fail, open_store, out, when
 from observe.hostname import this_node
-from queries.search import parse_span
+from observe.spans import parse_span
 
-health_app = typer.Typer(help="Node health checks (GPU burn, all-reduce, GPU count, InfiniBand) and their policy.",
+NAME = "health"
+GROUP = typer.Typer(help="Node health checks (GPU burn, all-reduce, GPU count, InfiniBand) and their policy.",
                          no_args_is_help=True)
-app.add_typer(health_app, name="health")
+COMMANDS, command = command_table()  # drain and resume, top-level commands
 
 
-@health_app.command("run")
+@GROUP.command("run")
 def health_run_cmd(
     checks: Annotated[str, typer.Option(help="Comma-separated checks, in order: gpu_count, disk, nvml, fabric, gpu_procs, "
                                         "ib, xid_history, gpu_burn, allreduce.")] =
@@ -69,7 +70,7 @@ def health_run_cmd(
     raise typer.Exit(1 if any(r.status.value == "FAIL" for r in results) else 0)
 
 
-@health_app.command("inject-fault")
+@GROUP.command("inject-fault")
 def inject_fault_cmd(
     xid: Annotated[int, typer.Option(help="Xid code: 79 (fallen off the bus), 48 (double-bit ECC), 13 (application).")] = 79,
     gpu: Annotated[str, typer.Option(help="PCI bus id of the GPU it names.")] = "0000:3b:00",
@@ -97,7 +98,7 @@ def inject_fault_cmd(
     out.print(f"wrote to {escape(to)}: {escape(line.strip())}")
 
 
-@health_app.command("set-healthy")
+@GROUP.command("set-healthy")
 def set_healthy_cmd(
     node: Annotated[str, typer.Argument(help="Slurm node name.")],
     did: Annotated[str, typer.Option(help="What was done: reset (GPU reset), reboot, replace (hardware swapped), "
@@ -125,7 +126,7 @@ def set_healthy_cmd(
     out.print(f"recorded: {escape(event['message'][0])}")
 
 
-@health_app.command("breaker")
+@GROUP.command("breaker")
 def breaker_cmd(
     reset: Annotated[bool, typer.Option("--reset", help="Close the breaker: drains may happen again. Faults that "
                                         "ended before now are not replayed.")] = False,
@@ -161,7 +162,7 @@ def breaker_cmd(
 def _section_and_nodes(fmt: str, policy: str | None, section: str, node: str | None) -> tuple[dict, list[str] | None]:
     """A listing command's checked --format, its policy section and its --node list (one-line errors)."""
     from observe.health import policy as pol
-    from queries.search import expand_nodes
+    from observe.hostlists import expand_nodes
 
     if fmt not in ("table", "json"):
         fail(f"unknown format {fmt!r}: use table or json")
@@ -171,7 +172,7 @@ def _section_and_nodes(fmt: str, policy: str | None, section: str, node: str | N
         fail(str(exc))
 
 
-@health_app.command("faults")
+@GROUP.command("faults")
 def faults_cmd(
     since: Annotated[str, typer.Option(help="Look this far back (ISO time or span: 2h, 7d).")] = "7d",
     node: Annotated[Optional[str], typer.Option(help="Nodes (gpu[001-016]).")] = None,
@@ -217,7 +218,7 @@ def faults_cmd(
               f"{decided.filter('acting').get_column('node').n_unique()} nodes call for a remedy")
 
 
-@health_app.command("drains")
+@GROUP.command("drains")
 def drains_cmd(
     since: Annotated[str, typer.Option(help="Look this far back (ISO time or span: 2h, 7d).")] = "7d",
     node: Annotated[Optional[str], typer.Option(help="Nodes (gpu[001-016]).")] = None,
@@ -277,7 +278,7 @@ def _drain_or_resume(node: str, reason: str | None, policy: str | None, store: s
         raise typer.Exit(1)
 
 
-@app.command("drain")
+@command("drain")
 def drain_cmd(
     node: Annotated[str, typer.Argument(help="Slurm node name.")],
     reason: Annotated[str, typer.Option(help="Why (stored as 'observe: <reason>').")],
@@ -293,7 +294,7 @@ def drain_cmd(
     _drain_or_resume(node, reason, policy, store, dry_run)
 
 
-@app.command("resume")
+@command("resume")
 def resume_cmd(
     node: Annotated[str, typer.Argument(help="Slurm node name.")],
     policy: Annotated[Optional[str], typer.Option(help="Site policy TOML.")] = None,
@@ -306,101 +307,3 @@ def resume_cmd(
     since (recorded results in the store); a drain set by someone else is left alone.
     Exit status: 0 resumed, 1 refused, 2 error."""
     _drain_or_resume(node, None, policy, store, dry_run, force)
-
-
-checkpoint_app = typer.Typer(help="Checkpoints a requeued job resumes from.", no_args_is_help=True)
-app.add_typer(checkpoint_app, name="checkpoint")
-
-
-@checkpoint_app.command("latest")
-def checkpoint_latest_cmd(
-    directory: Annotated[str, typer.Argument(help="Where the job writes its checkpoints.")],
-    fmt: Annotated[str, typer.Option("--format", help="path (just the path) or json (with what was skipped and why).")] =
-        "path",
-    trust: Annotated[Optional[bool], typer.Option("--trust/--no-trust", help="Read torch.distributed.checkpoint "
-                     "metadata (it is a pickle: runs code) to check every shard; default: for your own files only.")] = None,
-) -> None:
-    """The newest complete checkpoint in DIRECTORY (a torch.distributed.checkpoint directory, a
-    torch.save or safetensors file, or a directory of them); incomplete ones are skipped.
-
-    In a job script:  CKPT=$(observe checkpoint latest /ckpt/run1) && python train.py --resume "$CKPT"
-
-    Exit status: 0 found, 1 none complete, 2 error.
-    """
-    from observe import checkpoint
-
-    if fmt not in ("path", "json"):
-        fail(f"unknown format {fmt!r}: use path or json")
-    try:
-        best, skipped = checkpoint.latest(directory, trust)
-    except OSError as exc:
-        fail(str(exc))
-    if fmt == "json":
-        print(json.dumps(checkpoint.to_dict(best, skipped)))
-    elif best is not None:
-        print(best.path)
-    if best is None:
-        err.print(f"no complete checkpoint in {escape(directory)}" + (f" ({len(skipped)} incomplete skipped)" if skipped else ""))
-        raise typer.Exit(1)
-
-
-slurm_app = typer.Typer(help="Slurm hooks: Prolog, Epilog and HealthCheckProgram. They always exit 0 (Slurm "
-                        "drains a node whose hook fails), keep to --budget and log to --log.", no_args_is_help=True)
-app.add_typer(slurm_app, name="slurm")
-HookStore = Annotated[Optional[str], typer.Option("--store", help="Store for results, artifacts and the ledger "
-                      "(default $OBSERVE_STORE; Slurm's hook environment has neither PATH nor yours: pass it).")]
-HookPolicy = Annotated[Optional[str], typer.Option(help="Site policy TOML ([prolog], [epilog], [healthcheck], [drain]).")]
-HookBudget = Annotated[Optional[str], typer.Option(help="Time limit (default: the policy's); keep it under Slurm's "
-                       "PrologEpilogTimeout.")]
-HookDry = Annotated[bool, typer.Option("--dry-run", help="Decide and record; drain and requeue nothing.")]
-HookLog = Annotated[Optional[str], typer.Option(help="Append what the hook did to this file (default stderr, i.e. slurmd's log).")]
-
-
-def _hook(kind: str, store: str | None, policy: str | None, budget: str | None, dry_run: bool, log: str | None) -> None:
-    import os
-    import sys
-
-    hook = None
-    try:
-        from observe.health import hooks
-        from observe.health import policy as pol
-        from observe.store import Store
-
-        rules_ = pol.load(policy)
-        budget_s = parse_span(budget or rules_[kind]["budget"]).total_seconds()
-        hook = hooks.Hook(kind, dict(os.environ), rules_, Store(store or os.environ.get("OBSERVE_STORE") or "observe-store"),
-                          dry_run)
-        hooks.run(hook, budget_s)
-        hooks.write_log(hook.log, log)
-    except Exception as exc:  # noqa: BLE001 - a hook never fails: Slurm would drain the node
-        try:
-            hooks.write_log([*(hook.log if hook else []), hooks.line(kind, f"not run: {type(exc).__name__}: {exc}")], log)
-        except Exception:  # noqa: BLE001 - not even the hooks module imports: stderr is slurmd's log
-            print(f"observe {kind}: not run: {type(exc).__name__}: {exc}", file=sys.stderr)
-    raise typer.Exit(0)
-
-
-@slurm_app.command("epilog")
-def slurm_epilog_cmd(store: HookStore = None, policy: HookPolicy = None, budget: HookBudget = None, dry_run: HookDry = False,
-                     log: HookLog = None) -> None:
-    """Slurm Epilog: record the job's GPUs released, capture its artifacts (secrets redacted), run the [epilog] checks, drain
-    the node on a FAIL, requeue a failed job that opted in (sbatch --requeue and '#OBSERVE requeue'
-    in its script). Always exits 0."""
-    _hook("epilog", store, policy, budget, dry_run, log)
-
-
-@slurm_app.command("prolog")
-def slurm_prolog_cmd(store: HookStore = None, policy: HookPolicy = None, budget: HookBudget = None, dry_run: HookDry = False,
-                     log: HookLog = None) -> None:
-    """Slurm Prolog: record which GPUs the job holds (SLURM_JOB_GPUS -> UUID, PCI id), run the
-    [prolog] checks before the job; on a FAIL drain the node and requeue an opted-in job so it
-    starts elsewhere. Always exits 0."""
-    _hook("prolog", store, policy, budget, dry_run, log)
-
-
-@slurm_app.command("healthcheck")
-def slurm_healthcheck_cmd(store: HookStore = None, policy: HookPolicy = None, budget: HookBudget = None,
-                          dry_run: HookDry = False, log: HookLog = None) -> None:
-    """Slurm HealthCheckProgram: run the [healthcheck] checks; drain on a FAIL; resume a node observe
-    drained once the checks it was drained for pass again. Always exits 0."""
-    _hook("healthcheck", store, policy, budget, dry_run, log)

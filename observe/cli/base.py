@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated, Optional
 
@@ -12,7 +13,7 @@ from rich.text import Text
 
 from observe.printable import printable
 from observe.store import Store
-from queries.search import parse_time
+from observe.spans import parse_time
 
 app = typer.Typer(
     help="Log aggregation and failure analysis for GPU training clusters run by Slurm.\n\n"
@@ -38,6 +39,20 @@ StoreOpt = Annotated[Optional[str], typer.Option("--store", help="Store director
 
 
 OPENED: list[Store] = []  # the stores this command opened (what an unreadable file is looked for in)
+
+
+def command_table() -> tuple[dict[str, Callable], Callable[[str], Callable]]:
+    """A command module's own table of top-level commands (``observe.cli`` registers them on the app,
+    in order) and the decorator that fills it."""
+    table: dict[str, Callable] = {}
+
+    def command(name: str) -> Callable[[Callable], Callable]:
+        def add(fn: Callable) -> Callable:
+            table[name] = fn
+            return fn
+        return add
+
+    return table, command
 
 
 def open_store(path: str | None) -> Store:

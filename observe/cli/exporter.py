@@ -9,15 +9,15 @@ from typing import Annotated, Optional
 
 import typer
 
-from observe.cli_base import StoreOpt, app, err, fail, open_store
+from observe.cli.base import StoreOpt, err, fail, open_store
 from observe.exporter import MAX_SERIES
 from observe.hostname import this_node
-from queries.search import parse_span
+from observe.spans import parse_span
 
-exporter_app = typer.Typer(
+NAME = "exporter"
+GROUP = typer.Typer(
     help="Prometheus metrics over HTTP (/metrics) or as a node_exporter textfile. Scrape config and "
     "dashboards: README, 'Prometheus and Grafana'.", no_args_is_help=True)
-app.add_typer(exporter_app, name="exporter")
 
 ListenOpt = Annotated[str, typer.Option(help="HOST:PORT to serve /metrics on (:PORT = all interfaces).")]
 IntervalOpt = Annotated[str, typer.Option(help="How often to refresh the numbers (10s, 1m); scrapes get the last ones.")]
@@ -26,7 +26,7 @@ TextfileOpt = Annotated[Optional[Path], typer.Option(
 OnceOpt = Annotated[bool, typer.Option("--once", help="Refresh once, print the exposition (or write --textfile) and exit.")]
 
 
-@exporter_app.command("central")
+@GROUP.command("central")
 def central_cmd(
     store: StoreOpt = None, listen: ListenOpt = ":9847", interval: IntervalOpt = "15s",
     textfile: TextfileOpt = None, once: OnceOpt = False,
@@ -57,7 +57,7 @@ def central_cmd(
     _run(StoreMetrics(s, max_series=max_series), serving, textfile, once)
 
 
-@exporter_app.command("node")
+@GROUP.command("node")
 def node_cmd(
     config: Annotated[Optional[Path], typer.Option("--config", help="The collector's config: its spool and node name.")] = None,
     spool: Annotated[Optional[Path], typer.Option(help="The collector's spool (its stats.json), instead of --config.")] = None,

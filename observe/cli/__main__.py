@@ -1,0 +1,4 @@
+"""``python -m observe.cli``."""
+from observe.cli import main
+
+main()

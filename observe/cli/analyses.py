@@ -1,0 +1,239 @@
+"""``observe query``, ``explain``, ``incidents``, ``nodes``, ``patterns``: the analyses' commands."""
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Optional
+
+import polars as pl
+import typer
+
+from observe.cli.base import StoreOpt, command_table, err, existing_store, fail, open_store, out, when
+from observe.printable import printable
+from observe.hostlists import expand_nodes
+from observe.spans import parse_span
+from queries.search import first_line, search
+
+COMMANDS, command = command_table()
+
+
+@command("query")
+def query_cmd(
+    since: Annotated[Optional[str], typer.Option(help="Start: ISO time or span before now (30m, 2h, 7d).")] = None,
+    until: Annotated[Optional[str], typer.Option(help="End (exclusive): ISO time or span before now.")] = None,
+    node: Annotated[Optional[str], typer.Option(help="Slurm hostlist, e.g. gpu[001-004,010].")] = None,
+    source: Annotated[Optional[list[str]], typer.Option(help="Source (repeatable): slurm, syslog, kernel, nccl, gpu, health.")] = None,
+    kind: Annotated[Optional[list[str]], typer.Option(help="Event kind (repeatable), e.g. gpu_xid.")] = None,
+    job: Annotated[Optional[str], typer.Option(help="Job id.")] = None,
+    grep: Annotated[Optional[str], typer.Option(help="Regex on the message (Rust syntax).")] = None,
+    limit: Annotated[int, typer.Option(help="Most rows to print (0 = all); stderr says when more matched.", min=0, max=10**12)] = 100,
+    fmt: Annotated[str, typer.Option("--format", help="table, json (one object per line) or csv.")] = "table",
+    store: StoreOpt = None,
+) -> None:
+    """Search events.
+
+    Example: observe query --since 2h --node 'gpu[001-016]' --kind gpu_xid --format json
+    """
+    if fmt not in ("table", "json", "csv"):
+        fail(f"unknown format {fmt!r}: use table, json or csv")
+    try:
+        start, end, nodes = when(since), when(until), expand_nodes(node) if node else None
+        if start and end and end <= start:
+            fail(f"--until {until} is not after --since {since}")
+        st = open_store(store)
+        lf = search(st, since=start, until=end, nodes=nodes, sources=source, kinds=kind, job=job, grep=grep)
+        existing_store(st)
+        df = (lf.head(limit + 1) if limit else lf).collect()
+    except ValueError as exc:
+        fail(str(exc))
+    more = bool(limit) and df.height > limit
+    df = df.head(limit) if more else df
+    if fmt == "json":
+        for row in df.with_columns(pl.col("ts").dt.strftime("%Y-%m-%dT%H:%M:%S%.6fZ")).iter_rows(named=True):
+            row["attrs"] = json.loads(row["attrs"]) if row["attrs"] else None
+            sys.stdout.write(json.dumps(row) + "\n")
+    elif fmt == "csv":
+        sys.stdout.write(df.write_csv())
+    else:
+        width = out.width if sys.stdout.isatty() else None
+        out.print(f"{'ts':19} {'node':10} {'kind':24} {'sev':7} {'job':>8} {'gpu':10} {'code':>5}  message", style="bold")
+        for r in df.iter_rows(named=True):
+            ts = r["ts"].strftime("%Y-%m-%d %H:%M:%S") if r["ts"] else "-"
+            code = "" if r["code"] is None else str(r["code"])
+            line = printable(f"{ts:19} {r['node'] or '-':10} {r['kind']:24} {r['severity']:7} {r['job_id'] or '':>8} "
+                             f"{r['gpu'] or '':10} {code:>5}  {first_line(r['message'])}")  # escaped, then cut to width
+            out.print(line[:width] if width else line, overflow="ignore", crop=False, markup=False)
+    if more:
+        err.print(f"the first {limit} rows; more match (raise --limit, 0 = all)", style="dim", highlight=False)
+    elif fmt == "table":
+        err.print(f"{df.height} row(s)", style="dim")
+
+
+@command("explain")
+def explain_cmd(
+    job: Annotated[str, typer.Argument(help="Slurm job id, e.g. 1234 or 1234_7.")],
+    at: Annotated[Optional[str], typer.Option(help="Explain the run that was running at this time (a requeued job has several).")] = None,
+    before: Annotated[str, typer.Option(help="Look this far before the run started.")] = "15m",
+    after: Annotated[str, typer.Option(help="Look this far after it ended.")] = "10m",
+    fmt: Annotated[str, typer.Option("--format", help="table (a report) or json.")] = "table",
+    plot: Annotated[Optional[Path], typer.Option(help="Also draw the per-node timeline to this file (.html).")] = None,
+    store: StoreOpt = None,
+) -> None:
+    """Why did a job fail: ranked root causes across its nodes and sources, with the evidence.
+
+    Reads the job's Slurm record (nodes, start, end, state), every event on its nodes around it and
+    each node's unrecovered faults before it; hardware and kernel events before the first NCCL
+    timeout outrank what every rank reports, and what the node or the fleet also logs while jobs
+    succeed weighs less. Each candidate lists its evidence, for (+) and against (-).
+
+    The verdict is UNDETERMINED when only symptoms or background remain or the call is close;
+    confidence is the measured chance of being right (the calibration table of causes.toml). The weights are
+    data: queries/causes.toml (override with a causes.toml in $OBSERVE_RULES).
+
+    Examples: observe explain 127427 --format json;  observe explain 127427 --plot job.html
+    """
+    from queries.explain import explain
+    from queries.report import report
+
+    if fmt not in ("table", "json"):
+        fail(f"unknown format {fmt!r}: use table or json")
+    if plot is not None and plot.suffix.lower() not in (".html", ".htm"):
+        fail(f"--plot {plot}: only .html is supported")
+    try:
+        result = explain(existing_store(open_store(store)), job, at=when(at), before=parse_span(before), after=parse_span(after))
+    except ValueError as exc:
+        fail(str(exc))
+    if plot is not None:
+        from queries.plot import timeline_html
+
+        try:
+            plot.write_text(timeline_html(result))
+        except OSError as exc:
+            fail(f"--plot {plot}: {exc.strerror or exc}")
+        err.print(f"timeline drawn to {plot}", style="dim")
+    if fmt == "json":
+        sys.stdout.write(json.dumps(result.to_dict()) + "\n")
+    else:
+        for line in report(result):
+            out.print(line, overflow="ignore", crop=False, markup=False)
+
+
+def _print_frame(df: pl.DataFrame, fmt: str, columns: list[tuple[str, int]]) -> None:
+    """A frame as fixed-width lines (``columns``: name and width, the last one unbounded) or JSON lines."""
+    if fmt == "json":
+        for row in df.iter_rows(named=True):
+            sys.stdout.write(json.dumps({k: v.isoformat() if isinstance(v, datetime) else v for k, v in row.items()}) + "\n")
+        return
+    def cell(v: object) -> str:  # escaped before it is cut to its column's width
+        if isinstance(v, datetime):
+            return v.strftime("%Y-%m-%d %H:%M:%S")
+        if isinstance(v, list):
+            return printable(",".join(map(str, v))) or "-"
+        return "-" if v is None else printable(str(v))
+    out.print(" ".join(f"{n:{w}}" for n, w in columns[:-1]) + " " + columns[-1][0], style="bold")
+    for row in df.iter_rows(named=True):
+        out.print(" ".join(f"{cell(row[n])[:w]:{w}}" for n, w in columns[:-1]) + " " + cell(row[columns[-1][0]]),
+                  overflow="ignore", crop=False, markup=False)
+
+
+@command("incidents")
+def incidents_cmd(
+    since: Annotated[str, typer.Option(help="Start: ISO time or span before now (30m, 2h, 7d).")] = "1d",
+    until: Annotated[Optional[str], typer.Option(help="End: ISO time or span before now (default now).")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="table or json (one object per line).")] = "table",
+    store: StoreOpt = None,
+) -> None:
+    """Cluster incidents: faults that belong together across nodes, their blast radius and the jobs they hit.
+
+    A node's repeated reports are one episode; episodes of one category (gpu, network, memory, node)
+    on several nodes that begin within a minute are one incident, and three or more nodes at once
+    suggest a shared cause (switch, power, fabric) rather than separate faults.
+
+    Example: observe incidents --since 7d
+    """
+    from queries.incidents import incidents
+
+    if fmt not in ("table", "json"):
+        fail(f"unknown format {fmt!r}: use table or json")
+    found = incidents(search(existing_store(open_store(store)), since=when(since), until=when(until)))
+    _print_frame(found.with_columns(pl.when("shared_cause").then(pl.lit("shared?")).otherwise(pl.lit("")).alias("note"))
+                 if fmt == "table" else found, fmt,
+                 [("incident", 8), ("start", 19), ("category", 8), ("nodes", 5), ("nodelist", 22), ("events", 6),
+                  ("note", 7), ("kinds", 34), ("jobs", 0)])
+
+
+@command("nodes")
+def nodes_cmd(
+    since: Annotated[str, typer.Option(help="Start: ISO time or span before now.")] = "7d",
+    until: Annotated[Optional[str], typer.Option(help="End: ISO time or span before now (default now).")] = None,
+    gpus: Annotated[bool, typer.Option("--gpus", help="Rank GPUs (node and PCI id) instead of nodes.")] = False,
+    fmt: Annotated[str, typer.Option("--format", help="table or json (one object per line).")] = "table",
+    store: StoreOpt = None,
+) -> None:
+    """Flaky nodes (or GPUs): fault history, repeat offenders flagged, advice watch / drain / rma,
+    and how often each node was drained, by anyone (observe health drains lists them).
+
+    Thresholds are in queries/causes.toml ([nodes]).
+
+    Example: observe nodes --since 30d --gpus
+    """
+    from queries.nodes import rank_gpus, rank_nodes
+
+    if fmt not in ("table", "json"):
+        fail(f"unknown format {fmt!r}: use table or json")
+    lf = search(existing_store(open_store(store)), since=when(since), until=when(until))
+    if gpus:
+        _print_frame(rank_gpus(lf), fmt, [("node", 10), ("gpu", 12), ("episodes", 8), ("xids", 10), ("advice", 6),
+                                           ("last", 19), ("kinds", 0)])
+    else:
+        _print_frame(rank_nodes(lf), fmt, [("node", 10), ("episodes", 8), ("events", 6), ("days", 4), ("advice", 6),
+                                            ("drains", 6), ("drained_by", 12), ("last", 19), ("kinds", 30),
+                                            ("last_message", 0)])
+
+
+@command("patterns")
+def patterns_cmd(
+    since: Annotated[str, typer.Option(help="Window start: ISO time or span before now.")] = "1h",
+    until: Annotated[Optional[str], typer.Option(help="Window end (default now).")] = None,
+    baseline: Annotated[str, typer.Option(help="Compare with this span just before the window.")] = "24h",
+    node: Annotated[Optional[str], typer.Option(help="Slurm hostlist, e.g. gpu[001-004,010].")] = None,
+    source: Annotated[Optional[list[str]], typer.Option(help="Source (repeatable).")] = None,
+    min_count: Annotated[int, typer.Option(help="Fewest lines in the window for a template to be reported.")] = 3,
+    min_ratio: Annotated[float, typer.Option(help="How many times its baseline rate makes a template unusually frequent.")] = 5.0,
+    all_: Annotated[bool, typer.Option("--all", help="List every template of the window, most frequent first (no baseline).")] = False,
+    limit: Annotated[int, typer.Option(help="Most rows to print (0 = all).")] = 50,
+    fmt: Annotated[str, typer.Option("--format", help="table or json (one object per line).")] = "table",
+    store: StoreOpt = None,
+) -> None:
+    """Message templates that are new or unusually frequent in a window against a baseline.
+
+    Messages are masked (numbers, hex, addresses, ids; queries/patterns.toml) and clustered into
+    templates the way Drain does; a template is new when the baseline never had it, frequent when
+    its rate is --min-ratio times the baseline's.
+
+    Example: observe patterns --since 2h --baseline 7d --node 'gpu[001-064]'
+    """
+    from datetime import timezone
+
+    from queries.patterns import compare, mine
+
+    if fmt not in ("table", "json"):
+        fail(f"unknown format {fmt!r}: use table or json")
+    start, end = when(since), when(until) or datetime.now(timezone.utc)
+    try:
+        span = parse_span(baseline)
+        nodes = expand_nodes(node) if node else None
+    except ValueError as exc:
+        fail(str(exc))
+    st = existing_store(open_store(store))
+    window = search(st, since=start, until=end, nodes=nodes, sources=source)
+    if all_:
+        found = mine(window)
+        columns = [("count", 8), ("nodes", 5), ("last_ts", 19), ("template", 0)]
+    else:
+        found = compare(window, search(st, since=start - span, until=start, nodes=nodes, sources=source),
+                        window_span=end - start, baseline_span=span, min_count=min_count, min_ratio=min_ratio)
+        columns = [("status", 8), ("count", 7), ("baseline_count", 14), ("nodes", 5), ("last_ts", 19), ("template", 0)]
+    _print_frame(found.head(limit) if limit else found, fmt, columns)

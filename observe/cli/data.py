@@ -1,0 +1,250 @@
+"""``observe ingest``, ``demo``, ``stats``, ``compact``, ``retention``, ``collect``, ``rules``, ``schema``: the store's
+commands."""
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.markup import escape
+from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+from rich.table import Table
+
+from observe import rules
+from observe.cli.base import StoreOpt, command_table, err, existing_store, fail, open_store, out
+from observe.ingest import InputError, Summary, ingest
+from observe.ingest.pool import WorkerError
+from observe.reader import input_files
+from observe.schema import DESCRIPTIONS, FIELDS
+from observe.timeparse import zone as tz_zone
+from observe.store import Store, StoreBusy
+from observe.spans import parse_span, parse_time
+from queries.search import first_line, search
+
+COMMANDS, command = command_table()
+
+
+def _summary(s: Summary) -> None:
+    mb = s.bytes / 1e6
+    rate = mb / s.seconds if s.seconds else 0.0
+    out.print(
+        f"[bold]{s.files}[/bold] file(s), {mb:.1f} MB in {s.seconds:.1f}s ({rate:.1f} MB/s): "
+        f"{s.records} records, {s.parsed_pct:.1f}% parsed, {s.unparsed} unparsed, "
+        f"{s.stored} stored, {s.duplicates} already in the store, {s.blank} blank lines skipped",
+        highlight=False,
+    )
+    table = Table("kind", "records", box=None, pad_edge=False)
+    for kind, n in s.kinds.most_common():
+        table.add_row(kind, str(n))
+    out.print(table)
+
+
+def _index_jobs(store: Store, summary: Summary) -> None:
+    """Refresh the job index (where each job's records are) when the run stored job records."""
+    from queries import jobs
+
+    if any(summary.kinds.get(kind) for kind in jobs.RUN_KINDS):
+        jobs.write_index(store)
+
+
+def _waiting(store: Store) -> Callable[[], None]:
+    return lambda: err.print(f"waiting for another ingest into {store.root} to finish ...", style="dim", highlight=False)
+
+
+@command("ingest")
+def ingest_cmd(
+    paths: Annotated[list[str], typer.Argument(help="Files, directories (the store among them is skipped), globs, gzip, - for stdin, or a pipe such as <(journalctl -o short-iso).")],
+    source: Annotated[str, typer.Option(help="Input format: auto, kernel, syslog, slurm, slurm_jobs, nccl, nvidia_smi, dcgm.")] = "auto",
+    node: Annotated[Optional[str], typer.Option(help="Node the input came from (when lines do not name it, e.g. dmesg).")] = None,
+    job: Annotated[Optional[str], typer.Option(help="Job id of job output (else taken from names like slurm-1234.out).")] = None,
+    boot_time: Annotated[Optional[str], typer.Option(help="Boot time (ISO; without an offset, in --tz) to turn dmesg [seconds] stamps into wall-clock UTC.")] = None,
+    tz: Annotated[str, typer.Option(help="Time zone of stamps that carry none (syslog, slurmctld).")] = "UTC",
+    workers: Annotated[int, typer.Option(help="Parse processes: 0 = one per core when there is over 64 MB to read.", min=0, max=256)] = 0,
+    store: StoreOpt = None,
+) -> None:
+    """Parse log files into the store; re-ingesting the same bytes adds nothing.
+
+    Example: observe ingest /var/log/slurm/slurmctld.log --node ctl1; dmesg | observe ingest - --source kernel --node gpu001
+    """
+    st = open_store(store)
+    try:
+        missing: list[str] = []
+        files = input_files(paths, skip=st.root, missing=missing)
+        if missing and not files:
+            fail(f"no such file: {missing[0]}")
+        tz = tz_zone(tz)
+        boot = parse_time(boot_time, tz=tz) if boot_time else None
+        opts = dict(source=source, node=node, job=job, boot_time=boot, tz=tz)
+        total = sum(Path(f).stat().st_size for f in files if f != "-")
+        if sys.stderr.isatty() and total > 10_000_000:
+            with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+                          TransferSpeedColumn(), console=err, transient=True) as bar:
+                task = bar.add_task("ingesting", total=total)
+                summary = ingest(files, st, progress=lambda n: bar.advance(task, n), workers=workers or None,
+                                 waiting=_waiting(st), **opts)
+        else:
+            summary = ingest(files, st, workers=workers or None, waiting=_waiting(st), **opts)
+    except (InputError, ValueError, FileNotFoundError, rules.RuleError, WorkerError, StoreBusy) as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"{exc.filename or ''}: {exc.strerror or exc}")
+    summary.failed[:0] = [f"{p}: no such file" for p in missing]
+    _summary(summary)
+    _index_jobs(st, summary)
+    for line in summary.failed:
+        err.print(f"[red]error:[/red] {escape(line)}", highlight=False, soft_wrap=True)
+    if summary.failed:
+        raise typer.Exit(2)
+
+
+@command("demo")
+def demo_cmd(
+    directory: Annotated[Path, typer.Option("--dir", help="Where the logs (DIR/logs) and the store (DIR/store) go.")] = Path("observe-demo"),
+    nodes: Annotated[int, typer.Option(help="Nodes in the cluster.")] = 16,
+    hours: Annotated[float, typer.Option(help="Hours of logs.")] = 24,
+    seed: Annotated[int, typer.Option(help="Random seed (same seed, same logs).")] = 0,
+) -> None:
+    """Generate a small GPU cluster's logs with injected incidents, ingest them, show what is there.
+
+    Example: observe demo --nodes 16 --hours 24 && observe query --store observe-demo/store --kind gpu_xid
+    """
+    from observe.demo import generate
+    from observe.ingest import ingest_inputs
+
+    logs, store = directory / "logs", open_store(str(directory / "store"))
+    err.print(f"generating {nodes} nodes x {hours:g} h of logs in {logs} ...", highlight=False)
+    manifest = generate(logs, nodes=nodes, hours=hours, seed=seed)
+    summary = ingest_inputs([(str(f.path), {"source": f.format, "node": f.node, "job": f.job}) for f in manifest.files], store)
+    _summary(summary)
+    _index_jobs(store, summary)
+    out.line()
+    out.print(f"[bold]Injected incidents[/bold] (ground truth, {len(manifest.incidents)}):")
+    for inc in manifest.incidents:
+        out.print(f"  {inc['ts'][:19]}  job {inc['job_id']:>6}  {inc['type']:13} node={inc['node'] or '-'} gpu={inc['gpu'] or '-'}",
+                  highlight=False)
+    found = search(store, kinds=["gpu_xid", "gpu_fell_off_bus", "ib_link_down", "oom_kill", "slurm_node_not_responding"]).collect()
+    out.line()
+    out.print(f"[bold]What the store shows[/bold] (hardware and node events, {found.height}):")
+    for r in found.head(30).iter_rows(named=True):
+        ts = r["ts"].strftime("%Y-%m-%d %H:%M:%S") if r["ts"] else "-"
+        out.print(f"  {ts}  {r['node'] or '-':8} {r['kind']:26} {first_line(r['message'])[:90]}", highlight=False, markup=False)
+    out.line()
+    out.print(f"Try: observe query --store {store.root} --kind nccl_timeout --limit 5")
+
+
+@command("stats")
+def stats_cmd(store: StoreOpt = None) -> None:
+    """What the store holds, per source and day (segments, rows, bytes)."""
+    s = existing_store(open_store(store))
+    df = s.stats()
+    if df.is_empty():
+        out.print(f"{s.root}: empty store")
+        return
+    table = Table("source", "date", "segments", "rows", "MB", box=None, pad_edge=False)
+    for r in df.iter_rows(named=True):
+        table.add_row(r["source"], r["date"], str(r["segments"]), str(r["rows"]), f"{r['bytes'] / 1e6:.2f}")
+    out.print(table)
+    out.print(f"{s.root}: {df['rows'].sum()} events, {df['segments'].sum()} segments, {df['bytes'].sum() / 1e6:.2f} MB")
+
+
+@command("compact")
+def compact_cmd(
+    store: StoreOpt = None,
+    grace: Annotated[str, typer.Option(help="Keep replaced segments this long for queries already running (10m, 0s).")] = "10m",
+) -> None:
+    """Merge each partition's segments into files sorted by time (atomic, duplicates dropped, memory
+    bounded); delete segments replaced longer than --grace ago; refresh the job index."""
+    try:
+        grace_s = parse_span(grace).total_seconds()
+    except ValueError as exc:
+        fail(str(exc))
+    s = open_store(store)
+    merged = 0
+    parts = s.partitions()
+    try:
+        for i, part in enumerate(parts, 1):
+            done = s.compact(part, grace_s=grace_s)
+            if done:
+                merged += done[0]
+                out.print(f"[{i}/{len(parts)}] {part.source}/{part.date}: {done[0]} segments, {done[1]} rows")
+    except StoreBusy as exc:
+        fail(str(exc))
+    out.print(f"compacted {merged} segment(s)")
+    from queries import jobs
+
+    if s.partitions(sources=["slurm"]):
+        out.print(f"job index: {jobs.write_index(s)} run(s)")
+
+
+@command("retention")
+def retention_cmd(
+    keep: Annotated[str, typer.Option("--keep", help="How much to keep: 30d, 12h, 90m (whole days are dropped).")],
+    store: StoreOpt = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be dropped; drop nothing.")] = False,
+) -> None:
+    """Drop partitions older than --keep (events without a time are kept)."""
+    try:
+        span = parse_span(keep)
+    except ValueError as exc:
+        fail(str(exc))
+    cutoff = (datetime.now(timezone.utc) - span).strftime("%Y-%m-%d")
+    dropped = open_store(store).expire(cutoff, dry_run=dry_run)
+    for p in dropped:
+        out.print(f"{'would drop' if dry_run else 'dropped'} {p.source}/{p.date}")
+    out.print(f"{len(dropped)} partition(s) before {cutoff} {'would be ' if dry_run else ''}dropped")
+
+
+@command("collect")
+def collect_cmd(
+    config: Annotated[Path, typer.Option("--config", help="Collector config (TOML): inputs, spool, central store.")],
+    once: Annotated[bool, typer.Option("--once", help="Collect what is there now, ship it and exit (tests, cron).")] = False,
+) -> None:
+    """Follow log files, /dev/kmsg and the journal, and poll commands (nvidia-smi, sacct), on this
+    node into a local spool, and ship them to the central store.
+
+    Positions survive kills and reboots; rotation (rename or copytruncate) and truncation are
+    handled; every line is stored exactly once. Stops cleanly on SIGTERM. Counters:
+    <spool>/stats.json. See docs/collector.toml for every setting.
+    """
+    from observe.collect import Config, ConfigError, NodeCollector
+
+    try:
+        node = NodeCollector(Config.load(config))
+    except (ConfigError, ValueError, OSError) as exc:
+        fail(str(exc))
+    node.handle_signals()
+    try:
+        counters = node.run(once=once)
+    finally:
+        node.close()
+    out.print(f"{counters.lines} lines, {counters.stored} events spooled, {counters.shipped_files} file(s) shipped, "
+              f"{counters.spool_files} waiting, {counters.ship_failures} ship failure(s), {counters.dropped_records} dropped")
+
+
+@command("rules")
+def rules_cmd(check: Annotated[bool, typer.Option(help="Check every rule's examples; exit 1 on a failure.")] = False) -> None:
+    """List the detection rules (built-in plus $OBSERVE_RULES directories), or check their examples."""
+    try:
+        listed = rules.describe()
+        problems = rules.examples_report() if check else []
+    except rules.RuleError as exc:
+        fail(str(exc))
+    if check:
+        for p in problems:
+            err.print(p, highlight=False)
+        out.print(f"{len(listed)} rules, {len(problems)} problem(s)")
+        raise typer.Exit(1 if problems else 0)
+    table = Table("source", "kind", "severity", "defined in", box=None, pad_edge=False)
+    for r in listed:
+        table.add_row(r["source"], r["kind"], r["severity"], r["where"])
+    out.print(table)
+
+
+@command("schema")
+def schema_cmd() -> None:
+    """The event schema: every stored field and what it holds."""
+    for name in FIELDS:
+        out.print(f"[bold]{name:10}[/bold] {DESCRIPTIONS[name]}", highlight=False)
