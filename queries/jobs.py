@@ -62,15 +62,14 @@ def _records(events: pl.LazyFrame) -> pl.LazyFrame:
                     # which state to believe: a job record's, then one derived from slurmctld, then a requeue
                     pl.when(attr("$.state").is_not_null()).then(0).when(pl.col("kind") == "slurm_job_requeue")
                     .then(2).otherwise(1).alias("_trust"),
-                    attr("$.exit_code").alias("exit_code"), _record_time(attr("$.start")).alias("a_start"),
+                    pl.col("code").cast(pl.String).alias("exit_code"), _record_time(attr("$.start")).alias("a_start"),
                     _record_time(attr("$.end")).alias("a_end")))
 
 
 def _ends(rec: pl.LazyFrame) -> pl.LazyFrame:
     return _moments(rec.filter(pl.col("kind") != "slurm_job_start").with_columns(
         pl.coalesce("a_end", "ts").alias("at"),
-        pl.when(pl.col("kind") == "slurm_job_requeue").then(pl.lit("REQUEUED")).otherwise("state").alias("state"),
-        pl.coalesce("exit_code", pl.col("code").cast(pl.String)).alias("exit_code")))
+        pl.when(pl.col("kind") == "slurm_job_requeue").then(pl.lit("REQUEUED")).otherwise("state").alias("state")))
 
 
 def _record_time(text: pl.Expr) -> pl.Expr:

@@ -64,8 +64,7 @@ def lost_peers(events: pl.DataFrame, run: Run, sc: dict) -> pl.DataFrame:
                      .drop_nulls().unique("addr").iter_rows())
     attr = pl.col("attrs").str.json_path_match
     errors = (events.filter(pl.col("kind") == "nccl_net_error", pl.col("job_id") == run.job_id)
-              .with_columns(pl.coalesce(attr("$.peer"), attr("$.peer2"), attr("$.peer3"))
-                            .str.replace(r"<\d+>$", "").alias("_peer")).drop_nulls("_peer"))
+              .with_columns(attr("$.peer").str.replace(r"<\d+>$", "").alias("_peer")).drop_nulls("_peer"))
     if errors.is_empty():
         return empty().drop("score")
     short = pl.col("_peer").str.extract(r"^([^.:%]+?)(?:-ib)?(?:\.|$)", 1)  # gpu004-ib.cluster -> gpu004

@@ -9,6 +9,8 @@ and also when a listed one is gone, so that the list only shrinks.
 from __future__ import annotations
 
 import ast
+import re
+import tomllib
 from collections import defaultdict
 from pathlib import Path
 
@@ -159,3 +161,42 @@ def test_the_checks_see_a_cycle_and_a_private_import() -> None:
     fake["observe.timeparse"].add("observe.cli")  # the CLI imports timeparse through many modules
     assert any("observe.timeparse" in c and "observe.cli" in c for c in _cycles(fake))
     assert ("observe.timeparse", "observe.cli") in _upward(fake)
+
+
+# An attrs key the code reads: json_path_match("$.key") on attrs, the analyses' attr("...") helpers, and the
+# attrs conditions of queries/causes.toml; journald's own fields (``__CURSOR``, read from the raw JSON) are not attrs.
+READS = [re.compile(r'json_path_match\("\$\.([a-z]\w*)"\)'), re.compile(r'\b_?attr\("\$?\.?([a-z]\w*)"\)')]
+
+
+def _attr_reads() -> dict[str, str]:
+    reads: dict[str, str] = {}
+    for pkg in ("observe", "queries"):
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                for rx in READS:
+                    for key in rx.findall(line):
+                        reads.setdefault(key, f"{path.relative_to(ROOT)}:{i}")
+    for cause in tomllib.loads((ROOT / "queries" / "causes.toml").read_text())["cause"]:
+        for key in cause.get("attrs", {}):
+            reads.setdefault(key, f"queries/causes.toml cause {cause['kind']}")
+    return reads
+
+
+def _written(key: str, text: str) -> bool:
+    """Whether the writers' text sets ``key``: a rule's named group or static attrs, a catalog field, a
+    key Python code puts in attrs."""
+    return bool(re.search(rf"\(\?P<{key}>|[\"']{key}[\"']|(?:^|[{{,\s]){key}\s*=", text, re.M))
+
+
+def test_every_attrs_key_read_is_one_something_writes() -> None:
+    """The keys in attrs are a contract between the collectors, rules and catalogs that write them and
+    the analyses that read them: a read of a key nothing writes is always null (a renamed group, a
+    removed rule) and silently weakens a verdict."""
+    files = [*(ROOT / "collectors").rglob("*.py"), *(ROOT / "collectors").rglob("*.toml"),
+             *(ROOT / "observe").rglob("*.py"), *(ROOT / "observe").rglob("*.toml")]
+    text = "\n".join(line for path in files for line in path.read_text(encoding="utf-8").splitlines()
+                     if "json_path_match" not in line and not re.search(r"\b_?attr\(\"", line))
+    reads = _attr_reads()
+    assert {"peer", "aer", "action", "state"} <= set(reads)  # the scan finds reads at all
+    assert not _written("no_such_key_anywhere", text)
+    assert {k: where for k, where in reads.items() if not _written(k, text)} == {}

@@ -305,7 +305,7 @@ def test_the_peer_nccl_errors_name_is_placed_on_its_node(peer: str) -> None:
     boot = [ev("log", NODES[r // 8], None, "nccl", rank=r, job_id="7",
                message=f"NCCL INFO Bootstrap : Using [0]ib0:10.0.0.{r // 8 + 1}<0>") for r in range(0, 32, 8)]
     lost = [ev("nccl_net_error", None, 590 + r / 10, "nccl", rank=r, job_id="7",
-               attrs={"peer2" if "ib" in peer else "peer": peer}) for r in (1, 9, 17)]
+               attrs={"peer": peer}) for r in (1, 9, 17)]
     ranked = candidates(place_ranks(frame(inits() + boot + lost + timeouts(600)), NODES), RUN, load_causes())
     top = ranked.row(0, named=True)
     assert (top["node"], top["kind"], top["category"], top["node_action"]) == ("gpu004", "nccl_peer_lost", "network", "watch")
