@@ -90,9 +90,7 @@ class Kernel(Collector):
 
 
 def _boot_from(framed: pl.DataFrame) -> datetime | None:
-    up = pl.col("attrs").str.json_path_match("$.uptime").cast(pl.Float64)
-    boot = framed.select((pl.col("ts") - pl.duration(microseconds=(up * 1e6).cast(pl.Int64))).median()).item()
-    return boot
+    return framed.select(tp.boot_time_of()).item()
 
 
 def _dmesg(records: pl.DataFrame, ctx: Context) -> pl.DataFrame:

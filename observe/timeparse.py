@@ -275,6 +275,13 @@ def epoch(text: pl.Expr) -> pl.Expr:
     return pl.from_epoch(secs * 1_000_000 + us, time_unit="us").dt.replace_time_zone(_UTC)
 
 
+def boot_time_of() -> pl.Expr:
+    """The boot time kernel events that carry both clocks tell (their time less their ``attrs.uptime``),
+    the median over the rows: the inverse of :func:`since_boot`, in one place."""
+    up = pl.col("attrs").str.json_path_match("$.uptime").cast(pl.Float64)
+    return (pl.col("ts") - pl.duration(microseconds=(up * 1e6).cast(pl.Int64))).median()
+
+
 def since_boot(seconds: pl.Expr, boot_time: datetime | None) -> pl.Expr:
     """Seconds since boot to UTC given the boot time; null when the boot time is unknown."""
     if boot_time is None:

@@ -10,6 +10,7 @@ import polars as pl
 
 from observe import collector as registry
 from observe import provenance, rules
+from observe import timeparse as tp
 from observe.collector import Collector, Context, per_value
 from observe.frames import attrs_json, merge_attrs
 from observe.ingest.records import INPUT_BITS, blank_lines, joined_records
@@ -130,8 +131,6 @@ def learn_boot_times(events: pl.DataFrame, known: dict[str, datetime]) -> None:
                          pl.col("attrs").str.contains('"uptime"', literal=True))
     if both.is_empty():
         return
-    up = pl.col("attrs").str.json_path_match("$.uptime").cast(pl.Float64)
-    boots = both.group_by("node").agg(
-        (pl.col("ts") - pl.duration(microseconds=(up * 1e6).cast(pl.Int64))).median().alias("boot"))
+    boots = both.group_by("node").agg(tp.boot_time_of().alias("boot"))
     for node, boot in boots.iter_rows():
         known.setdefault(node, boot)
