@@ -46,13 +46,26 @@ def _target(name: str) -> str | None:
     return name if name in MODULES else None
 
 
+def _runtime_nodes(tree: ast.AST):
+    """Every node of ``tree`` but those under ``if TYPE_CHECKING:`` (imports for type hints only)."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and isinstance(child.test, ast.Name) and child.test.id == "TYPE_CHECKING":
+                todo.extend(child.orelse)
+            else:
+                todo.append(child)
+
+
 def _imports() -> tuple[dict[str, set[str]], list[tuple[str, str, str]]]:
     """Each module's project imports, and every (importer, module, private name) import."""
     edges: dict[str, set[str]] = defaultdict(set)
     private = []
     for name, path in MODULES.items():
         package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import):
                 targets = [(_target(a.name), None) for a in node.names]
             elif isinstance(node, ast.ImportFrom):

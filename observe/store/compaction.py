@@ -1,0 +1,111 @@
+"""Compaction's pieces: the note that names the segments a rewrite replaces, when they may go, and how a
+partition is cut into files of bounded rows and memory."""
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import polars as pl
+import pyarrow.parquet as pq
+from observe.store.files import open_nofollow
+
+
+COMPACT_FILE_ROWS = 1_000_000  # rows per compacted file at most
+
+
+COMPACT_SLICE_BYTES = 32 << 20  # and at most this much uncompressed data: one step's memory (peak ~10x)
+
+
+COMPACT_GRACE_S = 600.0  # replaced segments outlive a compaction this long, for queries already planned
+
+
+def replaced_by(output: Path) -> set[str] | None:
+    """The segments a compaction output replaced (names in its directory); None when ``output`` is
+    not a compaction's or its note is gone (settled after the grace period)."""
+    stem = output.stem
+    for name in ((stem.rsplit("-", 1)[0], stem) if stem.count("-") == 3 else (stem,)):
+        note = output.with_name(f"{name}.json")
+        try:
+            replaces, outputs = read_note(note)
+        except FileNotFoundError:
+            continue
+        if output.name in outputs:
+            return replaces
+    return None
+
+
+def read_note(note: Path) -> tuple[set[str], set[str]]:
+    """A compaction note's replaced segments and output files (FileNotFoundError once it is gone)."""
+    try:
+        with open_nofollow(note) as f:
+            doc = json.loads(f.read())
+        return set(doc["replaces"]), set(doc.get("outputs") or [note.stem + ".parquet"])
+    except (ValueError, KeyError, TypeError):
+        return set(), set()  # not a note this version wrote: ignored
+
+
+def settle(note: Path, grace_s: float) -> None:
+    """Tidy up after a compaction: once complete and ``grace_s`` old, delete the replaced segments,
+    then the note; if it never completed (a crash), delete its outputs, then the note."""
+    replaces, outputs = read_note(note)
+    present = [note.parent / o for o in outputs if (note.parent / o).exists()]
+    if len(present) == len(outputs):
+        if time.time() - max(p.stat().st_mtime for p in [note, *present]) < grace_s:
+            return
+        doomed = replaces
+    else:
+        doomed = {p.name for p in present}
+    for name in doomed:
+        (note.parent / name).unlink(missing_ok=True)
+    note.unlink(missing_ok=True)
+
+
+def note_names(names: Iterable[str]) -> list[str]:
+    """The compaction notes among a partition's file names, oldest first."""
+    return sorted(n for n in names if n.startswith("c-") and n.endswith(".json"))
+
+
+def rows_in(segs: list[Path], nbytes: int) -> int:
+    """How many of ``segs``' rows hold about ``nbytes`` uncompressed (Parquet metadata; at least 10,000)."""
+    rows = size = 0
+    for seg in segs:
+        md = pq.read_metadata(seg)
+        rows += md.num_rows
+        size += sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
+    return max(10_000, int(nbytes * rows / size)) if size else nbytes
+
+
+def file_slices(scan: pl.LazyFrame, file_rows: int) -> list[pl.Expr]:
+    """Filters cutting ``scan``'s rows into consecutive time slices of about ``file_rows`` rows
+    (more only when one second holds more), from a per-second count of the ``ts`` column alone;
+    rows without a time go with the first slice. An undated partition is cut by input instead."""
+    per_second = (scan.group_by(pl.col("ts").dt.truncate("1s").alias("key")).len()
+                  .sort("key", nulls_last=False).collect(engine="streaming"))
+    total = int(per_second.get_column("len").sum())
+    if total <= file_rows:
+        return [pl.lit(True)]
+    if per_second.get_column("key").null_count() == per_second.height:
+        per_input = scan.group_by(pl.col("file_id").alias("key")).len().sort("key").collect(engine="streaming")
+        return _ranges(pl.col("file_id"), _cuts(per_input, file_rows), with_nulls=False)
+    return _ranges(pl.col("ts"), _cuts(per_second.drop_nulls("key"), file_rows), with_nulls=True)
+
+
+def _cuts(counts: pl.DataFrame, file_rows: int) -> list:
+    """The keys that start a new slice, from (key, len) rows sorted by key."""
+    slice_no = ((pl.col("len").cum_sum() - pl.col("len")) // file_rows).alias("slice")
+    starts = counts.with_columns(slice_no).group_by("slice", maintain_order=True).agg(pl.col("key").first())
+    return starts.get_column("key").to_list()[1:]
+
+
+def _ranges(key: pl.Expr, cuts: list, with_nulls: bool) -> list[pl.Expr]:
+    """``[-inf, c1), [c1, c2), ..., [cn, +inf)`` over ``key`` as filters (nulls in the first)."""
+    bounds = [None, *cuts, None]
+    out = []
+    for lo, hi in zip(bounds, bounds[1:]):
+        where = pl.lit(True) if lo is None else key >= lo
+        if hi is not None:
+            where = where & (key < hi)
+        out.append(where | key.is_null() if lo is None and with_nulls else where)
+    return out

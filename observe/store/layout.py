@@ -1,0 +1,154 @@
+"""The stored layout: the columns' Parquet encodings and compression, partitions by source and day, and
+rows split into the partitions they belong to."""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cache
+from datetime import date, timedelta
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+
+from observe.schema import KEY, STORED_SCHEMA, conform, stored_raw, to_stored
+
+ROW_GROUP_ROWS = 128 * 1024
+
+
+ZSTD_LEVEL = 1  # ingest writes fast; compaction rewrites partitions smaller (slower zstd levels)
+
+
+COMPACT_LEVEL = 6
+
+
+COMPACT_TEXT_LEVEL = 16
+
+
+TEXT_COLUMNS = ("message", "header", "raw", "attrs")
+
+
+# Dictionary-coded columns of a few values (or none) are a few bytes a page already: left
+# uncompressed, which spares a zstd context per page (measured: writes 14% faster, files 0.3% larger)
+PLAIN_COLUMNS = ("node", "source", "severity", "kind", "job_id", "rank", "gpu", "code", "file_id")
+
+
+# zstd level per column (columns not named are left uncompressed): ingest writes fast, compaction small
+INGEST_LEVELS = {c: ZSTD_LEVEL for c in STORED_SCHEMA.names if c not in PLAIN_COLUMNS}
+
+
+COMPACT_LEVELS = {c: COMPACT_TEXT_LEVEL if c in TEXT_COLUMNS else COMPACT_LEVEL for c in STORED_SCHEMA.names}
+
+
+# Rows of one input stay together, in file order: offsets and times then delta-encode to almost
+# nothing and neighbouring lines compress together (smaller and faster than sorting by time);
+# row groups still carry ts statistics, and the partition is one day.
+SEGMENT_ORDER = ("file_id", "offset")
+
+
+# Encodings measured on the bench's logs: times and offsets in input order are small deltas; a pid's
+# bytes split into streams leave zstd runs of zero high bytes; consecutive headers share prefixes
+# ("Sep  5 23:00:0", "gpu003:3034541:3034602 [1] ") that DELTA_BYTE_ARRAY stores once.
+COLUMN_ENCODINGS = {"ts": "DELTA_BINARY_PACKED", "offset": "DELTA_BINARY_PACKED", "pid": "BYTE_STREAM_SPLIT",
+                    "header": "DELTA_BYTE_ARRAY"}
+
+
+DICTIONARY_COLUMNS = ["node", "source", "severity", "kind", "job_id", "gpu", "program", "file_id", "code", "rank"]
+
+
+# min/max kept for what queries filter on (a partition holds one source; offsets are read, not filtered)
+STATISTICS_COLUMNS = ["ts", "node", "kind", "job_id", "code", "file_id"]
+
+
+WRITE_BATCH_ROWS = 64 * 1024  # rows the Parquet encoder takes at a time (its default, 1024, costs 4% more)
+
+
+UNKNOWN_DATE = "unknown"
+
+
+WRITE_SCHEMA = pa.schema([pa.field(f.name, pa.string_view() if f.type == pa.string() else f.type)
+                           for f in STORED_SCHEMA])
+
+
+@dataclass(frozen=True)
+class Partition:
+    source: str
+    date: str
+    path: Path
+
+
+STORED_COLUMNS = pl.Schema(pl.from_arrow(STORED_SCHEMA.empty_table()).schema)
+
+
+def scan_segments(paths: Iterable[Path]) -> pl.LazyFrame:
+    """Segments in the stored layout; a column a segment predates (``route``, from before routes
+    were kept) reads as null, which no check trusts."""
+    return pl.scan_parquet([str(p) for p in paths], schema=STORED_COLUMNS, missing_columns="insert",
+                           hive_partitioning=False)
+
+
+@cache
+def no_records() -> pl.DataFrame:
+    """What :meth:`Store.known` returns for an input with nothing stored (one shared empty frame)."""
+    return pl.DataFrame(schema={"offset": pl.Int64, "text": pl.UInt64})
+
+
+def superseded_dropped(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` (stored layout) without the rows that a longer text of the same input at the same
+    offset extends: a last line stored while it was still being written (block-buffered job
+    output), then stored whole by the next ingest of the grown file."""
+    same = df.select(pl.struct(*KEY).is_duplicated()).to_series()
+    if not same.any():
+        return df
+    text = stored_raw().alias("_t")
+    rows = df.with_row_index("_r").filter(same).select("_r", *KEY, text)
+    longer = rows.join(rows, on=list(KEY), suffix="_o").filter(
+        (pl.col("_t_o").str.len_bytes() > pl.col("_t").str.len_bytes()) & pl.col("_t_o").str.starts_with(pl.col("_t")))
+    return df.filter(~pl.int_range(pl.len()).is_in(longer.get_column("_r").implode()))
+
+
+_NO_DAY = (1 << 31) - 1
+
+
+def split_partitions(df: pl.DataFrame, order: pl.Series | None = None) -> dict[tuple[str, str], pl.DataFrame]:
+    """``df`` split by (source, date); each part's rows in ``order`` (a sort key, e.g. file offsets),
+    else as they are.
+
+    One gather puts the rows in partition order (skipped when they already are), then each part is
+    a zero-copy slice: a log chunk spanning many days has a hundred parts, and gathering each one
+    separately costs a pass over the columns per part.
+    """
+    if not df.height:
+        return {}
+    day = (pl.col("ts").cast(pl.Int64) // 86_400_000_000).fill_null(_NO_DAY)
+    code = pl.col("source").cast(pl.Categorical).to_physical().cast(pl.Int64).fill_null(-1)
+    keys = df.select(code * (1 << 32) + day + (1 << 31)).to_series()  # < 2^35, non-negative
+    first = order.arg_sort() if order is not None and not order.is_sorted() else None
+    within = keys if first is None else keys.gather(first)
+    if not within.is_sorted():  # a stable sort by key: the position breaks ties
+        shift = 1 << max(1, len(keys).bit_length())
+        rank = (within * shift + pl.Series(range(len(keys)), dtype=pl.Int64)).arg_sort()
+        first = rank if first is None else first.gather(rank)
+    if first is not None:
+        df, keys = df[first], keys.gather(first)
+    parts, start = {}, 0
+    for n, key in keys.rle().struct.unnest().iter_rows():
+        part = df.slice(start, n)
+        start += n
+        parts[(part.item(0, "source"), _day_name(key % (1 << 32) - (1 << 31)))] = part
+    return parts
+
+
+def _day_name(day: int) -> str:
+    return (date(1970, 1, 1) + timedelta(days=day)).isoformat() if day != _NO_DAY else UNKNOWN_DATE
+
+
+def buffered_parts(df: pl.DataFrame, order: pl.Series | None = None) -> dict[tuple[str, str], pl.DataFrame]:
+    """``df`` conformed, in the stored layout and split by partition (rows in ``order``, see
+    :func:`split_partitions`), ready for a writer's buffer."""
+    return split_partitions(to_stored(conform(df)), order)
+
+
+def own_strings(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` with its string columns copied into new buffers (concatenation always allocates)."""
+    return df.with_columns(pl.col(pl.String) + "")
