@@ -28,12 +28,12 @@ from observe.reader import peek_head
 from observe.config import read_toml, to_json
 from observe.frames import merge_attrs
 from observe.schema import POLARS_SCHEMA
+from observe.spans import parse_span
 from observe.ship import Destination, batch_of, ship, spool_files
 from observe.store import Store, buffered_parts, write_atomic
 from observe.streams import Command, Journal, Kmsg, Read
 from observe.tail import FORGET_AFTER_S, Checkpoint, Finder, Found, Positions, complete, is_idle, long_line, read_new
 
-UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 SIZES = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
 
 
@@ -155,8 +155,12 @@ def _input(raw: object, where: str) -> InputSpec:
 
 
 def seconds(value: object) -> float:
-    """``5``, ``"5s"``, ``"2m"``, ``"1h"``, ``"7d"`` to seconds."""
-    return _number(value, UNITS, "a duration such as 5s, 2m, 1h")
+    """``5`` (seconds), or a span as every command takes one (``"5s"``, ``"2m"``, ``"1h"``, ``"7d"``:
+    observe.spans) to seconds."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    text = str(value).strip()
+    return float(text) if text.replace(".", "", 1).isdigit() else parse_span(text).total_seconds()
 
 
 def size(value: object) -> int:
