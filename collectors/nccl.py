@@ -12,21 +12,13 @@ import re
 
 import polars as pl
 
+from collectors._launchers import ROLE, RUNTIME_PREFIX, SRUN_LABEL, TASK_LABEL, TORCHRUN_LABEL, launcher_cut
 from collectors._slurm_text import SLURM_PROGRAMS, slurm_fields
 from observe import timeparse as tp
 from observe.collector import Collector, Context, register, split_header
 from observe.frames import any_of, scatter_rows
 
-# ASCII classes: the regex engine runs them twice as fast as Unicode \w and \d
-# What a launcher puts before each task's lines: srun --label's right-aligned ``12: `` (task id),
-# torchrun's ``[default3]:`` / ``[rank3]:``: source: pytorch/pytorch torch/distributed/elastic/multiprocessing/tail_log.py
-#   TailLog (v1.9-v2.9): the prefix f"[{name}{local_rank}]:" by default, name the worker group's role (torchrun --role,
-#   "default"; a launcher built on the agent names its own, such as torchx's "trainer"); c10d's "[rank%d]:"
-#   (torch._logging rankprefix).
-SRUN_LABEL = r"(?:\d{1,6}: )"
-ROLE = r"(?:[A-Za-z][A-Za-z_-]*)"
-TORCHRUN_LABEL = r"\[" + ROLE + r"\d+\]:"
-TASK_LABEL = r"(?:" + TORCHRUN_LABEL + r"|\d{1,6}:)"  # either, without the space after it
+# ASCII classes ([0-9], [A-Za-z]) where it counts: the regex engine runs them twice as fast as Unicode \w and \d
 # NCCL's own header: source: NVIDIA/nccl src/debug.cc ncclDebugLog (2.4-2.28): "%s:%d:%d " (hostname cut at its
 #   first ".", pid, tid), then "[%d] NCCL INFO ", "[%d] %s:%d NCCL WARN " (2.19+: "[%d] %s:%d (%s) NCCL WARN ", the
 #   function too), "[%d] %f %s:%d NCCL TRACE " (cudaDev, milliseconds since init) or, for API calls at TRACE level,
@@ -35,12 +27,6 @@ TASK_LABEL = r"(?:" + TORCHRUN_LABEL + r"|\d{1,6}:)"  # either, without the spac
 # Before it, a launcher's label (srun --label, torchrun) or the host pdsh puts first: source: chaos/pdsh
 #   src/pdsh/dsh.c (rsh thread, with labels, the default): out("%S: %s", a->host, buf) (deepspeed's multi-node
 #   launcher runs pdsh).
-# A container runtime's prefix and stamp before both: source: docker/compose cmd/formatter/logs.go (v2) presenter.setPrefix
-#   fmt.Sprintf("%-"+strconv.Itoa(width)+"s | ", name); kubernetes/kubectl pkg/cmd/logs/logs.go (--prefix, v1.17+)
-#   "[pod/%s/%s] " (pod and container); docker/cli and kubelet --timestamps: the line's RFC 3339 time with nanoseconds
-#   and a space first.
-RUNTIME_PREFIX = (r"(?:[A-Za-z0-9][\w.-]* +\| |\[pod/[^\]\s]+\] )?"
-                  r"(?:(?P<rts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)) )?")
 NCCL = (r"\s*" + RUNTIME_PREFIX + r"(?:(?P<srank>\d{1,6}): \s*|\[" + ROLE + r"(?P<lrank>\d+)\]:\s?|[A-Za-z0-9][\w.-]*: )?"
         r"(?:\[(?P<stamp>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)\] )?(?:\[(?P<tag>[0-9]+)\]\s*)?"
         r"(?P<host>[A-Za-z0-9_.-]+):(?P<pid>[0-9]+):(?P<tid>[0-9]+)(?: \[(?P<dev>[0-9]+)\])? ")
@@ -110,38 +96,6 @@ RECORD_START = (
     r"^\s*(?:" + TASK_LABEL + r"\s?\S|(?:" + TORCHRUN_LABEL + r"\s?)?"
     r"(?:\[[EWIF][\d ]|\[\d+\]\s*[\w.-]+:\d+:\d+ |[\w.-]+:\d+:\d+ \[\d+\]))"
 )
-# A launcher's prefix before each line of a rank's output:
-# source: open-mpi/ompi orte/mca/iof/base/iof_base_output.c (v1.3-v4.1, mpirun --tag-output, --timestamp-output):
-#   snprintf(starttag, ORTE_IOF_BASE_TAG_MAX, "[%s,%s]<%s>:", ORTE_LOCAL_JOBID_PRINT(name->jobid),
-#   ORTE_VPID_PRINT(name->vpid), suffix) (suffix "stdout", "stderr" or "stddiag"; the vpid is the rank), with
-#   --timestamp-output "%s[%s,%s]<%s>:" after ctime(&mytime) less its newline.
-# source: horovod/horovod horovod/runner/common/util/safe_shell_exec.py prefix_connection (v0.20+, horovodrun's gloo
-#   launcher): '{time}[{rank}]<{prefix}>:' (time: time.asctime() with --prefix-output-with-timestamp, else '').
-#   A collector in front of either may stamp each line in ISO 8601 first (``2019-06-02T16:13:44.884Z: ``).
-# source: openpmix/openpmix src/common/pmix_iof.c pmix_iof_prep_output (v4-v5,
-#   Open MPI 5's mpirun/prterun --output tag, tag-detailed, tag-fullname, rank, timestamp): "[%s,%s]<%s>: " (the
-#   jobid after the nspace's "@", or the whole nspace ``prterun-host-123@1``; the rank), "[%s,%s][%s:%s]<%s>: " (also
-#   host and pid), "[%s]<%s>: " (the rank alone), each after "[%s]" (ctime, less its newline) with timestamp.
-# source: skypilot-org/skypilot sky/skylet/executor/slurm.py (and the Ray backend's job driver, v0.5+): colorama.Fore.CYAN
-#   + "(setup pid={pid})", "({task name}, pid={pid})", "({node_name}, rank={rank}, pid={pid})" or with ", ip={ip}",
-#   then colorama.Style.RESET_ALL and a space (the rank there is the node's, not a process rank: not taken).
-# SageMaker's distributed training runs mpirun whose tag carries the rank and the host: "[1,mpirank:0,algo-1]<stdout>:"
-#   (as aws/sagemaker-training-toolkit test/unit/test_process.py test_watch expects it).
-# source: ray-project/ray python/ray/_private/worker.py print_worker_logs (v1.x-v2.x): "{}{}({}{}{}){} {}".format(
-#   colorama.Style.DIM, color, prefix_for(data) ("pid=", after the actor or task name and a space), pid,
-#   ", ip=" + ip when the worker is on another node, colorama.Style.RESET_ALL, line) (the SGR escapes may lose
-#   their ESC in a paste: ``[36m(RayWorkerWrapper pid=4009) ``). A paste that lost the ``(pid=N)`` label keeps
-#   only colorama.Style.RESET_ALL ("\x1b[0m") and the space before the line: ``[0m ip-10-0-0-1:14605:14673 [0] ...``.
-SGR = r"(?:\x1b?\[[0-9;]*m)*"
-LAUNCHER = (
-    SGR + r"(?:\((?:[^()]*?[ ,])?pid=(?P<_lpid>\d+)(?:, ip=[\w.:-]+)?\)" + SGR + r" ?"
-    r"|\x1b?\[0m "
-    r"|(?:(?P<_liso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?): "
-    r"|\[?(?P<_lctime>(?:Sun|Mon|Tue|Wed|Thu|Fri|Sat) \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4})\]?)?"
-    r"\[(?:[^\[\],\s]+,)?(?:mpirank:)?(?P<_lrank>\d+)(?:,(?P<_lhost2>[\w.-]+))?\](?:\[(?P<_lhost>[\w.-]+):(?P<_lpid2>\d+)\])?"
-    r"<(?:stdout|stderr|stddiag)>: ?)"
-)
-LAUNCHER_LITERALS = ["pid=", "]<std", "[0m "]
 TORCH_LITERALS = ["ProcessGroup", "]:[", "[E ", "[W ", "[I ", "[F "]
 GLOG_START = r"^\s*\[[EWIF]\d{3,4} "
 PYLOG = (
@@ -198,34 +152,9 @@ class Nccl(Collector):
                 | line.str.contains(FAILURE_RULE) | line.str.contains(EXCEPTION_TEXT))
 
     def parse(self, records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
-        """A launcher's prefix (LAUNCHER: mpirun/horovodrun ``[1,12]<stdout>:``, Ray's ``(pid=4009)``) is
-        header: cut away (its rank, pid and time kept) before the line's own header is read."""
-        maybe = records.select(pl.col("raw").str.contains_any(LAUNCHER_LITERALS)).to_series()
-        if not maybe.any():
-            return self._parse(records, ctx)
-        g = split_header(records.filter(maybe), LAUNCHER)
-        has = g.get_column("msg").is_not_null()
-        if not has.any():
-            return self._parse(records, ctx)
-        pre = g.filter(has)
-        groups = ["_lpid", "_lpid2", "_lhost", "_lhost2", "_lrank", "_liso", "_lctime"]
-        inner = self._parse(pre.drop(*groups, "msg").with_columns(pre.get_column("msg").alias("raw")), ctx)
-        info = pre.select("offset", "raw", *groups)
-        inner = inner.drop("raw").join(info, on="offset", how="left")
-        for name, dtype in (("rank", pl.Int32), ("pid", pl.Int64), ("node", pl.String)):
-            if name not in inner.columns:
-                inner = inner.with_columns(pl.lit(None, dtype=dtype).alias(name))
-        ts = pl.coalesce(tp.iso(pl.col("_liso"), ctx.tz), tp.ctime(pl.col("_lctime"), ctx.tz))
-        inner = inner.with_columns(
-            pl.coalesce(pl.col("rank").cast(pl.Int32, strict=False), pl.col("_lrank").cast(pl.Int32, strict=False)).alias("rank"),
-            pl.coalesce(pl.col("pid").cast(pl.Int64, strict=False), pl.col("_lpid").cast(pl.Int64, strict=False),
-                        pl.col("_lpid2").cast(pl.Int64, strict=False)).alias("pid"),
-            pl.coalesce("node", "_lhost", "_lhost2").alias("node"),
-            (pl.coalesce(pl.col("ts"), ts) if "ts" in inner.columns else ts).alias("ts"),
-        ).drop(*groups)
-        done = pre.get_column("offset")
-        rest = records.filter(~pl.col("offset").is_in(done.implode()))
-        return pl.concat([self._parse(rest, ctx), inner] if rest.height else [inner], how="diagonal_relaxed")
+        """A launcher's prefix (collectors/_launchers.py) is header: cut away, its rank, pid and time
+        kept, before the line's own header is read."""
+        return launcher_cut(records, ctx, self._parse)
 
     def _parse(self, records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
         """NCCL, PyTorch and Slurm client prefixes; any other text is a valid message.

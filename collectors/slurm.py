@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from collectors._launchers import COMPOSE_PREFIX, SRUN_LABEL
 from collectors._slurm_text import SLURM_PROGRAMS, slurm_fields
 from collectors._syslog import SNIFF, parse_syslog
 from observe import timeparse as tp
@@ -16,9 +17,7 @@ from observe.collector import Collector, Context, register, split_header
 # layout in job output: source: facebookincubator/submitit submitit/core/logger.py (1.x) CONFIG formatter
 #   "submitit_basic": "%(name)s %(levelname)s (%(asctime)s) - %(message)s" (asctime "%Y-%m-%d %H:%M:%S,%f"[:3]).
 # source: SchedMD/slurm src/srun/srun_job.c / src/api/step_io.c (--label): the task id, padded to the widest, and ": ".
-# Also `docker compose logs`' prefix for a containerised daemon's output (the service's container name, not a host):
-# source: docker/compose cmd/formatter/logs.go (v2) presenter.setPrefix: fmt.Sprintf("%-"+strconv.Itoa(width)+"s | ",
-#   p.name) (width: the longest name plus one, so at least one space before "| "); colour codes only on a terminal.
+# Also `docker compose logs`' prefix for a containerised daemon's output (collectors/_launchers.py COMPOSE_PREFIX).
 # The daemons' log file: source: SchedMD/slurm src/common/log.c (17.02-24.11) _log_msg: xlogfmtcat(&msgbuf, "[%M] %s%s%s",
 #   log->fpfx, pfx, buf), %M by LogTimeFormat: iso8601_ms (the default) "%Y-%m-%dT%T.%3d", iso8601 "%Y-%m-%dT%T",
 #   rfc5424(_ms) the same with "+hh:mm", short "%b %d %T", clock the clock() count, thread_id (_set_idbuf)
@@ -26,7 +25,7 @@ from observe.collector import Collector, Context, register, split_header
 STAMP = (r"\[(?:(?P<stamp>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:[+-]\d\d:?\d\d)?)"
          r"|(?P<mon>[A-Z][a-z]{2}) (?P<day>[ \d]\d) (?P<clock>\d\d:\d\d:\d\d(?:\.\d{1,6})?) *(?:\d+ +\S* +\S+)?|\d+)\] ")
 HEADER = (
-    r"(?:[A-Za-z0-9][\w.-]* +\| )?\s*(?:\d{1,6}: )?"
+    COMPOSE_PREFIX + r"?\s*" + SRUN_LABEL + r"?"
     r"(?:(?P<pyname>[A-Za-z_][\w.]*) (?P<pylvl>DEBUG|INFO|WARNING|ERROR|CRITICAL) "
     r"\((?P<pystamp>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+)\) - )?"
     r"(?P<known>" + STAMP + r")?"
