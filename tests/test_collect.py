@@ -16,7 +16,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from observe.collect import Config, ConfigError, NodeCollector
+from observe.collect_config import Config, ConfigError
+from observe.collect import NodeCollector
 from observe.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent

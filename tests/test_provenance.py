@@ -142,7 +142,8 @@ def test_segments_from_before_routes_read_with_no_route(tmp_path: Path) -> None:
 def test_the_collector_keeps_each_files_route(tmp_path: Path) -> None:
     """The collector as ingest: a job's output (even holding syslog-shaped kernel lines) is job
     output on the collector's node; a kernel log named as such is the kernel's."""
-    from observe.collect import Config, NodeCollector
+    from observe.collect_config import Config
+    from observe.collect import NodeCollector
 
     now = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(minutes=5)
     (tmp_path / "jobs").mkdir()

@@ -190,7 +190,8 @@ def test_shipping_follows_no_link_planted_at_its_temporary_name(tmp_path: Path) 
 
 
 def test_the_collectors_spool_positions_and_stats_are_the_stores_modes(tmp_path: Path) -> None:
-    from observe.collect import Config, NodeCollector
+    from observe.collect_config import Config
+    from observe.collect import NodeCollector
 
     log = tmp_path / "app.log"
     log.write_text("2026-11-22T10:00:00+00:00 gpu001 app[1]: hello\n")

@@ -14,7 +14,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from observe.collect import Config, NodeCollector, boot_time
+from observe.collect_config import Config
+from observe.collect import NodeCollector, boot_time
 from observe.store import Store
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -187,7 +188,7 @@ def test_polled_commands_nvidia_smi_and_sacct(tmp_path: Path) -> None:
 
 
 def test_stream_config_errors(tmp_path: Path) -> None:
-    from observe.collect import ConfigError
+    from observe.collect_config import ConfigError
 
     base = {"spool": str(tmp_path / "s"), "store": str(tmp_path / "c")}
     for inp, match in [({"type": "command", "command": "nvidia-smi -q -x", "source": "nvidia_smi"}, "list of strings"),

@@ -12,7 +12,8 @@ import polars as pl
 import pytest
 
 from observe import reader, tail
-from observe.collect import Config, ConfigError, NodeCollector
+from observe.collect_config import Config, ConfigError
+from observe.collect import NodeCollector
 from observe.ingest import ingest
 from observe.store import Store
 

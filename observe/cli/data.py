@@ -209,7 +209,8 @@ def collect_cmd(
     handled; every line is stored exactly once. Stops cleanly on SIGTERM. Counters:
     <spool>/stats.json. See docs/collector.toml for every setting.
     """
-    from observe.collect import Config, ConfigError, NodeCollector
+    from observe.collect_config import Config, ConfigError
+    from observe.collect import NodeCollector
 
     try:
         node = NodeCollector(Config.load(config))

@@ -76,7 +76,7 @@ def node_cmd(
     observe exporter node --config /etc/observe/collector.toml
     --store /shared/observe --textfile /var/lib/prometheus/node-exporter --once
     """
-    from observe.collect import Config, ConfigError
+    from observe.collect_config import Config, ConfigError
     from observe.exporter.node import NodeMetrics
 
     serving = _serving(listen, interval)
