@@ -28,6 +28,7 @@ from observe import timeparse as tp
 from collectors._slurm_text import slurm_fields
 from observe.collector import Context, per_value, split_header
 from observe.frames import attrs_json, merge_attrs, scatter_rows
+from observe.pci import BUS_ID
 
 # TAG as rsyslog writes %syslogtag% and journalctl ``identifier[pid]: ``: a program name (paths,
 # dots, dashes: ``/apps/x/gmetad[1682]:``), a parenthesised part (``sshd(pam_unix)[1327]:``), the
@@ -251,7 +252,7 @@ def _gpu_daemon_lines(df: pl.DataFrame) -> pl.DataFrame:
     if "gpu" not in df.columns:
         df = df.with_columns(pl.lit(None, dtype=pl.String).alias("gpu"))
     fixed = df.select("message", "gpu").gather(rows).select(pl.coalesce(
-        "gpu", pl.col("message").str.to_lowercase().str.extract("(" + PCI_ADDRESS + ")", 1).str.head(10)).alias("gpu"))
+        "gpu", pl.col("message").str.extract(BUS_ID, 0)).alias("gpu"))  # observe.pci's form made by finalize
     return scatter_rows(df, rows, fixed)
 
 
@@ -276,7 +277,7 @@ def kernel_device(df: pl.DataFrame) -> pl.DataFrame:
                                                  ("device", pl.coalesce("ibdev", "classdev"))])).alias("attrs"),
         pl.coalesce(pl.col("pid"), pl.col("dpid").cast(pl.Int64, strict=False)).alias("pid"),
         pl.coalesce(pl.col("gpu"), pl.col("_gpu"),
-                    pl.when(pl.col("driver") == "nvidia").then(pl.col("pci").str.head(10))).alias("gpu"),
+                    pl.when(pl.col("driver") == "nvidia").then(pl.col("pci"))).alias("gpu"),
     )
     return scatter_rows(df, rows, fixed)
 
