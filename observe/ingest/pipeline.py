@@ -19,7 +19,7 @@ from observe import collector as registry
 from observe import provenance
 from observe.collector import Collector, Context
 from observe.ingest.parse import ParseInput, Parsed, parse_unit
-from observe.ingest.plan import SMALL_FILE_BYTES, Step, choose, identity, job_from_name
+from observe.ingest.plan import SMALL_FILE_BYTES, Planned, Step, choose, identity, job_from_name
 from observe.ingest.records import joined_records, record_pieces, sample_of
 from observe.ingest.summary import InputError, Summary
 from observe.reader import CHUNK_BYTES, FINGERPRINT_BYTES, READ_ERRORS, is_stream, open_input, read_error
@@ -28,15 +28,17 @@ from observe.store import SegmentWriter, Store
 PARSE_THREADS = 4
 
 
-def _open(path: str, summary: Summary, node: str | None, store: Store, pipe: Pipeline,
-          head: bytes, job: str | None, boot: datetime | None = None) -> ParseInput:
-    file_id, job = identity(path, head, node, job, boot)
+def _open(summary: Summary, store: Store, pipe: Pipeline, file_id: str, job: str | None,
+          known: pl.DataFrame | None = None) -> ParseInput:
+    """One input entering the run: ``known`` (its records already stored, as planned) is asked of
+    the store when not given, and again when the same identity comes twice in one run."""
     again = file_id in summary.file_ids
     if again:  # the same identity twice in one run: make the first one visible
         pipe.flush()
     summary.file_ids.add(file_id)
     summary.files += 1
-    known = store.known(file_id, fresh=again)
+    if known is None or again:
+        known = store.known(file_id)
     store.note_inputs([file_id])  # marked with the next segment: one marker file for many inputs
     return ParseInput(file_id, job, known)
 
@@ -45,19 +47,20 @@ def ingest_file(path: str, store: Store, source: str = "auto", node: str | None 
                 job: str | None = None, boot_time: datetime | None = None, tz: str = "UTC",
                 summary: Summary | None = None, progress: Callable[[int], None] | None = None,
                 pipe: Pipeline | None = None, learned_boot_time: datetime | None = None,
-                route: str | None = None) -> Summary:
+                route: str | None = None, planned: Planned | None = None) -> Summary:
     """Ingest one file (or ``-``) into ``store``; re-ingesting the same bytes stores nothing new.
 
     With ``pipe`` (a run's shared pipeline) its records may still be in flight when this returns;
     without, they are written before it returns. ``boot_time`` is given (it is part of a kernel
     log's identity), ``learned_boot_time`` was told by the run's other inputs. ``route``: how the
     input reached observe (default: from the file's owner and mode, see :mod:`observe.provenance`).
+    ``planned``: the input as the run's plan saw it (its identity and records already stored).
     """
     summary = summary or Summary()
     if pipe is None:
         with store.writer() as writer, Pipeline(writer, summary) as own:
             return ingest_file(path, store, source, node, job, boot_time, tz, summary, progress, own, learned_boot_time,
-                               route)
+                               route, planned)
     try:
         stream = open_input(path)
     except READ_ERRORS as exc:
@@ -76,7 +79,11 @@ def ingest_file(path: str, store: Store, source: str = "auto", node: str | None 
         c = choose(source, sample, path, route)
         booted = boot_time or learned_boot_time or (summary.boot_times.get(node) if node else None)
         mtime = Path(path).stat().st_mtime if path != "-" else time.time()
-        one = _open(path, summary, node, store, pipe, head, job, boot_time if c.source == "kernel" else None)
+        if planned is not None and planned.file_id:
+            file_id, job, known = planned.file_id, job or job_from_name(path), planned.known
+        else:
+            (file_id, job), known = identity(path, head, node, job, boot_time if c.source == "kernel" else None), None
+        one = _open(summary, store, pipe, file_id, job, known)
         ctx = Context(node=node, job_id=one.job, boot_time=booted,
                       reference_time=datetime.fromtimestamp(mtime, timezone.utc), tz=tz,
                       header=sample[0] if len(sample) else None, route=route)
@@ -95,25 +102,25 @@ def ingest_file(path: str, store: Store, source: str = "auto", node: str | None 
     return summary
 
 
-def ingest_batch(paths: list[str], c: Collector, store: Store, pipe: Pipeline, summary: Summary, route: str,
-                 node: str | None = None, jobs: list[str | None] | None = None, tz: str = "UTC",
-                 progress: Callable[[int], None] | None = None) -> None:
+def ingest_batch(planned: list[Planned], c: Collector, store: Store, pipe: Pipeline, summary: Summary, route: str,
+                 node: str | None = None, tz: str = "UTC", progress: Callable[[int], None] | None = None) -> None:
     """Ingest many small files of one format and route as a few large parse units (per-file cost
-    amortised). ``jobs`` gives each file's job hint (default: from its name).
+    amortised); each file's identity and records already stored are as ``planned``.
     """
-    mtime = max(Path(p).stat().st_mtime for p in paths)
+    mtime = max(Path(p.path).stat().st_mtime for p in planned)
     holder = _Holder(Context(node=node, tz=tz, reference_time=datetime.fromtimestamp(mtime, timezone.utc), route=route))
-    for buf, sizes, inputs in _batches(paths, jobs or [None] * len(paths), c, store, pipe, summary, node, progress):
+    for buf, sizes, inputs in _batches(planned, store, pipe, summary, node, progress):
         pipe.submit(lambda buf=buf, sizes=sizes: joined_records([buf], c, sizes=sizes), inputs, c, holder)
 
 
-def _batches(paths: list[str], jobs: list[str | None], c: Collector, store: Store, pipe: Pipeline,
-             summary: Summary, node: str | None, progress: Callable[[int], None] | None):
+def _batches(planned: list[Planned], store: Store, pipe: Pipeline, summary: Summary, node: str | None,
+             progress: Callable[[int], None] | None):
     """Units of up to CHUNK_BYTES from many files: ``(buffer, sizes, inputs)``, the files read one
     after another straight into the unit's buffer (each ending with a newline), as the size each had
     when opened. One newline scan each, on a worker."""
     buf, used, sizes, inputs = None, 0, [], []
-    for path, job in zip(paths, jobs):
+    for p in planned:
+        path, job = p.path, p.opts.get("job")
         try:
             with open_input(path) as f:
                 data = None if isinstance(f, io.BufferedReader) else f.read()  # compressed: size known once read
@@ -131,19 +138,22 @@ def _batches(paths: list[str], jobs: list[str | None], c: Collector, store: Stor
         except READ_ERRORS as exc:
             summary.failed.append(read_error(path, exc))
             continue
-        summary.sources[path] = c.name
+        summary.sources[path] = p.collector
         summary.bytes += n
         if progress:
             progress(n)
-        head = bytes(buf[used:used + min(n, FINGERPRINT_BYTES)])
-        if sizes and identity(path, head, node, job)[0] in summary.file_ids:
+        if p.file_id:
+            (file_id, job), known = (p.file_id, job or job_from_name(path)), p.known
+        else:  # empty when planned
+            (file_id, job), known = identity(path, bytes(buf[used:used + min(n, FINGERPRINT_BYTES)]), node, job), None
+        if sizes and file_id in summary.file_ids:
             # an input seen before in this run (a copy): what this unit holds is stored first, so
             # that the copy's records already there are recognised
             mine = bytes(buf[used:used + n])
             yield memoryview(buf)[:used], sizes, inputs
             buf, used, sizes, inputs = _unit_buffer(n), 0, [], []
             buf[:n] = np.frombuffer(mine, np.uint8)
-        one = _open(path, summary, node, store, pipe, head, job)
+        one = _open(summary, store, pipe, file_id, job, known)
         if n:
             if buf[used + n - 1] != 10:
                 buf[used + n] = 10
@@ -252,19 +262,17 @@ def _store_unit(parsed: Parsed, c: Collector, ctx: Context, writer: SegmentWrite
 def run_step(step: Step, store: Store, pipe: Pipeline, summary: Summary,
              progress: Callable[[int], None] | None = None) -> None:
     """Feed one step into ``pipe``; an input that cannot be ingested goes to ``summary.failed``."""
-    store.preload({p.file_id: p.known for p in step.inputs if p.file_id})
     head = step.inputs[0]
     if step.batch:
-        ingest_batch([p.path for p in step.inputs], registry.get(head.collector), store, pipe, summary,
-                     head.opts["route"], node=head.opts.get("node"), jobs=[p.opts.get("job") for p in step.inputs],
-                     tz=head.opts.get("tz", "UTC"), progress=progress)
+        ingest_batch(list(step.inputs), registry.get(head.collector), store, pipe, summary, head.opts["route"],
+                     node=head.opts.get("node"), tz=head.opts.get("tz", "UTC"), progress=progress)
         return
     c = registry.get(head.collector) if head.collector else None
     if c is not None and c.source == "kernel" and head.opts.get("node") and not (
             head.opts.get("boot_time") or head.opts.get("learned_boot_time")):
         pipe.drain()  # boot times learned from the files before are known now
     try:
-        ingest_file(head.path, store, summary=summary, progress=progress, pipe=pipe,
+        ingest_file(head.path, store, summary=summary, progress=progress, pipe=pipe, planned=head,
                     **{**head.opts, "source": head.collector or head.opts.get("source", "auto")})
     except InputError as exc:
         summary.failed.append(str(exc))

@@ -73,7 +73,6 @@ class Store:
         self._noted: set[str] = set()  # inputs about to be written, marked with the next segment
         self._mark_lock = threading.Lock()
         self._listed: tuple[int, set[str], set[str]] = (-1, set(), set())  # inputs/ mtime, marker files read, ids
-        self._preloaded: dict[str, pl.DataFrame] = {}
 
     def __repr__(self) -> str:
         return f"Store({str(self.root)!r})"
@@ -289,14 +288,9 @@ class Store:
             lf = lf.filter(keep | (pl.col("ts") < until))
         return lf
 
-    def known(self, file_id: str, fresh: bool = False) -> pl.DataFrame:
-        """Records already stored for one input: ``offset`` and ``text`` (a hash of ``raw``); from
-        :meth:`preload` unless ``fresh`` (then read from the store now).
-
-        Inputs never seen have no marker in ``<root>/inputs/`` and cost no scan.
-        """
-        if not fresh and file_id in self._preloaded:
-            return self._preloaded.pop(file_id)
+    def known(self, file_id: str) -> pl.DataFrame:
+        """Records already stored for one input: ``offset`` and ``text`` (a hash of ``raw``). Inputs
+        never seen have no marker in ``<root>/inputs/`` and cost no scan."""
         return self.known_many([file_id]).get(file_id, no_records())
 
     def known_many(self, file_ids: Iterable[str]) -> dict[str, pl.DataFrame]:
@@ -310,10 +304,6 @@ class Store:
         lf = from_stored(scan_segments(files).filter(pl.col("file_id").is_in(ids)))
         found = lf.select("file_id", "offset", pl.col("raw").hash().alias("text")).unique().collect()
         return {fid: part.drop("file_id") for (fid,), part in found.partition_by("file_id", as_dict=True).items()}
-
-    def preload(self, known: dict[str, pl.DataFrame]) -> None:
-        """Records already stored for inputs about to be ingested (from :meth:`known_many`)."""
-        self._preloaded.update(known)
 
     # -- maintenance ---------------------------------------------------------------------------
     def compact(self, partition: Partition, min_segments: int = 2, grace_s: float = COMPACT_GRACE_S,
