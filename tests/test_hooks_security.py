@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from observe import redact
 from observe.cli import app
-from observe.health import bugreport, hooks, policy, slurm
+from observe.health import bugreport, hooks, policy, requeue, slurm
 from observe.store import Store
 from test_checkpoint_security import NOBODY, as_root, dense, safetensors, within
 
@@ -97,9 +97,9 @@ def test_a_checkpoint_scan_past_its_time_is_cut_and_the_requeue_goes_on(site: di
 
 def test_the_jobs_user_from_the_job_record_when_slurm_does_not_say() -> None:
     record = {"UserId": "alice(1000)", "GroupId": "ml(2000)"}
-    assert hooks._job_owner({}, record) == (1000, 2000)
-    assert hooks._job_owner({"SLURM_JOB_UID": "7", "SLURM_JOB_GID": "8"}, record) == (7, 8)
-    assert hooks._job_owner({}, {"UserId": "alice"}) is None
+    assert requeue.job_owner({}, record) == (1000, 2000)
+    assert requeue.job_owner({"SLURM_JOB_UID": "7", "SLURM_JOB_GID": "8"}, record) == (7, 8)
+    assert requeue.job_owner({}, {"UserId": "alice"}) is None
 
 
 def test_a_link_planted_at_the_probes_name_is_not_followed(site: dict, tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from observe.cli.base import StoreOpt, command_table, fail, open_store, out, when
+from observe.health.checks import NAMES
 from observe.hostname import this_node
 from observe.spans import parse_span
 
@@ -20,8 +21,8 @@ COMMANDS, command = command_table()  # drain and resume, top-level commands
 
 @GROUP.command("run")
 def health_run_cmd(
-    checks: Annotated[str, typer.Option(help="Comma-separated checks, in order: gpu_count, disk, nvml, fabric, gpu_procs, "
-                                        "ib, xid_history, gpu_burn, allreduce.")] =
+    checks: Annotated[str, typer.Option(help=f"Comma-separated checks, in order, of: {', '.join(NAMES)} "
+                                        "(explain needs the epilog's job).")] =
         "gpu_count,disk,nvml,fabric,ib,gpu_burn,allreduce",
     budget: Annotated[str, typer.Option(help="Time for all checks together (90s, 5m); a burn is shortened to fit.")] = "5m",
     policy: Annotated[Optional[str], typer.Option(help="Site policy TOML merged over the built-in one.")] = None,

@@ -37,21 +37,18 @@ from datetime import datetime, timezone
 
 import polars as pl
 
-from observe import checkpoint, redact
+from observe import redact
 from observe.job_states import EPILOG_ACTS_ON
-from observe.health import allocation, bugreport, drains, faults, slurm
+from observe.health import allocation, bugreport, drains, faults, requeue, slurm
 from observe.health.drain import Drainer
 from observe.health.events import health_events
 from observe.health.result import Result, Status
 from observe.health.runner import as_events, run_checks
 from observe.config import to_json
 from observe.store import Store
-from observe.spans import parse_span
 
-MARKER = re.compile(r"^#OBSERVE[ \t]+requeue\b(?P<opts>[^\n]*)$", re.M)
 ACTING = ("drain", "reset", "reboot")
 SCRIPT_MAX = 256 << 10
-SLURM_ID = re.compile(r"\((\d+)\)$")  # scontrol's UserId=alice(1000), GroupId=alice(1000)
 
 
 class BudgetSpent(Exception):
@@ -120,13 +117,13 @@ def _epilog(hook: Hook) -> None:
     info = slurm.job(hook.job)
     failed = _job_failed(hook.env, info)
     results = _checks(hook, "epilog")
-    if failed:
-        results += _explained(hook)
+    if failed and hook.policy["epilog"]["explain"]:
+        results += _checks(hook, "epilog", ["explain"])
     drained = _drain_if_failing(hook, results)
     capture = hook.policy["epilog"].get("capture", True) and info.get("BatchHost", hook.node) == hook.node
     script = slurm.batch_script(hook.job) if capture or (drained and failed) else ""
     if drained and failed:
-        _requeue(hook, info, script, results)
+        requeue.requeue(hook, info, script, results)
     elif not results or all(r.status is not Status.FAIL for r in results):
         hook.say(f"job {hook.job} {'failed' if failed else 'ended'}; no check failed on {hook.node}")
     if capture:
@@ -138,7 +135,7 @@ def _prolog(hook: Hook) -> None:
     results = _checks(hook, "prolog")
     if _drain_if_failing(hook, results):
         info = slurm.job(hook.job)
-        _requeue(hook, info, slurm.batch_script(hook.job), results)
+        requeue.requeue(hook, info, slurm.batch_script(hook.job), results)
 
 
 def _gpus(hook: Hook, kind: str) -> None:
@@ -203,52 +200,6 @@ def _checks(hook: Hook, section: str, names: list[str] | None = None) -> list[Re
     return results
 
 
-def _explained(hook: Hook) -> list[Result]:
-    """The ``explain`` verdict as a check: FAIL when it blames a hardware fault on this node (the
-    policy's ``explain_kinds``; a gpu_xid only when the catalog calls it fatal); nothing when the
-    store has no record of the job yet."""
-    rules = hook.policy["epilog"]
-    if not rules.get("explain", True):
-        return []
-    from queries.explain import ExplainError, explain
-
-    started = time.monotonic()
-    try:
-        root = explain(hook.store, hook.job, timeline_rows=0).root_cause
-    except ExplainError:
-        return []
-    if not root or root.get("node") != hook.node or root.get("kind") not in rules.get("explain_kinds", []):
-        return []
-    remedy = hook.policy["faults"]["xid_remedy"].get(_xid_action(root.get("code"))) if root["kind"] == "gpu_xid" else None
-    if root["kind"] == "gpu_xid" and remedy not in faults.ACTING:
-        return []
-    if root.get("verdict") != "cause" or float(root.get("confidence") or 0) < float(rules["explain_min_confidence"]):
-        return []  # undetermined, or less sure than the policy asks
-    if not root.get("trusted"):  # it rests on lines a user could write (job output, a user's journal entries)
-        hook.say(f"explain names {root['kind']} on this node from lines no trusted route carried: not acted on")
-        return []
-    what = f"{root['kind']}{' ' + str(root['code']) if root.get('code') is not None else ''}"
-    where = f" on {root['gpu']}" if root.get("gpu") else ""
-    result = Result("explain", Status.FAIL, f"root cause of the failure: {what}{where} on this node "
-                    f"(confidence {root['confidence']:.2f}): {str(root.get('message') or '')[:120]}",
-                    {"root_cause": {k: str(v) if isinstance(v, datetime) else v for k, v in root.items()}},
-                    time.monotonic() - started, action=faults.CHECK_ACTION[remedy], category="hardware")
-    hook.store.write(as_events([result], hook.node, hook.policy.get("version", "")))
-    hook.say(f"explain FAIL ({result.action}): {result.summary}")
-    return [result]
-
-
-def _xid_action(code) -> str | None:
-    """The Xid catalog's action for ``code`` (drain_node, reset_gpu, ...)."""
-    from observe.rules import catalog
-
-    table = catalog("gpu_xid")
-    if table is None or code is None:
-        return None
-    hit = table.filter(pl.col("code") == int(code))
-    return hit["action"][0] if hit.height else None
-
-
 def _drain_if_failing(hook: Hook, results: list[Result]) -> bool:
     """Drain on a FAIL whose action takes the node out; True when the node is (now) drained by observe."""
     failing = [r for r in results if r.status is Status.FAIL and r.action in ACTING]
@@ -292,72 +243,6 @@ def _reason(failing: list[Result]) -> str:
 def _untyped(summary: str) -> str:
     """A summary without a leading ``[type] `` (the reason carries one)."""
     return re.sub(r"(^|; )\[\w+\] ", r"\1", summary)
-
-
-def _requeue(hook: Hook, info: dict, script: str, results: list[Result]) -> None:
-    """Requeue the job if it opted in; the decision, and the work lost since its latest checkpoint, to the ledger."""
-    marker = MARKER.search(script or "")
-    limit = int(hook.policy["epilog"].get("max_requeues", 3))
-    restarts = int(info.get("Restarts") or hook.env.get("SLURM_JOB_RESTART_COUNT") or 0)
-    why = ("slurmctld no longer knows the job" if not info else
-           "the job does not allow requeue (sbatch --requeue)" if info.get("Requeue") != "1" else
-           "no '#OBSERVE requeue' line in the batch script" if not marker else
-           f"already requeued {restarts} times (limit {limit})" if restarts >= limit else "")
-    evidence: dict = {"restarts": restarts, "checks": [r.check for r in results if r.status is Status.FAIL]}
-    if marker and (ckpt_dir := _option(marker["opts"], "checkpoints")):
-        evidence.update(_lost_work(hook, info, ckpt_dir))
-    if not why:
-        try:
-            if not hook.dry_run:
-                slurm.requeue(hook.job)
-        except slurm.SlurmError as exc:
-            why = f"scontrol requeue failed: {exc}"
-    kind = "job_requeue_skipped" if why else "job_requeue"
-    detail = why or f"requeued to restart on healthy nodes (restart {restarts + 1})"
-    hook.say(f"{kind} {hook.job}: {detail}" + (f"; {evidence['lost_work_s']:.0f}s of work since its checkpoint"
-                                              if "lost_work_s" in evidence else ""))
-    hook.store.write(health_events([{
-        "node": hook.node, "kind": kind, "severity": "warning" if why else "notice", "job_id": hook.job,
-        "message": f"{kind} {hook.job}: {detail}" + (" (dry run)" if hook.dry_run else ""),
-        "attrs": to_json({"detail": detail, "dry_run": hook.dry_run, "evidence": evidence}),
-        "file_id": f"ledger:{hook.node}",
-    }]))
-
-
-def _lost_work(hook: Hook, info: dict[str, str], directory: str) -> dict:
-    """The newest complete checkpoint in ``directory`` and the work since it. The directory is the
-    user's: a root hook scans it as the job's user, in a child process within [epilog]
-    ``checkpoint_timeout`` (and half the budget left) and ``checkpoint_memory_mb``, structurally only
-    (it never unpickles a user's files)."""
-    owner = None
-    if os.geteuid() == 0 and (owner := _job_owner(hook.env, info)) is None:
-        return {"checkpoint_error": "the job's user is unknown: its directory is not read as root"}
-    rules = hook.policy["epilog"]
-    timeout = min(parse_span(rules["checkpoint_timeout"]).total_seconds(), hook.left() / 2)
-    try:
-        best = checkpoint.latest_as(directory, owner, timeout, int(rules["checkpoint_memory_mb"]) << 20)
-    except (checkpoint.ScanError, OSError) as exc:
-        return {"checkpoint_error": str(exc)}
-    if best is None:
-        return {"checkpoint": None, "lost_work_s": None}
-    return {"checkpoint": best.path, "checkpoint_step": best.step, "lost_work_s": max(0.0, time.time() - best.mtime)}
-
-
-def _job_owner(env: dict[str, str], info: dict[str, str]) -> tuple[int, int] | None:
-    """The job's uid and gid: Slurm's SLURM_JOB_UID and SLURM_JOB_GID, else the job record's."""
-    ids = []
-    for var, key in (("SLURM_JOB_UID", "UserId"), ("SLURM_JOB_GID", "GroupId")):
-        recorded = SLURM_ID.search(info.get(key, ""))
-        text = env.get(var) or (recorded.group(1) if recorded else "")
-        if not text.isdigit():
-            return None
-        ids.append(int(text))
-    return ids[0], ids[1]
-
-
-def _option(text: str, name: str) -> str | None:
-    m = re.search(rf"(?:^|\s){name}=(\S+)", text)
-    return m.group(1) if m else None
 
 
 def _job_failed(env: dict[str, str], info: dict[str, str]) -> bool:

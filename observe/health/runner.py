@@ -14,12 +14,12 @@ import time
 
 import polars as pl
 
+from observe.health.checks import NAMES
 from observe.health.events import health_events
 from observe.health.result import Result, Status, unknown
 from observe.config import to_json
 
-CHECKS = ("gpu_count", "disk", "nvml", "fabric", "gpu_procs", "ib", "xid_history",  # the default order: cheap ones first
-          "gpu_burn", "allreduce")
+CHECKS = NAMES
 SETUP_S = 15.0  # what a check needs beyond its own seconds (interpreter, torch import, spawn)
 
 

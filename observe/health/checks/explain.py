@@ -1,0 +1,55 @@
+"""explain: the verdict of ``observe explain`` on the job that just ended, as a check. It FAILs when the
+verdict is a hardware fault on this node that the policy lets act (``[explain] acts_on``; a gpu_xid only
+when ``[faults]`` gives its catalog action a remedy that takes the node out), sure enough
+(``min_confidence``: the measured chance of being right) and resting on lines a trusted route carried
+(a user can write job output and their own journal entries, not the kernel's log)."""
+from __future__ import annotations
+
+from datetime import datetime
+
+import polars as pl
+
+from observe.health import faults
+from observe.health.result import Result, Status, unknown
+from observe.hostname import this_node
+from observe.rules import catalog
+from observe.store import Store
+from queries.explain import ExplainError, explain
+
+NAME = "explain"
+
+
+def run(opts: dict) -> Result:
+    """FAIL with the remedy the fault policy gives the verdict's fault; PASS when it names nothing to act on."""
+    if not opts.get("job") or not opts.get("store"):
+        return unknown(NAME, "needs a job and a store (the epilog passes both)")
+    node, policy = opts.get("node") or this_node(), opts["policy"]
+    try:
+        root = explain(Store(opts["store"]), str(opts["job"]), timeline_rows=0).root_cause
+    except ExplainError as exc:
+        return Result(NAME, Status.PASS, f"nothing to weigh: {exc}")
+    if not root or root.get("node") != node or root.get("kind") not in opts["acts_on"]:
+        return Result(NAME, Status.PASS, "the verdict names no fault of this node the policy acts on")
+    remedy = policy["faults"]["xid_remedy"].get(_xid_action(root.get("code"))) if root["kind"] == "gpu_xid" else None
+    if root["kind"] == "gpu_xid" and remedy not in faults.ACTING:
+        return Result(NAME, Status.PASS, f"gpu_xid {root.get('code')} on this node calls for no remedy that takes it out")
+    if root.get("verdict") != "cause" or float(root.get("confidence") or 0) < float(opts["min_confidence"]):
+        return Result(NAME, Status.PASS, f"undetermined, or less sure than {opts['min_confidence']}")
+    if not root.get("trusted"):
+        return unknown(NAME, f"explain names {root['kind']} on this node from lines no trusted route carried: "
+                             "not acted on")
+    what = f"{root['kind']}{' ' + str(root['code']) if root.get('code') is not None else ''}"
+    where = f" on {root['gpu']}" if root.get("gpu") else ""
+    return Result(NAME, Status.FAIL, f"root cause of the failure: {what}{where} on this node "
+                  f"(confidence {root['confidence']:.2f}): {str(root.get('message') or '')[:120]}",
+                  {"root_cause": {k: str(v) if isinstance(v, datetime) else v for k, v in root.items()}},
+                  action=faults.CHECK_ACTION[remedy])
+
+
+def _xid_action(code) -> str | None:
+    """The Xid catalog's action for ``code`` (drain_node, reset_gpu, ...)."""
+    table = catalog("gpu_xid")
+    if table is None or code is None:
+        return None
+    hit = table.filter(pl.col("code") == int(code))
+    return hit["action"][0] if hit.height else None
