@@ -22,7 +22,8 @@ from observe.ingest.parse import ParseInput, Parsed, parse_unit
 from observe.ingest.plan import SMALL_FILE_BYTES, Planned, Step, choose, identity, job_from_name
 from observe.ingest.records import joined_records, record_pieces, sample_of
 from observe.ingest.summary import InputError, Summary
-from observe.reader import CHUNK_BYTES, FINGERPRINT_BYTES, READ_ERRORS, is_stream, open_input, read_error
+from observe.reader import (CHUNK_BYTES, FINGERPRINT_BYTES, READ_ERRORS, is_stream, open_input, read_error,
+                            read_salvaged)
 from observe.store import SegmentWriter, Store
 
 PARSE_THREADS = 4
@@ -123,7 +124,11 @@ def _batches(planned: list[Planned], store: Store, pipe: Pipeline, summary: Summ
         path, job = p.path, p.opts.get("job")
         try:
             with open_input(path) as f:
-                data = None if isinstance(f, io.BufferedReader) else f.read()  # compressed: size known once read
+                damage = None
+                if not isinstance(f, io.BufferedReader):  # compressed: size known once read
+                    data, damage = read_salvaged(f)
+                else:
+                    data = None
                 size = os.fstat(f.fileno()).st_size if data is None else len(data)
                 if buf is None or used + size + 1 > len(buf):
                     if sizes:
@@ -138,6 +143,8 @@ def _batches(planned: list[Planned], store: Store, pipe: Pipeline, summary: Summ
         except READ_ERRORS as exc:
             summary.failed.append(read_error(path, exc))
             continue
+        if damage is not None:  # what came before it is stored
+            summary.failed.append(read_error(path, damage))
         summary.sources[path] = p.collector
         summary.bytes += n
         if progress:

@@ -12,7 +12,7 @@ import polars as pl
 
 from observe.collector import Collector
 from observe.ingest.summary import Summary
-from observe.reader import CHUNK_BYTES, lines_of
+from observe.reader import CHUNK_BYTES, READ_ERRORS, lines_of
 
 MAX_RECORD_LINES = 500
 TAIL_BYTES = 1 << 20  # where a read's last record start is looked for
@@ -26,10 +26,20 @@ def record_pieces(stream: BinaryIO, c: Collector, summary: Summary,
     ending with a newline): each read's last record, which may go on in the next bytes, starts the
     next piece (at the end, it joins the last one). Pieces are views of the reads: a plain file is
     read again from where the last record starts (a few bytes read twice, no copy of the piece);
-    other streams copy those bytes in front of the next read."""
+    other streams copy those bytes in front of the next read. A damaged compressed input yields its
+    whole lines before the damage, then raises."""
     rewind = isinstance(stream, io.BufferedReader) and stream.seekable() and stream is not sys.stdin.buffer
     pending, base, ready, seen = b"", 0, None, 0
-    while data := stream.read(CHUNK_BYTES):
+    while True:
+        try:
+            data = stream.read(CHUNK_BYTES)
+        except READ_ERRORS:  # a damaged input: its whole lines before the damage are kept, then it is said
+            whole = pending[:pending.rfind(b"\n") + 1]
+            if ready is not None or whole:
+                yield (memoryview(b"".join([ready[0], whole])), ready[1]) if ready is not None else (memoryview(whole), base)
+            raise
+        if not data:
+            break
         start = base + len(pending)  # where ``data`` starts in the input
         if start + len(data) > seen:  # count each byte once, though a rewind reads some twice
             new = start + len(data) - seen
