@@ -6,6 +6,7 @@ from datetime import datetime
 import polars as pl
 
 from observe.schema import SOURCES
+from observe.copies import one_per_record
 from observe.store import Store
 
 def first_line(text: str | None) -> str:
@@ -26,7 +27,8 @@ def check_regex(pattern: str) -> str:
 def search(store: Store, since: datetime | None = None, until: datetime | None = None,
            nodes: list[str] | None = None, sources: list[str] | None = None, kinds: list[str] | None = None,
            job: str | None = None, grep: str | None = None, undated: bool = False) -> pl.LazyFrame:
-    """Matching events, oldest first; partitions and row groups outside the filters are not read.
+    """Matching events, oldest first, each record once (:func:`one_per_record`: a kernel line kept in
+    both dmesg and the syslog is one event); partitions and row groups outside the filters are not read.
 
     With ``undated``, events without a time (NCCL INFO lines) match any time range.
     """
@@ -43,4 +45,4 @@ def search(store: Store, since: datetime | None = None, until: datetime | None =
         lf = lf.filter(pl.col("job_id") == job)
     if grep:
         lf = lf.filter(pl.col("message").str.contains(check_regex(grep)))
-    return lf.sort("ts", "node", "offset", nulls_last=True)
+    return one_per_record(lf).sort("ts", "node", "offset", nulls_last=True)

@@ -195,13 +195,14 @@ def faults_cmd(
 
     from observe.health import faults
     from observe.health.drain import breaker
+    from observe.copies import one_per_record
 
     rules_, nodes = _section_and_nodes(fmt, policy, "faults", node)
     st = open_store(store)
     lf = st.scan(sources=["kernel", "health"], since=when(since))
     if nodes:
         lf = lf.filter(pl.col("node").is_in(nodes))
-    decided = faults.decide(lf, rules_, datetime.now(timezone.utc), breaker(st)[1])
+    decided = faults.decide(one_per_record(lf), rules_, datetime.now(timezone.utc), breaker(st)[1])
     if not all_:
         decided = decided.filter("open")
     if fmt == "json":

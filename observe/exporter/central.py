@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from observe.exporter import MAX_SERIES
+from observe.exporter.xids import XidCounter
 from observe.health import slurm
 from observe.health.drain import KINDS as DRAIN_KINDS
 from observe.job_states import BAD_ENDS, FAULT_ENDS
@@ -97,9 +98,9 @@ class StoreMetrics:
         self.node_last: dict[str, float] = {}
         self.newest: dict[str, float] = {}  # source -> newest event time
         self.written: dict[str, float] = {}  # source -> when an ingest (not a compaction) last wrote a segment
-        self.xids: dict[tuple, int] = defaultdict(int)  # (node, code, action)
+        self.xids = XidCounter()  # (node, code, action): each record once, whichever routes brought it
         self.decisions: dict[tuple, int] = defaultdict(int)  # (node, decision)
-        self.last: dict[str, dict[tuple, float]] = {"xid": {}, "decision": {}}  # newest event time of each series
+        self.last: dict[str, dict[tuple, float]] = {"decision": {}}  # newest event time of each series
         self.drained: dict[str, tuple[datetime, bool]] = {}
         self.health: dict[tuple, int] = defaultdict(int)  # (check, status)
         self.requeues: dict[tuple, int] = defaultdict(int)  # (kind,)
@@ -205,12 +206,8 @@ class StoreMetrics:
 
     def _special(self, rows: pl.DataFrame, cutoff: datetime) -> None:
         attr = pl.col("attrs").str.json_path_match
-        xid = rows.filter(pl.col("kind") == "gpu_xid", pl.col("node").is_not_null())
+        self.xids.add(rows.filter(pl.col("kind") == "gpu_xid", pl.col("node").is_not_null()))
         timed = [pl.len(), pl.col("ts").max().alias("newest")]
-        xids = xid.group_by("node", pl.col("code").cast(pl.String).fill_null("unknown"),
-                            attr("$.action").fill_null("unknown").alias("action")).agg(timed)
-        _add(self.xids, xids.drop("newest"))
-        _newest(self.last["xid"], xids.drop("len"))
         ledger = rows.filter(pl.col("kind").is_in(DRAIN_KINDS), (attr("$.dry_run") != "true").fill_null(True),
                              pl.col("node").is_not_null())
         decisions = ledger.group_by("node", "kind").agg(timed)
@@ -308,10 +305,10 @@ class StoreMetrics:
                         ("node", "kind", "severity"), self.node_events)
         yield per_node(CounterMetricFamily, "observe_gpu_xid",
                         "GPU Xid events per node and code; action is the Xid catalog's (drain_node, reset_gpu, ...).",
-                        ("node", "code", "action"), self.xids)
+                        ("node", "code", "action"), self.xids.counts)
         yield per_node(GaugeMetricFamily, "observe_gpu_xid_last_timestamp_seconds",
                         "Time of the newest Xid of each node, code and action (alerts: a fatal one in the last minutes).",
-                        ("node", "code", "action"), self.last["xid"])
+                        ("node", "code", "action"), self.xids.newest)
         yield per_node(CounterMetricFamily, "observe_drain_decisions",
                         "Drain-ledger decisions per node: node_drain, node_drain_refused, node_resume, "
                         "node_resume_refused, drain_budget_exhausted (dry runs left out).",

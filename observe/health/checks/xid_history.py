@@ -16,6 +16,7 @@ import polars as pl
 from observe.collect import boot_time
 from observe import provenance
 from observe.collector import Context
+from observe.copies import one_per_record
 from observe.health import faults
 from observe.health.result import Result, Status, unknown
 from observe.hostname import this_node
@@ -62,8 +63,7 @@ def run(opts: dict) -> Result:
     if boot is not None:  # the boot ended every fault before it, whether or not its first line is still logged
         frames.append(pl.DataFrame({"ts": [boot], "node": [node], "kind": ["kernel_boot"], "source": ["kernel"]}))
     events = pl.concat([conform(f) for f in frames])
-    events = events.unique(["ts", "kind", "gpu", "code", "message"], keep="first", maintain_order=True)
-    decided = faults.decide(events.lazy(), rules, now, breaker_reset)
+    decided = faults.decide(one_per_record(events.lazy()), rules, now, breaker_reset)  # the log and the store share lines
     acting = decided.filter(pl.col("acting") & pl.col("kind").str.starts_with("gpu_"))
     since = boot.isoformat() if boot else "boot"
     evidence = {"looked_in": looked, "since": since, "xids": _rows(acting)[:20],

@@ -1,0 +1,69 @@
+"""One event per real record: the same record read through two routes is counted once.
+
+A node's kernel writes each record once, but a site may keep it in several places: ``dmesg`` and the
+syslog, ``kern.log`` and ``syslog``, ``/dev/kmsg`` and the journal, a file and a rotated copy of it
+under another name. Each route is another input (another ``file_id``), so the store holds one row per
+copy, with headers and times that differ (a syslog stamp is when the line was received, a dmesg time is
+the boot time plus the kernel's uptime stamp). Every count, episode, timeline and metric reads events
+through :func:`one_per_record`.
+
+How copies are told apart from repeats: rows of one source, node, job, rank and message text are
+*copies* when they come from different inputs and lie within COPY_WINDOW of each other in a chain
+(a cluster), or carry the same kernel uptime stamp (``attrs.uptime``) however far apart their times
+are (a dmesg time drifts from the wall clock over a long uptime). In each cluster the input holding
+the most rows wins (a burst of ten identical Xid lines is ten records, not one; an input that missed
+some of a burst loses to the one that has them all); ties go to the input whose rows have times, then
+to the one with kernel uptime stamps, then to the smaller ``file_id``. Its rows are kept, the other inputs' rows of the cluster are not.
+Rows of one input are never merged; rows without a time (NCCL INFO lines) are left as they are,
+unless an uptime stamp ties them to their copies (a dmesg read without its boot time).
+"""
+from __future__ import annotations
+
+from datetime import timedelta
+
+import polars as pl
+
+COPY_WINDOW = timedelta(seconds=2)  # how far apart two routes stamp one record (a syslog's second, a clock step)
+KEY = ("source", "node", "job_id", "rank", "message")
+
+
+def clusters(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """Rows (``_row`` and their ``file_id``) that may have a copy in another input, with their cluster
+    ``_c`` and whether they carry a time (``_t``) and an uptime stamp (``_u``).
+
+    Only rows near a row of another input of their source and node are clustered: two grids of
+    buckets two windows wide, offset by a window, hold any two rows within a window of each other in
+    one bucket of one of them, so a bucket with one input has nothing to merge (integer keys: cheap
+    beside grouping by message over every row)."""
+    up = pl.col("attrs").str.json_path_match("$.uptime")
+    width = 2 * int(COPY_WINDOW.total_seconds() * 1_000_000)
+    stream, at = pl.struct("source", "node").hash(), pl.col("ts").dt.epoch("us")
+    inputs = pl.col("file_id").hash()
+    busy = pl.any_horizontal([inputs.min().over(b) != inputs.max().over(b)  # an integer key per bucket
+                              for b in (stream + ((at + shift) // width).cast(pl.UInt64) * 0x9E3779B97F4A7C15
+                                        for shift in (0, width // 2))])
+    timed = lf.filter(pl.col("ts").is_not_null() & busy)
+    untimed = lf.filter(pl.col("ts").is_null() & pl.col("attrs").str.contains('"uptime"', literal=True))
+    candidates = pl.concat([timed, untimed]).select("_row", "file_id", "ts", *KEY, up.alias("_up"))
+    several = candidates.group_by(KEY).agg(pl.col("file_id").n_unique().alias("_inputs")).filter(pl.col("_inputs") > 1)
+    rows = candidates.join(several.select(KEY), on=list(KEY), how="semi", nulls_equal=True)
+    # copies that share an uptime stamp are placed at the earliest of their times, so they chain
+    at = pl.when(pl.col("_up").is_not_null()).then(pl.col("ts").min().over([*KEY, "_up"])).otherwise("ts")
+    rows = rows.with_columns(at.alias("_at")).sort([*KEY, "_at", "_up"], nulls_last=True)
+    same = pl.all_horizontal([pl.col(k).eq_missing(pl.col(k).shift(1)) for k in KEY])
+    near = ((pl.col("_at") - pl.col("_at").shift(1)) <= COPY_WINDOW).fill_null(False) \
+        | (pl.col("_up") == pl.col("_up").shift(1)).fill_null(False)
+    return rows.select("_row", "file_id", (~(same & near)).cum_sum().alias("_c"),
+                       pl.col("ts").is_not_null().alias("_t"), pl.col("_up").is_not_null().alias("_u"))
+
+
+def one_per_record(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """``lf`` (events) with the copies of each record read through other inputs left out."""
+    lf = lf.with_row_index("_row").cache()  # read once, though the plan below uses it twice
+    rows = clusters(lf)
+    per_input = rows.group_by("_c", "file_id").agg(pl.len().alias("_n"), pl.col("_t").sum().alias("_nt"),
+                                                   pl.col("_u").sum().alias("_nu"))
+    winner = (per_input.sort(["_c", "_n", "_nt", "_nu", "file_id"], descending=[False, True, True, True, False])
+              .unique("_c", keep="first").select("_c", pl.col("file_id").alias("_keep")))
+    dropped = (rows.join(winner, on="_c").filter(pl.col("file_id") != pl.col("_keep")).select("_row"))
+    return lf.join(dropped, on="_row", how="anti", maintain_order="left").drop("_row")

@@ -1,0 +1,133 @@
+"""One event per real record: a node that keeps its kernel's lines in dmesg, the syslog and kern.log (and
+a rotated syslog copied under another name) gives each record once in counts, explain's timeline, the
+fault episodes and the exporter's Xid counter; repeats within one input stay repeats."""
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from observe.cli import app
+from observe.copies import one_per_record
+from observe.exporter.central import StoreMetrics
+from observe.store import Store
+
+runner = CliRunner()
+NOW = datetime.now(timezone.utc).replace(microsecond=0)
+BOOT = NOW - timedelta(hours=3)
+XID = "NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+# (uptime, text): a burst of three identical Xid lines within a second, a link down, a later Xid 79
+RECORDS = [(9000.000001, XID), (9000.400002, XID), (9000.800003, XID),
+           (9100.5, "mlx5_core 0000:1a:00.0 mlx5_0: Port: 1 Link DOWN"), (9900.25, XID)]
+
+
+def syslog_stamp(t: datetime) -> str:
+    return f"{t:%b} {t.day:2d} {t:%H:%M:%S}"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """gpu001's kernel records in dmesg (with --boot-time), its syslog (rsyslog kept the uptime stamp,
+    times to the second) and kern.log (no uptime stamp, stamped a second later), all ingested; job 77 ran
+    on gpu001 and failed just after the burst."""
+    root = tmp_path_factory.mktemp("copies")
+    logs = root / "logs"
+    logs.mkdir()
+    at = [BOOT + timedelta(seconds=up) for up, _ in RECORDS]
+    (logs / "dmesg").write_text("".join(f"[{up:12.6f}] {text}\n" for up, text in RECORDS))
+    (logs / "syslog").write_text(
+        f"{syslog_stamp(BOOT + timedelta(seconds=8000))} gpu001 systemd[1]: Started Daily apt activities.\n"
+        + "".join(f"{syslog_stamp(t)} gpu001 kernel: [{up:12.6f}] {text}\n" for (up, text), t in zip(RECORDS, at)))
+    (logs / "kern.log").write_text("".join(f"{syslog_stamp(t + timedelta(seconds=1))} gpu001 kernel: {text}\n"
+                                           for (_, text), t in zip(RECORDS, at)))
+    start, end = BOOT + timedelta(seconds=8500), BOOT + timedelta(seconds=9030)
+    (logs / "slurmctld.log").write_text(
+        f"[{start:%Y-%m-%dT%H:%M:%S}.000] sched: Allocate JobId=77 NodeList=gpu001 #CPUs=8 Partition=gpu\n"
+        f"[{end:%Y-%m-%dT%H:%M:%S}.000] _job_complete: JobId=77 WEXITSTATUS 1\n")
+    store = root / "store"
+    for args in (["ingest", str(logs / "syslog"), str(logs / "kern.log"), str(logs / "slurmctld.log")],
+                 ["ingest", str(logs / "dmesg"), "--source", "kernel", "--node", "gpu001",
+                  "--boot-time", BOOT.isoformat()]):
+        result = runner.invoke(app, [*args, "--store", str(store)])
+        assert result.exit_code == 0, result.output
+    return {"root": root, "logs": logs, "store": store}
+
+
+def query(store: Path, *args: str) -> list[dict]:
+    result = runner.invoke(app, ["query", "--format", "json", "--limit", "0", "--store", str(store), *args])
+    assert result.exit_code == 0, result.output
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def test_the_store_keeps_every_copy_and_reading_gives_each_record_once(site: dict) -> None:
+    raw = Store(site["store"]).scan(sources=["kernel"]).collect()
+    assert raw.height == 3 * len(RECORDS)  # three inputs, each stored whole
+    xids = query(site["store"], "--kind", "gpu_xid")
+    assert len(xids) == 4  # the burst is three records, not one; the later Xid one more
+    assert len(query(site["store"], "--kind", "ib_link_down")) == 1
+    assert len({x["file_id"] for x in xids}) == 1  # one input's rows kept, not a mixture
+
+
+def test_explain_lists_the_burst_once(site: dict) -> None:
+    result = runner.invoke(app, ["explain", "77", "--format", "json", "--store", str(site["store"])])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["root_cause"]["kind"] == "gpu_xid" and report["root_cause"]["node"] == "gpu001"
+    xids = [t for t in report["timeline"] if t["kind"] == "gpu_xid"]
+    assert sum(t["count"] for t in xids) == 3, xids  # the burst before the job's end, not 9
+
+
+def test_fault_episodes_count_lines_once(site: dict) -> None:
+    result = runner.invoke(app, ["health", "faults", "--all", "--format", "json", "--since", "1d",
+                                 "--store", str(site["store"])])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert sum(r["lines"] for r in rows if r["kind"] == "gpu_xid") == 4, rows
+
+
+def test_the_exporter_counts_each_xid_once_across_refreshes(site: dict, tmp_path: Path) -> None:
+    """The syslog's copies arrive first, dmesg's and kern.log's in a later refresh."""
+    store = tmp_path / "store"
+    first = runner.invoke(app, ["ingest", str(site["logs"] / "syslog"), "--store", str(store)])
+    assert first.exit_code == 0, first.output
+    metrics = StoreMetrics(Store(store), known_nodes=lambda: {"gpu001"})
+    metrics.refresh()
+    assert sum(metrics.xids.counts.values()) == 4
+    later = runner.invoke(app, ["ingest", str(site["logs"] / "kern.log"), str(site["logs"] / "dmesg"), "--node",
+                                "gpu001", "--boot-time", BOOT.isoformat(), "--store", str(store)])
+    assert later.exit_code == 0, later.output
+    metrics.refresh()
+    assert dict(metrics.xids.counts) == {("gpu001", "79", "drain_node"): 4}, dict(metrics.xids.counts)
+    at_once = StoreMetrics(Store(store), known_nodes=lambda: {"gpu001"})  # a restart reads all three at once
+    at_once.refresh()
+    assert dict(at_once.xids.counts) == dict(metrics.xids.counts)
+
+
+def test_a_rotated_copy_under_another_name_is_read_once(site: dict, tmp_path: Path) -> None:
+    shutil.copy(site["logs"] / "syslog", tmp_path / "syslog-20261120")
+    store = tmp_path / "store"
+    result = runner.invoke(app, ["ingest", str(site["logs"] / "syslog"), str(tmp_path / "syslog-20261120"),
+                                 "--store", str(store)])
+    assert result.exit_code == 0, result.output
+    assert Store(store).scan().collect().height == 2 * (len(RECORDS) + 1)
+    assert len(query(store)) == len(RECORDS) + 1
+
+
+def test_repeats_within_one_input_are_kept_and_an_input_missing_some_loses() -> None:
+    """One input's rows are never merged; where inputs disagree, the one holding more of a burst wins."""
+    at = datetime(2026, 11, 20, 10, 0, 0, tzinfo=timezone.utc)
+    rows = [("a", at), ("a", at), ("a", at + timedelta(seconds=1)),  # a repeats one line three times
+            ("b", at + timedelta(seconds=1)), ("b", at + timedelta(seconds=2))]  # b missed one of them
+    df = pl.DataFrame({"file_id": [f for f, _ in rows], "ts": [t for _, t in rows]}).with_columns(
+        source=pl.lit("kernel"), node=pl.lit("gpu001"), job_id=pl.lit(None, pl.String), rank=pl.lit(None, pl.Int64),
+        message=pl.lit(XID), attrs=pl.lit(None, pl.String))
+    kept = one_per_record(df.lazy()).collect()
+    assert kept.get_column("file_id").to_list() == ["a", "a", "a"]
+    far = df.with_columns(pl.when(pl.col("file_id") == "b").then(pl.col("ts") + timedelta(minutes=5))
+                          .otherwise("ts").alias("ts"))
+    assert one_per_record(far.lazy()).collect().height == 5  # minutes apart: other records
