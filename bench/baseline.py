@@ -1,6 +1,6 @@
 """The plain approach observe's ingest is measured against: a per-line Python ``re`` parser.
 
-Reads a directory laid out like ``observe.demo`` writes it (slurm/slurmctld.log, slurm/jobcomp.log,
+Reads a directory laid out like ``observe.simulate`` writes it (slurm/slurmctld.log, slurm/jobcomp.log,
 nodes/<node>/syslog|dmesg|nvidia-smi.xml, jobs/slurm-<id>.out), picks the format of each file from
 its path, turns every line into one event row of observe's schema (classified with observe's own
 rule files, ``collectors/rules/*.toml``, tried in order with Python ``re``; everything else kind

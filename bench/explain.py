@@ -5,7 +5,7 @@ raw logs (the operator's way today: search every log for the job's nodes and id)
     python bench/explain.py --gb 5.5          # about 50 million events (a month of a 256-node cluster)
     python bench/explain.py --gb 0.1 --jobs 3 # a quick run
 
-Generates the logs with observe.demo (kept in --dir for later runs), ingests, compacts and indexes
+Generates the logs with observe.simulate (kept in --dir for later runs), ingests, compacts and indexes
 them once (as a long-running store is), then for
 --jobs failed jobs of the ground truth prints the median of 5 explain runs (in process, warm) and of
 `rg` searching all raw logs for the job's nodes and id, with the ratio and whether explain named
@@ -34,8 +34,8 @@ def main() -> None:
     args = ap.parse_args()
     if shutil.which("rg") is None:
         sys.exit("needs rg (ripgrep): apt-get install ripgrep")
-    from observe.demo import generate
     from observe.ingest import ingest_inputs
+    from observe.simulate import generate
     from observe.store import Store
     from queries import jobs
     from queries.explain import explain

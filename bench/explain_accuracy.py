@@ -1,4 +1,4 @@
-"""explain accuracy on generated failures whose log lines are real: scenarios of observe.demo (clusters of
+"""explain accuracy on generated failures whose log lines are real: scenarios of observe.simulate (clusters of
 8-24 nodes in the failure mix of ../shared/notes/failure-mix.md, clock skew up to 5 s, a healthy fleet's
 alarming-looking background) built from the labelled real records of one corpus set, re-homed onto the
 simulated nodes.
@@ -9,7 +9,7 @@ simulated nodes.
 
 The real lines: tests/fixtures/corpus/real (dev: what the rules and weights were written and tuned on) and
 tests/fixtures/corpus/heldout (collected afterwards from other public threads), split in two by source
-thread (observe.real_lines.halves): tune (half 0) is what the confidence calibration is fitted on and
+thread (observe.simulate.real_lines.halves): tune (half 0) is what the confidence calibration is fitted on and
 the parsers may be fixed against, heldout (half 1) is used for nothing but this report. --lines none uses the generator's own templates only
 (a regression bar). Where a set has no real record of a kind (few threads show some Xids), the generator
 falls back to its templates for that incident. Prints top-1 and top-3
@@ -27,11 +27,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from observe.demo import BENCH, FLEET_MIX, scenarios
 from observe.ingest import ingest_inputs
-from observe.real_lines import RealLines
+from observe.simulate import BENCH, FLEET_MIX, scenarios
+from observe.simulate.accuracy import fit, lines, score, summary
+from observe.simulate.real_lines import RealLines
 from observe.store import Store
-from queries.accuracy import fit, lines, score, summary
 
 CORPUS = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "corpus"
 SETS = {"heldout": (CORPUS / "heldout", 1), "tune": (CORPUS / "heldout", 0), "dev": (CORPUS / "real", None)}

@@ -4,7 +4,7 @@ against a baseline exporter that counts the store on each scrape (what "incremen
     python bench/exporter.py                      # ~1.4 GB of demo logs, 256 nodes (11+ million events)
     python bench/exporter.py --gb 0.1 --scrapes 20  # a quick run
 
-Generates the logs with observe.demo and ingests them once (kept in --dir for later runs). Then, in
+Generates the logs with observe.simulate and ingests them once (kept in --dir for later runs). Then, in
 this process: the exporter's start-up (one count of the whole store), an HTTP server, and --scrapes
 GETs of /metrics (gzip, as Prometheus asks) while a writer adds a segment of fresh events and the
 exporter refreshes every --interval seconds, as in production. The baseline counts the whole store
@@ -107,8 +107,8 @@ def main() -> None:
 
 def prepare(args):
     """The store under --dir, generated and ingested on the first run."""
-    from observe.demo import generate
     from observe.ingest import ingest_inputs
+    from observe.simulate import generate
     from observe.store import Store
 
     store = Store(args.dir / "store")

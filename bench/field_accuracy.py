@@ -9,7 +9,7 @@ and per field, against labels a person wrote by reading the lines (tests/fixture
 
 The sets: dev is tests/fixtures/corpus/real, extra and extra2 are tests/fixtures/corpus/extra and
 extra2 (collected to tune on, from threads in none of the others); heldout/ (collected later from other public threads) is
-split by source thread (observe.real_lines.halves: within each file, every other thread): half 0 is
+split by source thread (observe.simulate.real_lines.halves: within each file, every other thread): half 0 is
 the tune set, which parsers may be fixed against, half 1 the heldout set, which nothing is tuned on
 and whose figure is the one to believe.
     python bench/field_accuracy.py --misses           # also every wrong field: file:line, field, expected, got
@@ -58,7 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from observe.collector import Context  # noqa: E402
 from observe.ingest import parse_bytes, sample_of  # noqa: E402
 from observe.printable import printable  # noqa: E402
-from observe.real_lines import halves, sources  # noqa: E402
+from observe.simulate.real_lines import halves, sources  # noqa: E402
 
 CORPUS = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "corpus"
 SETS = {"dev": ("real", None), "extra": ("extra", None), "extra2": ("extra2", None), "tune": ("heldout", 0),

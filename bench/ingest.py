@@ -94,7 +94,7 @@ def main() -> None:
     logs = args.dir / "logs"
     marker = args.dir / f"generated-{args.gb}-{args.seed}"
     if not marker.exists():
-        from observe.demo import generate
+        from observe.simulate import generate
 
         shutil.rmtree(args.dir, ignore_errors=True)
         print(f"generating {args.gb} GB of logs in {logs} ...", flush=True)

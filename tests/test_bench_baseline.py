@@ -9,10 +9,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from observe.demo import generate
 from observe.ingest import ingest
 from observe.reader import input_files
 from observe.rules import load
+from observe.simulate import generate
 from observe.store import Store
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from observe.demo import Manifest, generate
+from observe.simulate import Manifest, generate
 
 START = datetime(2026, 11, 20, tzinfo=timezone.utc)
 RFC3164 = re.compile(r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d gpu\d{3} [\w.-]+(?:\[\d+\])?: \S")

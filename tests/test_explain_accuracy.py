@@ -8,11 +8,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from observe.demo import FAST, FLEET_MIX, scenarios
 from observe.ingest import ingest_inputs
-from observe.real_lines import RealLines
-
-from queries.accuracy import lines, reliability, score, summary
+from observe.simulate import FAST, FLEET_MIX, scenarios
+from observe.simulate.accuracy import lines, reliability, score, summary
+from observe.simulate.real_lines import RealLines
 
 
 def test_explain_names_the_injected_root_cause(tmp_path, store) -> None:

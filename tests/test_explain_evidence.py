@@ -9,7 +9,7 @@ from datetime import timedelta
 import polars as pl
 import pytest
 
-from queries.accuracy import fit, reliability
+from observe.simulate.accuracy import fit, reliability
 from queries.causes import load_causes
 from queries.explain import candidates, confidence, explain, margin
 from queries.ranks import place_ranks

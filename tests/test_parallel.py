@@ -15,10 +15,10 @@ import polars as pl
 import pytest
 
 from observe.ingest import pool as parallel
-from observe.demo import generate
 from observe.ingest import ingest, ingest_inputs
 from observe.ingest.pool import WorkerError
 from observe.reader import input_files
+from observe.simulate import generate
 from observe.store import Store
 
 START = datetime(2026, 11, 20, tzinfo=timezone.utc)

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from observe.demo import generate
 from observe.health.drain import Decision, ledger
 from observe.health.result import Result, Status
 from observe.health.runner import as_events
 from observe.ingest import ingest_inputs
+from observe.simulate import generate
 from observe.store import Store
 from tests.test_dashboards import DASHBOARDS, expressions
 from tests.test_exporter import ALLREDUCE, BURN, kernel, slurm, stamp, xid

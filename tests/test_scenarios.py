@@ -1,4 +1,4 @@
-"""Scenario mode of the demo generator: failures with a known root cause in realistic noise."""
+"""Scenario mode of the simulator (observe.simulate): failures with a known root cause in realistic noise."""
 from __future__ import annotations
 
 import re
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from observe.demo import FAST, FATAL_XIDS, REAL, REGRESSION, SCENARIOS, TYPES, Manifest, generate, scenarios
+from observe.simulate import FAST, FATAL_XIDS, REAL, REGRESSION, SCENARIOS, TYPES, Manifest, generate, scenarios
 
 CORPUS = Path(__file__).parent / "fixtures" / "corpus" / "real"
 DMESG = re.compile(r"^\[ *(\d+)\.(\d{6})\] (.*)$")

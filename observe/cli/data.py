@@ -111,8 +111,8 @@ def demo_cmd(
 
     Example: observe demo --nodes 16 --hours 24 && observe query --store observe-demo/store --kind gpu_xid
     """
-    from observe.demo import generate
     from observe.ingest import ingest_inputs
+    from observe.simulate import generate
 
     logs, store = directory / "logs", open_store(str(directory / "store"))
     err.print(f"generating {nodes} nodes x {hours:g} h of logs in {logs} ...", highlight=False)

@@ -1,6 +1,6 @@
 """How often ``explain`` names the injected root cause: top-1 and top-3 accuracy per scenario type,
 drains recommended, and whether its confidence means the chance of being right (reliability by
-confidence bin, expected calibration error), against the ground truth of :mod:`observe.demo`
+confidence bin, expected calibration error), against the ground truth of the simulator's scenarios
 (used by the tests and ``bench/explain_accuracy``)."""
 from __future__ import annotations
 
