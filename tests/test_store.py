@@ -238,34 +238,39 @@ def test_rotated_copy_is_the_same_input(store: Store, tmp_path: Path) -> None:
     assert again.stored == 0 and again.duplicates > 40
 
 
-def test_writer_frees_old_chunks_and_writes_every_row(store: Store) -> None:
-    """Rows waiting in the writer are views into their chunk's buffers; past ``max_units`` chunks the
-    oldest chunk's rows are copied out (so its buffer can be freed), and every row is written once."""
+def test_writer_keeps_chunks_within_its_budget_and_writes_each_partition_once(store: Store) -> None:
+    """Rows waiting in the writer keep their chunk alive: past the budget, every partition holding the
+    oldest chunk's rows is written (freeing it); within it, each partition is one segment however many
+    chunks touched it; every row is written once."""
     from observe.schema import conform
+    from observe.store import buffered_parts
 
     day = datetime(2026, 11, 1, tzinfo=timezone.utc)
-    writer = store.writer(max_rows=10_000_000, max_units=2)
     sent = []
-    for unit in range(5):
-        n = 20_000  # a big chunk, of which only every 100th line is an event (a small, lingering part)
-        chunk = pl.DataFrame({"raw": [f"unit {unit} line {i} " + "x" * 40 for i in range(n)],
-                              "offset": range(n)}).filter(pl.col("offset") % 100 == 0)
-        events = conform(chunk.with_columns(
-            pl.lit(day + timedelta(days=unit % 3), dtype=pl.Datetime("us", "UTC")).alias("ts"),
+    for unit in range(6):
+        n = 2_000  # every chunk touches three days
+        chunk = pl.DataFrame({"raw": [f"unit {unit} line {i} " + "x" * 40 for i in range(n)], "offset": range(n)})
+        sent.append(conform(chunk.with_columns(
+            (pl.lit(day, dtype=pl.Datetime("us", "UTC")) + pl.duration(days=pl.col("offset") % 3)).alias("ts"),
             pl.lit("syslog").alias("source"), pl.lit("log").alias("kind"), pl.col("raw").alias("message"),
-            pl.lit(f"f{unit}").alias("file_id")))
-        sent.append(events)
-        writer.add(events)
-        assert len(writer.units) <= 2
-        for key, waiting in writer.parts.items():
-            for u, part in waiting:
-                held = part.to_arrow(compat_level=pl.CompatLevel.newest()).column("message").nbytes
-                assert (u == 0) == (held < 200_000), (unit, u, held)  # copied parts hold only their rows
-    writer.close()
+            pl.lit(f"f{unit}").alias("file_id"))))
+    tight = store.writer(max_rows=10_000_000, budget_bytes=2_500)
+    for events in sent:
+        tight.add_parts(buffered_parts(events), 1_000)
+        assert sum(tight.held.values()) <= 2_500
+    tight.close()
+    assert tight.segments == 2 * 3  # the budget filled after the 3rd and the 6th chunk: all three days each time
     expected = pl.concat(sent).sort("file_id", "offset")
-    assert _rows(store).equals(expected)
-    for f in store.files():  # plain Parquet strings on disk, whatever the writer was handed
-        assert str(pq.read_schema(f).field("message").type) == "string"
+    assert _rows(store).sort("file_id", "offset").equals(expected)
+    roomy = Store(store.root.parent / "roomy").writer(max_rows=10_000_000)
+    for events in sent:
+        roomy.add_parts(buffered_parts(events), 1_000)
+    roomy.close()
+    assert roomy.segments == 3  # one per day
+    for f in store.files():  # plain Parquet strings on disk, whatever the writer was handed (no string views)
+        schema = pq.ParquetFile(f).schema
+        message = schema.column(schema.names.index("message"))
+        assert (message.physical_type, str(message.logical_type)) == ("BYTE_ARRAY", "String")
 
 
 def test_compaction_keeps_one_of_rows_stored_twice(store: Store) -> None:

@@ -89,6 +89,7 @@ class Parsed:
     stored: int = 0
     kinds: dict[str, int] = field(default_factory=dict)
     boots: dict[str, datetime] = field(default_factory=dict)
+    nbytes: int = 0  # the unit's text, which its rows (views into it) keep alive
 
 
 def parse_unit(recs: pl.DataFrame, inputs: list[ParseInput], c: Collector, ctx: Context) -> Parsed:
@@ -111,7 +112,8 @@ def parse_unit(recs: pl.DataFrame, inputs: list[ParseInput], c: Collector, ctx: 
         out = out.join(hints, on="_in", how="left", maintain_order="left").drop("_in")
     out = finalize(out, c, ctx)
     kinds = out.get_column("kind").value_counts()
-    done = Parsed(blank=int(blank.sum()), records=out.height, kinds=dict(kinds.iter_rows()))
+    done = Parsed(blank=int(blank.sum()), records=out.height, kinds=dict(kinds.iter_rows()),
+                  nbytes=int(recs.get_column("raw").str.len_bytes().sum()))
     done.unparsed = done.kinds.get("unparsed", 0)
     known = [i.known.with_columns(pl.lit(i.file_id).alias("file_id")) for i in inputs if i.known.height]
     if known:  # a record is a duplicate only if the same input holds the same text at that offset

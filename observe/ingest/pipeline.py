@@ -258,7 +258,7 @@ def _store_unit(parsed: Parsed, c: Collector, ctx: Context, writer: SegmentWrite
     summary.kinds.update(parsed.kinds)
     summary.duplicates += parsed.duplicates
     summary.stored += parsed.stored
-    writer.add_parts(parsed.parts)
+    writer.add_parts(parsed.parts, parsed.nbytes)
     for node, boot in parsed.boots.items():
         summary.boot_times.setdefault(node, boot)
     if ctx.boot_time is None and c.source == "kernel" and parsed.boots:  # later records of this file use it

@@ -17,7 +17,7 @@ from observe.ingest.summary import InputError
 from observe.reader import FINGERPRINT_BYTES, READ_ERRORS, fingerprint, is_stream, log_name, peek_head
 from observe.store import Store, no_records
 
-SMALL_FILE_BYTES = 2 << 20
+SMALL_FILE_BYTES = 16 << 20
 PLAN_HEAD_BYTES = 16 << 10  # what planning reads of each input: 40 lines of most logs, and its first line
 JOB_FILE = re.compile(r"slurm-(\d+(?:_\d+)?(?:\+\d+)?)(?:\.\d+)?\.(?:out|err|log)$")
 DETECT_MIN_SCORE = 0.3

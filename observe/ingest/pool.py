@@ -29,10 +29,10 @@ from observe.store import Store
 
 PARALLEL_MIN_BYTES = 64 << 20  # smaller runs stay in one process (a worker takes ~0.3 s to start)
 TASK_BYTES = 4 * CHUNK_BYTES  # small files of one format are handed out in batches of four parse units
-# Per worker: one parse thread and one writer thread, and fewer chunks waiting in the writer than in
-# one process (measured with the bench's two workers: peak RSS 1.6 -> 1.36 GB, no slower).
+# Per worker: one parse thread and one writer thread, and half the chunks waiting in the writer that
+# one process keeps (the workers together keep as many)
 WORKER_PARSE_THREADS = 1
-WORKER_WRITER = {"max_rows": 250_000, "max_units": 3, "threads": 1}
+WORKER_WRITER = {"max_rows": 250_000, "budget_bytes": 128 << 20, "threads": 1}
 # In workers, polars runs on one thread (the workers are the parallelism), and both allocators keep
 # freed memory for the next chunk instead of handing it back to the kernel and faulting it in again
 # (measured: system time 3.0 s -> 1.9 s over the bench).

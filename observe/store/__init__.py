@@ -37,10 +37,9 @@ from observe.store.compaction import (COMPACT_FILE_ROWS, COMPACT_GRACE_S, COMPAC
                                       read_note, replaced_by, rows_in, settle)
 from observe.store.files import (DIR_MODE, FILE_MODE, UnsafeStore, atomic_file, check_dir, create_file, create_temp,
                                  fsync_path, open_nofollow, regular_names, store_group, subdirs, write_atomic)
-from observe.store.layout import (COLUMN_ENCODINGS, COMPACT_LEVELS, DICTIONARY_COLUMNS, INGEST_LEVELS, ROW_GROUP_ROWS,
-                                  SEGMENT_ORDER, STATISTICS_COLUMNS, UNKNOWN_DATE, WRITE_BATCH_ROWS, WRITE_SCHEMA, Partition,
+from observe.store.layout import (SEGMENT_ORDER, UNKNOWN_DATE, Partition, write_compacted, write_ingested,
                                   buffered_parts, no_records, scan_segments, split_partitions, superseded_dropped)
-from observe.store.writer import MAX_UNITS, SEGMENT_ROWS, WRITE_THREADS, SegmentWriter
+from observe.store.writer import BUFFER_BYTES, SEGMENT_ROWS, WRITE_THREADS, SegmentWriter
 
 # what the rest of observe uses; the package's modules hold the parts (files, layout, compaction, writer)
 __all__ = ["Partition", "SegmentWriter", "Store", "StoreBusy", "UnsafeStore", "atomic_file", "buffered_parts",
@@ -174,29 +173,18 @@ class Store:
             self._listed = (mtime, read, ids)
         return file_id in ids
 
-    def writer(self, max_rows: int = SEGMENT_ROWS, max_units: int = MAX_UNITS,
+    def writer(self, max_rows: int = SEGMENT_ROWS, budget_bytes: int = BUFFER_BYTES,
                threads: int = WRITE_THREADS) -> SegmentWriter:
-        """A buffered writer: one segment per partition per ``max_rows`` rows (bounded memory; see
-        :class:`SegmentWriter`)."""
-        return SegmentWriter(self, max_rows, max_units, threads)
+        """A buffered writer: one segment per partition per ``max_rows`` rows, memory bounded by
+        ``budget_bytes`` (see :class:`SegmentWriter`)."""
+        return SegmentWriter(self, max_rows, budget_bytes, threads)
 
-    def _write_file(self, df: pl.DataFrame, directory: Path, name: str, levels: dict[str, int] = INGEST_LEVELS,
+    def _write_file(self, df: pl.DataFrame, directory: Path, name: str, compacted: bool = False,
                     durable: bool = True) -> Path:
         self.make_dirs(directory)
         tmp = directory / f".{name}.tmp"
-        # polars' string views go to the encoder as they are (no conversion to Arrow's offsets
-        # layout); the file records plain Parquet types, which every reader maps to strings
-        table = df.to_arrow(compat_level=pl.CompatLevel.newest())
-        if not table.schema.equals(WRITE_SCHEMA):  # a cast imports pyarrow.compute (0.15 s) the first time
-            table = table.cast(WRITE_SCHEMA)
         with self.create(tmp) as f:
-            pq.write_table(
-                table, f, compression={c: "zstd" if c in levels else "none" for c in STORED_SCHEMA.names},
-                row_group_size=ROW_GROUP_ROWS, compression_level=levels,
-                use_dictionary=DICTIONARY_COLUMNS, column_encoding=COLUMN_ENCODINGS, write_statistics=STATISTICS_COLUMNS,
-                write_batch_size=WRITE_BATCH_ROWS,
-                store_schema=False,
-            )
+            (write_compacted if compacted else write_ingested)(df, f)
         return self.publish([tmp])[0] if durable else tmp
 
     # -- reading -------------------------------------------------------------------------------
@@ -339,7 +327,7 @@ class Store:
                                         .unique(subset=[*KEY, "raw", "header", "message"], keep="first", maintain_order=True)
                                         ).sort(*SEGMENT_ORDER)
                 if df.height:
-                    self._write_file(df, directory, output, levels=COMPACT_LEVELS)
+                    self._write_file(df, directory, output, compacted=True)
                     written.append(output)
                     rows += df.height
             if written != planned:  # an empty slice: the note's rewrite is the switch

@@ -10,16 +10,16 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import polars as pl
-from observe.store.layout import buffered_parts, own_strings
+from observe.store.layout import buffered_parts
 
 if TYPE_CHECKING:
     from observe.store import Store
 
 
-SEGMENT_ROWS = 250_000
+SEGMENT_ROWS = 250_000  # a partition's waiting rows are written as a segment once there are this many
 
 
-MAX_UNITS = 4  # input chunks whose rows may wait in a writer at once
+BUFFER_BYTES = 256 << 20  # input chunks whose rows may wait at once (rows are views into their chunk)
 
 
 WRITE_THREADS = 2
@@ -29,29 +29,33 @@ PUBLISH_SEGMENTS = 16  # a writer's segments are made durable and visible this m
 
 
 class SegmentWriter:
-    """Collects frames and writes them as few, large segments; ``close`` writes the rest.
+    """Buffers rows by partition and writes each partition as few segments as memory allows.
 
-    At most ``max_rows`` rows wait (past that, the largest partition holding rows of the oldest
-    unit is written: units are let go without copies where possible). Each
-    :meth:`add_parts` call is one unit (an input chunk) whose rows are polars string views into
-    that chunk's buffers; past ``max_units`` units, the oldest unit's rows still waiting are copied
-    into buffers of their own so that its chunk is freed (copying only what lingers, not every row).
+    Each :meth:`add_parts` call is one unit (an input chunk) whose rows are polars string views into
+    that chunk's buffers: the chunk (``nbytes``) lives while one of its rows waits. A partition is
+    written when it holds ``max_rows`` rows; when the waiting rows hold chunks of more than
+    ``budget_bytes``, every partition holding rows of the oldest chunk is written (freeing it); the
+    rest at :meth:`flush` or :meth:`close`. So a run writes one segment per partition it touches,
+    plus one per ``max_rows`` rows of a partition, plus, where its input is larger than the budget and
+    its days sparse (every chunk touching many days), one per partition each time the budget fills.
+
     Segments are written on ``threads`` background threads while the caller parses the next input
     (as many writes in flight) under hidden names, and made durable and visible PUBLISH_SEGMENTS at
     a time (:meth:`Store.publish`, on a thread of its own), all of them by :meth:`flush`; an error
     in a write or a publication is raised by a later ``add`` or by ``close``.
     """
 
-    def __init__(self, store: Store, max_rows: int, max_units: int = MAX_UNITS, threads: int = WRITE_THREADS):
+    def __init__(self, store: Store, max_rows: int, budget_bytes: int = BUFFER_BYTES, threads: int = WRITE_THREADS):
         self.store = store
         self.max_rows = max_rows
-        self.max_units = max_units
+        self.budget_bytes = budget_bytes
         self.threads = threads
         self.parts: dict[tuple[str, str], list[tuple[int, pl.DataFrame]]] = {}  # (unit, rows), oldest first
         self.sizes: Counter[tuple[str, str]] = Counter()  # rows waiting per partition
-        self.units: Counter[int] = Counter()  # parts waiting per unit
+        self.waiting: Counter[int] = Counter()  # parts waiting per unit
+        self.held: dict[int, int] = {}  # bytes of each unit with rows waiting
         self.unit = 0
-        self.rows = 0
+        self.segments = 0  # written so far
         self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="observe-writer")
         self.pending: deque[Future] = deque()
         self.unpublished: list[Path] = []  # segments written, published PUBLISH_SEGMENTS at a time
@@ -62,46 +66,36 @@ class SegmentWriter:
 
     def add(self, df: pl.DataFrame) -> None:
         """Buffer ``df`` (any schema-conformable frame); each input's rows must come in file order."""
-        self.add_parts(buffered_parts(df))
+        self.add_parts(buffered_parts(df), df.estimated_size())
 
-    def add_parts(self, parts: dict[tuple[str, str], pl.DataFrame]) -> None:
-        """Buffer one unit's frames, split by :func:`buffered_parts` (which may run on another thread)."""
+    def add_parts(self, parts: dict[tuple[str, str], pl.DataFrame], nbytes: int) -> None:
+        """Buffer one unit's frames, split by :func:`buffered_parts` (which may run on another thread);
+        ``nbytes``: what the unit's rows keep alive (its chunk)."""
         self.unit += 1
         for key, part in parts.items():
             if part.height:
                 self.parts.setdefault(key, []).append((self.unit, part))
-                self.units[self.unit] += 1
                 self.sizes[key] += part.height
-                self.rows += part.height
-        while self.rows > self.max_rows:  # the largest partition holding rows of the oldest unit
-            oldest = min(self.units)
-            self._flush(max((k for k, w in self.parts.items() if w[0][0] in (0, oldest)), key=self.sizes.__getitem__))
-        while len(self.units) > self.max_units:
-            self._release(min(self.units))
-
-    def _release(self, unit: int) -> None:
-        """Copy the rows of ``unit`` still waiting into buffers of their own (the unit's are freed):
-        all its parts in one copy (a chunk spanning many days leaves a hundred small parts)."""
-        held = [(key, i, part) for key, waiting in self.parts.items() for i, (u, part) in enumerate(waiting) if u == unit]
-        if held:
-            copied = own_strings(pl.concat([part for _, _, part in held]))
-            start = 0
-            for key, i, part in held:
-                self.parts[key][i] = (0, copied.slice(start, part.height))
-                start += part.height
-        del self.units[unit]
+                self.waiting[self.unit] += 1
+        if self.waiting[self.unit]:
+            self.held[self.unit] = nbytes
+        for key in [k for k in parts if self.sizes[k] >= self.max_rows]:
+            self._flush(key)
+        while len(self.held) > 1 and sum(self.held.values()) > self.budget_bytes:
+            oldest = min(self.held)
+            for key in [k for k, waiting in self.parts.items() if any(u == oldest for u, _ in waiting)]:
+                self._flush(key)
 
     def _flush(self, key: tuple[str, str]) -> None:
         waiting = self.parts.pop(key)
         del self.sizes[key]
         for unit, _ in waiting:
-            if unit:
-                self.units[unit] -= 1
-                if not self.units[unit]:
-                    del self.units[unit]
+            self.waiting[unit] -= 1
+            if not self.waiting[unit]:
+                del self.waiting[unit], self.held[unit]
         df = pl.concat([part for _, part in waiting])
-        self.rows -= df.height
         self._wait(self.threads - 1)
+        self.segments += 1
         self.pending.append(self.pool.submit(self._write, key, df))
 
     def _write(self, key: tuple[str, str], df: pl.DataFrame) -> None:
