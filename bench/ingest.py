@@ -1,19 +1,26 @@
-"""Ingest benchmark: `observe ingest` against the naive per-line baseline (bench/baseline.py) on the
-same generated logs, side by side; also store bytes against `zstd -3` of the same raw text.
+"""Ingest benchmark: `observe ingest` against a naive per-line parser, side by side, on three layouts.
 
-    python bench/ingest.py                      # ~1.1 GB of generated mixed logs in /tmp/observe-bench
-    python bench/ingest.py --gb 0.2 --dir DIR   # a smaller run
-    python bench/ingest.py --runs 3             # alternate the two 3 times; medians (a noisy machine)
+    python bench/ingest.py                       # all three layouts, under /tmp/observe-bench
+    python bench/ingest.py --layouts syslog      # one of demo, syslog, jobs
+    python bench/ingest.py --runs 3              # alternate the parsers 3 times; medians (a noisy machine)
+    python bench/ingest.py --fair                # also bench/baseline.py (every rule of observe's, same kinds)
 
-Prints MB/s of each, the speed ratio, CPU seconds and peak RSS of each (summed over the process
-tree: observe parses in one worker process per core), and store sizes (observe's also after
-`observe compact --grace 0s`, which rewrites partitions with slower, tighter zstd levels).
+Layouts (generated once, reused):
+- ``demo``: ``observe.simulate``'s cluster (``--gb``, default 0.2 GB): Slurm, syslog, dmesg, nvidia-smi, job output.
+- ``syslog``: a real-shaped syslog archive (``bench/fleet_logs.py``): 32 nodes over 120 days of real lines
+  (loghub's Linux, OpenSSH and Thunderbird daemons, kernel lines of the corpora), 86 MB, and a slurmctld log.
+- ``jobs``: 6,000 small job output files of real NCCL and PyTorch lines (``bench/fleet_logs.py``), 25 MB.
+
+The naive parser (``bench/naive.py``) is what a new user would write: per line one header match, a few
+searches for the main event kinds, pyarrow, one process. For each it prints wall seconds, the ratio,
+CPU seconds (the whole process tree, from wait4), MB/s per core of CPU, peak RSS (summed over the tree),
+segments written, and store bytes against ``zstd -3`` of the input (observe's also after
+``observe compact --grace 0s``).
 
 Each run writes a new store directory; all are removed at the end. Removing the last run's store
 just before a run would slow that run down: for a minute or more after a thousand files are
 deleted, ext4 steps over their inodes on every file it creates near them (measured here: 0.5 ms
-of CPU per file created against 29 us; observe writes ~1,000 files for 77 days of logs, the
-baseline one file). A second bench started within minutes of the first still meets this.
+of CPU per file created against 29 us). A second bench started within minutes of the first still meets this.
 """
 from __future__ import annotations
 
@@ -84,55 +91,85 @@ def zstd3(logs: Path) -> int:
     return len(out.stdout)
 
 
+LAYOUTS = ("demo", "syslog", "jobs")
+
+
+def generated(layout: str, root: Path, gb: float, seed: int) -> Path:
+    """The layout's logs under ``root`` (made once; a marker file says they are whole)."""
+    logs = root / layout / "logs"
+    marker = root / layout / f"generated-{gb if layout == 'demo' else ''}-{seed}"
+    if not marker.exists():
+        shutil.rmtree(root / layout, ignore_errors=True)
+        print(f"generating {layout} logs in {logs} ...", flush=True)
+        t = time.perf_counter()
+        if layout == "demo":
+            from observe.simulate import generate
+
+            generate(logs, seed=seed, target_bytes=int(gb * 1e9))
+        else:
+            subprocess.run([sys.executable, str(HERE / "fleet_logs.py"), layout, str(logs), "--seed", str(seed)], check=True)
+        print(f"  generated in {time.perf_counter() - t:.0f}s", flush=True)
+        marker.touch()
+    return logs
+
+
+def segments(store: Path) -> int:
+    return sum(1 for _ in (store / "events").rglob("*.parquet")) if (store / "events").is_dir() else 1
+
+
+def bench(layout: str, logs: Path, stores: Path, runs: int, fair: bool) -> None:
+    raw = du(logs)
+    files = sum(1 for f in logs.rglob("*") if f.is_file())
+    parsers = [("observe", [sys.executable, "-m", "observe.cli", "ingest", str(logs), "--store"]),
+               ("naive", [sys.executable, str(HERE / "naive.py"), str(logs)])]
+    if fair:
+        parsers.append(("baseline", [sys.executable, str(HERE / "baseline.py"), str(logs)]))
+    results: dict[str, list[tuple[float, float, int, int, int]]] = {name: [] for name, _ in parsers}
+    for i in range(runs):
+        for name, cmd in parsers:
+            store = stores / f"{layout}-{name}-{i + 1}"
+            seconds, cpu, rss = run([*cmd, str(store)])
+            results[name].append((seconds, cpu, rss, du(store), segments(store)))
+            print(f"  {layout} run {i + 1} {name}: {seconds:.1f} s, {cpu:.1f} CPU-s, peak RSS {rss / 1e6:.0f} MB",
+                  flush=True)
+    last = stores / f"{layout}-observe-{runs}"
+    compact_s, _, _ = run([sys.executable, "-m", "observe.cli", "compact", "--grace", "0s", "--store", str(last)])
+    compacted = du(last)
+    z = zstd3(logs)
+    med = {name: tuple(statistics.median(r[k] for r in rs) for k in range(5)) for name, rs in results.items()}
+    print(f"\n{layout}: {raw / 1e6:.0f} MB in {files} files; medians of {runs} run(s)")
+    print(f"{'':10}{'seconds':>9}{'ratio':>7}{'CPU-s':>7}{'MB/s/core':>10}{'RSS MB':>8}{'segments':>9}{'store MB':>9}"
+          f"{'/zstd-3':>8}")
+    naive = med["naive"][0]
+    for name, (seconds, cpu, rss, size, segs) in med.items():
+        print(f"{name:10}{seconds:9.2f}{naive / seconds:7.2f}{cpu:7.1f}{raw / 1e6 / cpu:10.1f}{rss / 1e6:8.0f}"
+              f"{segs:9.0f}{size / 1e6:9.1f}{size / z:8.2f}")
+    print(f"{'compacted':10}{compact_s:9.2f}{'':7}{'':7}{'':10}{'':8}{segments(last):9d}{compacted / 1e6:9.1f}"
+          f"{compacted / z:8.2f}")
+    pairs = [n[0] / o[0] for o, n in zip(results["observe"], results["naive"])]
+    print(f"observe is {naive / med['observe'][0]:.2f}x the naive parser's speed (each run: "
+          f"{', '.join(f'{p:.2f}x' for p in pairs)})\n", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--gb", type=float, default=1.1, help="size of generated logs in GB (default 1.1)")
+    ap.add_argument("--layouts", default=",".join(LAYOUTS), help=f"comma-separated, of {', '.join(LAYOUTS)}")
+    ap.add_argument("--gb", type=float, default=0.2, help="size of the demo layout's logs in GB (default 0.2)")
     ap.add_argument("--dir", type=Path, default=Path("/tmp/observe-bench"))
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--runs", type=int, default=1, help="runs of each, alternating; medians are reported")
+    ap.add_argument("--fair", action="store_true", help="also run bench/baseline.py (observe's rules, per line)")
     args = ap.parse_args()
-    logs = args.dir / "logs"
-    marker = args.dir / f"generated-{args.gb}-{args.seed}"
-    if not marker.exists():
-        from observe.simulate import generate
-
-        shutil.rmtree(args.dir, ignore_errors=True)
-        print(f"generating {args.gb} GB of logs in {logs} ...", flush=True)
-        t = time.perf_counter()
-        generate(logs, seed=args.seed, target_bytes=int(args.gb * 1e9))
-        print(f"  generated in {time.perf_counter() - t:.0f}s", flush=True)
-        marker.touch()
-    raw = du(logs)
-    files = sum(1 for f in logs.rglob("*") if f.is_file())
+    layouts = [name.strip() for name in args.layouts.split(",") if name.strip()]
+    unknown = sorted(set(layouts) - set(LAYOUTS))
+    if unknown:
+        sys.exit(f"error: unknown layout {unknown[0]!r}: use {', '.join(LAYOUTS)}")
     stores = args.dir / "stores"
+    for layout in layouts:
+        logs = generated(layout, args.dir, args.gb, args.seed)
+        shutil.rmtree(stores, ignore_errors=True)
+        bench(layout, logs, stores, args.runs, args.fair)
     shutil.rmtree(stores, ignore_errors=True)
-    runs: dict[str, list[tuple[float, float, int, int]]] = {"observe": [], "baseline": []}
-    for i in range(args.runs):
-        for name, cmd in [
-            ("observe", [sys.executable, "-m", "observe.cli", "ingest", str(logs), "--store"]),
-            ("baseline", [sys.executable, str(HERE / "baseline.py"), str(logs)]),
-        ]:
-            store = stores / f"{name}-{i + 1}"
-            seconds, cpu, rss = run([*cmd, str(store)])
-            runs[name].append((seconds, cpu, rss, du(store)))
-            print(f"run {i + 1} {name}: {seconds:.1f} s, {cpu:.1f} CPU-s, peak RSS {rss / 1e6:.0f} MB", flush=True)
-    results = {name: tuple(statistics.median(r[k] for r in rs) for k in range(4)) for name, rs in runs.items()}
-    print("compacting observe's store ...", flush=True)
-    last = stores / f"observe-{args.runs}"
-    compact_s, _, compact_rss = run([sys.executable, "-m", "observe.cli", "compact", "--grace", "0s", "--store", str(last)])
-    compacted = du(last)
-    shutil.rmtree(stores, ignore_errors=True)
-    z = zstd3(logs)
-    print(f"\ninput: {raw / 1e6:.0f} MB in {files} files ({args.dir}); medians of {args.runs} run(s)")
-    print(f"{'':10}{'seconds':>10}{'MB/s':>10}{'CPU-s':>8}{'peak RSS MB':>14}{'store MB':>10}{'store/zstd-3':>14}")
-    for name, (seconds, cpu, rss, size) in results.items():
-        print(f"{name:10}{seconds:10.1f}{raw / 1e6 / seconds:10.1f}{cpu:8.1f}{rss / 1e6:14.0f}{size / 1e6:10.1f}{size / z:14.2f}")
-    print(f"{'compacted':10}{compact_s:10.1f}{'':10}{'':8}{compact_rss / 1e6:14.0f}{compacted / 1e6:10.1f}{compacted / z:14.2f}"
-          "   (observe compact: text columns zstd 16, others 6)")
-    print(f"{'zstd -3':10}{'':10}{'':10}{'':8}{'':14}{z / 1e6:10.1f}{1:14.2f}")
-    pairs = [b[0] / o[0] for o, b in zip(runs["observe"], runs["baseline"])]
-    print(f"\nspeed ratio observe / baseline: {results['baseline'][0] / results['observe'][0]:.2f}x"
-          f" (each run: {', '.join(f'{p:.2f}x' for p in pairs)})")
 
 
 if __name__ == "__main__":

@@ -30,14 +30,13 @@ from pathlib import Path
 from typing import BinaryIO
 
 import polars as pl
-import pyarrow.parquet as pq
 
 from observe.schema import EVENT_SCHEMA, KEY, STORED_SCHEMA, conform, from_stored, to_stored
 from observe.store.compaction import (COMPACT_FILE_ROWS, COMPACT_GRACE_S, COMPACT_SLICE_BYTES, file_slices, note_names,
                                       read_note, replaced_by, rows_in, settle)
 from observe.store.files import (DIR_MODE, FILE_MODE, UnsafeStore, atomic_file, check_dir, create_file, create_temp,
                                  fsync_path, open_nofollow, regular_names, store_group, subdirs, write_atomic)
-from observe.store.layout import (SEGMENT_ORDER, UNKNOWN_DATE, Partition, write_compacted, write_ingested,
+from observe.store.layout import (SEGMENT_ORDER, UNKNOWN_DATE, Partition, parquet, write_compacted, write_ingested,
                                   buffered_parts, no_records, scan_segments, split_partitions, superseded_dropped)
 from observe.store.writer import BUFFER_BYTES, SEGMENT_ROWS, WRITE_THREADS, SegmentWriter
 
@@ -369,7 +368,7 @@ class Store:
         rows = []
         for p in self.partitions():
             segs = self.segments(p.path)
-            meta = [pq.read_metadata(s) for s in segs]
+            meta = [parquet().read_metadata(s) for s in segs]
             rows.append({
                 "source": p.source, "date": p.date, "segments": len(segs),
                 "rows": sum(m.num_rows for m in meta), "bytes": sum(s.stat().st_size for s in segs),

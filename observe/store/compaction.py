@@ -8,8 +8,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import polars as pl
-import pyarrow.parquet as pq
 from observe.store.files import open_nofollow
+from observe.store.layout import parquet
 
 
 COMPACT_FILE_ROWS = 1_000_000  # rows per compacted file at most
@@ -71,7 +71,7 @@ def rows_in(segs: list[Path], nbytes: int) -> int:
     """How many of ``segs``' rows hold about ``nbytes`` uncompressed (Parquet metadata; at least 10,000)."""
     rows = size = 0
     for seg in segs:
-        md = pq.read_metadata(seg)
+        md = parquet().read_metadata(seg)
         rows += md.num_rows
         size += sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
     return max(10_000, int(nbytes * rows / size)) if size else nbytes

@@ -11,7 +11,6 @@ from typing import BinaryIO
 
 import polars as pl
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from observe.schema import KEY, STORED_SCHEMA, conform, stored_raw, to_stored
 
@@ -70,6 +69,14 @@ WRITE_SCHEMA = pa.schema([pa.field(f.name, pa.string_view() if f.type == pa.stri
                            for f in STORED_SCHEMA])
 
 
+def parquet():
+    """pyarrow's Parquet module, imported where it is used (compaction, metadata): 0.2 s, with the TLS
+    library it pulls in, that an ingest does not need."""
+    import pyarrow.parquet
+
+    return pyarrow.parquet
+
+
 def write_ingested(df: pl.DataFrame, f: BinaryIO) -> None:
     """An ingest segment (the stored layout) to ``f``: fast."""
     df.write_parquet(f, compression="zstd", compression_level=INGEST_LEVEL, statistics=INGEST_STATISTICS,
@@ -83,7 +90,7 @@ def write_compacted(df: pl.DataFrame, f: BinaryIO) -> None:
     table = df.to_arrow(compat_level=pl.CompatLevel.newest())
     if not table.schema.equals(WRITE_SCHEMA):  # a cast imports pyarrow.compute (0.15 s) the first time
         table = table.cast(WRITE_SCHEMA)
-    pq.write_table(table, f, compression="zstd", compression_level=COMPACT_LEVELS, row_group_size=ROW_GROUP_ROWS,
+    parquet().write_table(table, f, compression="zstd", compression_level=COMPACT_LEVELS, row_group_size=ROW_GROUP_ROWS,
                    use_dictionary=DICTIONARY_COLUMNS, column_encoding=COLUMN_ENCODINGS,
                    write_statistics=STATISTICS_COLUMNS, write_batch_size=WRITE_BATCH_ROWS, store_schema=False)
 
