@@ -221,10 +221,10 @@ def apply(df: pl.DataFrame, rules: tuple[Rule, ...] | None = None) -> pl.DataFra
     """Set ``kind``/``severity`` and rule-extracted fields on rows whose ``kind`` is still null.
 
     ``df`` needs ``source``, ``message``, ``kind``, ``severity``, ``attrs`` and the field columns.
-    Per source, one Aho-Corasick pass over the rules' literals picks the candidate rows and the rules
-    whose literals occur; only those rules' regexes run, on those rows (the first match wins). A few
-    lazy queries do it all: compiling every regex, or an eager step per rule, would cost more than
-    the matching.
+    Per source, one Aho-Corasick pass over the rules' literals picks the candidate rows and, for each,
+    the rules whose literals it holds; each rule's regex runs only on its rows (the first rule that
+    matches wins). A few lazy queries do it all: compiling every regex, or an eager step per rule,
+    would cost more than the matching.
     """
     rules = load()[0] if rules is None else rules
     by_source: dict[str, list[int]] = {}
@@ -252,12 +252,7 @@ def apply(df: pl.DataFrame, rules: tuple[Rule, ...] | None = None) -> pl.DataFra
     cands = pl.concat(found_literals).collect()
     if cands.is_empty():
         return df
-    matched = []
-    for (source,), part in cands.group_by("source"):
-        seen = set(part.get_column("_lit").explode().drop_nulls().unique().to_list())
-        ids = tuple(i for i in by_source[source] if not rules[i].literals or seen.intersection(rules[i].literals))
-        matched.append(part.lazy().with_columns(_which(rules, ids).alias("_rule")).filter(pl.col("_rule").is_not_null()))
-    found = pl.concat(matched).collect()
+    found = _first_matches(cands, rules, by_source)
     if found.is_empty():
         return df
     found = pl.concat([_extract(part.lazy(), rules[i]) for (i,), part in found.group_by("_rule")],
@@ -276,17 +271,30 @@ def apply(df: pl.DataFrame, rules: tuple[Rule, ...] | None = None) -> pl.DataFra
     return scatter_rows(df, idx, new)
 
 
+def _first_matches(cands: pl.DataFrame, rules: tuple[Rule, ...], by_source: dict[str, list[int]]) -> pl.DataFrame:
+    """Candidate rows (``_i``, ``source``, ``message``, ``_lit``: the literals found in each) with the
+    first rule that matches each (``_rule``). A rule's regex runs only on the rows holding one of its
+    literals (rules without literals on every row of their source), in one query."""
+    pairs = cands.select("_i", "source", pl.col("_lit").list.unique()).explode("_lit").join(
+        _literal_rules(rules), on=["source", "_lit"]).select("_i", "_rule")
+    plain = [(i, source) for source, ids in by_source.items() for i in ids if not rules[i].literals]
+    if plain:
+        every = pl.DataFrame({"_rule": [i for i, _ in plain], "source": [s for _, s in plain]},
+                             schema={"_rule": pl.Int32, "source": pl.String})
+        pairs = pl.concat([pairs, cands.select("_i", "source").join(every, on="source").select("_i", "_rule")])
+    pairs = pairs.unique().join(cands.select("_i", "source", "message"), on="_i")
+    tested = [part.lazy().filter(pl.col("message").str.contains(rules[i].pattern))
+              for (i,), part in pairs.group_by("_rule")]
+    hits = pl.concat(tested).group_by("_i").agg(pl.col("_rule").min()).collect() if tested else pairs.clear()
+    return cands.join(hits.select("_i", "_rule"), on="_i").drop("_lit")
+
+
 @cache
-def _which(rules: tuple[Rule, ...], ids: tuple[int, ...]) -> pl.Expr:
-    """The index of the first rule of ``ids`` (in order) that matches ``message``; null if none.
-    Built once per set of rules (expressions cost more to build than to run on a few rows)."""
-    msg, which = pl.col("message"), pl.lit(None, dtype=pl.Int32)
-    for i in reversed(ids):  # the first rule that matches wins
-        hit = msg.str.contains(rules[i].pattern)
-        if rules[i].literals:  # Aho-Corasick: contains(literal=True) is an escaped regex, and polars caches 32 per thread
-            hit = msg.str.contains_any(list(rules[i].literals)) & hit
-        which = pl.when(hit).then(pl.lit(i, dtype=pl.Int32)).otherwise(which)
-    return which
+def _literal_rules(rules: tuple[Rule, ...]) -> pl.DataFrame:
+    """(source, literal, rule) for every literal of every rule."""
+    rows = [(rule.source, lit, i) for i, rule in enumerate(rules) for lit in rule.literals]
+    return pl.DataFrame({"source": [r[0] for r in rows], "_lit": [r[1] for r in rows], "_rule": [r[2] for r in rows]},
+                        schema={"source": pl.String, "_lit": pl.String, "_rule": pl.Int32})
 
 
 def _extract(cand: pl.LazyFrame, rule: Rule) -> pl.LazyFrame:
