@@ -147,7 +147,7 @@ def parse_syslog(records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
     else:
         out = pl.concat([_rfc3164_fast(records.with_columns(ts.alias("_ts")).filter(fast)),
                          _by_format(records.filter(~fast), ctx)], how="diagonal_relaxed")
-    return _gpu_daemon_lines(_slurm_lines(kernel_device(kernel_uptime(out.with_columns(_source(out))))))
+    return _gpu_daemon_lines(_slurm_lines(kernel_lines(out.with_columns(_source(out)))))
 
 
 def _source(df: pl.DataFrame) -> pl.Expr:
@@ -197,18 +197,24 @@ def _journal_banner(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
                        pl.when(banner).then(pl.lit("journalctl")).alias("program"))
 
 
-def kernel_uptime(df: pl.DataFrame) -> pl.DataFrame:
-    """Move a kernel message's leading ``[ 12.345678]`` into attrs.uptime (only those rows touched)."""
-    has = (pl.col("source") == "kernel") & pl.col("message").str.starts_with("[")
-    rows = df.select(has.fill_null(False)).to_series().arg_true()
+def kernel_lines(df: pl.DataFrame) -> pl.DataFrame:
+    """Kernel rows' leading ``[ 12.345678]`` into attrs.uptime, then their device prefix (see
+    :func:`kernel_device`): one gather and one scatter of the kernel rows, the others untouched."""
+    rows = df.select((pl.col("source") == "kernel").fill_null(False)).to_series().arg_true()
     if not len(rows):
         return df
+    for name, dtype in (("pid", pl.Int64), ("gpu", pl.String), ("attrs", pl.String)):
+        if name not in df.columns:
+            df = df.with_columns(pl.lit(None, dtype=dtype).alias(name))
     msg = pl.col("message")
-    fixed = df.select("message", "attrs").gather(rows).with_columns(msg.str.extract(UPTIME, 1).alias("_up")).select(
+    part = df.select("message", "attrs", "pid", "gpu").gather(rows).with_columns(
+        pl.when(msg.str.starts_with("[")).then(msg.str.extract(UPTIME, 1)).alias("_up"))
+    part = part.with_columns(
         pl.when(pl.col("_up").is_not_null()).then(msg.str.replace(UPTIME, "")).otherwise(msg).alias("message"),
         merge_attrs(pl.col("attrs"), attrs_json([("uptime", pl.col("_up"))])).alias("attrs"),
-    )
-    return scatter_rows(df, rows, fixed)
+    ).drop("_up")
+    return scatter_rows(df, rows, kernel_device(part))
+
 
 # The device a kernel line is about, from the prefix its printing helper puts before the message:
 # source: torvalds/linux drivers/base/core.c __dev_printk (v3.x-v6.x): dev_printk_emit(level, dev,
@@ -257,18 +263,15 @@ def _gpu_daemon_lines(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def kernel_device(df: pl.DataFrame) -> pl.DataFrame:
-    """A kernel line's device prefix (see DEVICE_PREFIX) into attrs.pci and attrs.device, the mlx5
-    printer's pid into pid, an NVRM GPU prefix or the nvidia driver's device into gpu (only the rows
+    """Kernel lines' device prefix (see DEVICE_PREFIX) into attrs.pci and attrs.device, the mlx5
+    printer's pid into pid, an NVRM GPU prefix or the nvidia driver's device into gpu (only the lines
     that have one are touched)."""
-    if "source" not in df.columns or "message" not in df.columns:
-        return df
-    has = (pl.col("source") == "kernel") & pl.col("message").str.contains(_DEVICE_LINE)
-    rows = df.select(has.fill_null(False)).to_series().arg_true()
-    if not len(rows):
-        return df
     for name, dtype in (("pid", pl.Int64), ("gpu", pl.String), ("attrs", pl.String)):
         if name not in df.columns:
             df = df.with_columns(pl.lit(None, dtype=dtype).alias(name))
+    rows = df.select(pl.col("message").str.contains(_DEVICE_LINE).fill_null(False)).to_series().arg_true()
+    if not len(rows):
+        return df
     msg = pl.col("message")
     part = df.select("message", "attrs", "pid", "gpu").gather(rows).with_columns(
         msg.str.extract_groups(DEVICE_PREFIX).alias("_d"), msg.str.extract(NVRM_GPU, 1).alias("_gpu")).unnest("_d")
