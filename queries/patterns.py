@@ -60,8 +60,8 @@ def _load_config(paths: tuple[Path, ...]) -> Config:
         except (tomllib.TOMLDecodeError, KeyError, TypeError) as exc:
             raise ValueError(f"{path}: {exc}") from None
     return Config(tuple(masks.items()), tuple(keep.items()),
-                  float(miner.get("similarity", 0.6)), int(miner.get("depth", 2)),
-                  int(miner.get("max_children", 100)), int(miner.get("max_leaf", 100)))
+                  float(miner["similarity"]), int(miner["depth"]),
+                  int(miner["max_children"]), int(miner["max_leaf"]))
 
 
 def masked(messages: pl.Expr, config: Config | None = None) -> pl.Expr:

@@ -215,3 +215,38 @@ def test_every_attrs_key_read_is_one_something_writes() -> None:
     assert {"peer", "aer", "action", "state"} <= set(reads)  # the scan finds reads at all
     assert not _written("no_such_key_anywhere", text)
     assert {k: where for k, where in reads.items() if not _written(k, text)} == {}
+
+
+# Dicts of optional per-entry fields, whose absence the code gives a meaning (a fault kind's ``when``, a
+# cause's ``needs``, a rule's ``examples``): not policy values with a default of their own.
+OPTIONAL_ENTRIES = {"spec", "raw", "entry", "table", "doc", "by_check"}
+
+
+def _tuned_keys() -> set[str]:
+    """Keys the built-in data files set, by section: the policy's sections, the patterns' miner, the
+    causes' scoring, nodes and calibration."""
+    keys: set[str] = set()
+    policy = tomllib.loads((ROOT / "observe/health/policy.toml").read_text())
+    for section in [policy, *(v for v in policy.values() if isinstance(v, dict))]:
+        keys |= set(section)
+    causes = tomllib.loads((ROOT / "queries/causes.toml").read_text())
+    for name in ("scoring", "nodes", "calibration"):
+        keys |= set(causes.get(name, {}))
+    keys |= set(tomllib.loads((ROOT / "queries/patterns.toml").read_text()).get("miner", {}))
+    return keys
+
+
+def test_no_shadow_defaults_for_what_the_data_files_set() -> None:
+    """A value the built-in policy, causes or patterns file sets is read as it is (``rules["key"]``), never
+    with a default of the code's own (``rules.get("key", 3)``) that could silently disagree with the data."""
+    keys = _tuned_keys()
+    found = []
+    for name, path in MODULES.items():
+        if name.startswith("observe.simulate"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                    and len(node.args) == 2 and isinstance(node.args[0], ast.Constant) and node.args[0].value in keys
+                    and ast.unparse(node.func.value) not in OPTIONAL_ENTRIES):
+                found.append(f"{name}:{node.lineno}: {ast.unparse(node)}")
+    assert found == []

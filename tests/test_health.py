@@ -17,12 +17,14 @@ from observe.health.result import Status
 from observe.health.runner import run_checks
 from observe.store import Store
 
+POLICY = pol.load()
+
 torch = pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_gpu_burn_passes_on_a_healthy_cpu() -> None:
-    r = gpu_burn.run({"seconds": 1, "cpu_size": 128})
+    r = gpu_burn.run({**POLICY["gpu_burn"], "seconds": 1, "cpu_size": 128})
     assert r.status is Status.PASS, r.summary
     dev = r.evidence["devices"]["cpu"]
     assert dev["iterations"] > 10 and dev["tflops"] > 0 and dev["mismatches"] == 0
@@ -58,7 +60,7 @@ def test_gpu_burn_catches_one_silently_corrupted_product(monkeypatch: pytest.Mon
         return c
 
     _second_device_uses(monkeypatch, flaky)
-    r = gpu_burn.run({"seconds": 1, "cpu_size": 128, "devices": ["cpu", "cpu"]})
+    r = gpu_burn.run({**POLICY["gpu_burn"], "seconds": 1, "cpu_size": 128, "devices": ["cpu", "cpu"]})
     assert r.status is Status.FAIL
     assert "cpu#1: 1 product(s) differ from its first" in r.summary
     assert r.evidence["devices"]["cpu#0"]["mismatches"] == 0
@@ -71,7 +73,7 @@ def test_gpu_burn_catches_nan_and_a_wrong_first_result(monkeypatch: pytest.Monke
         return c
 
     _second_device_uses(monkeypatch, broken)
-    r = gpu_burn.run({"seconds": 0.5, "cpu_size": 64, "devices": ["cpu", "cpu"]})
+    r = gpu_burn.run({**POLICY["gpu_burn"], "seconds": 0.5, "cpu_size": 64, "devices": ["cpu", "cpu"]})
     assert r.status is Status.FAIL
     assert "cpu#1: NaN/Inf" in r.summary and "float64 reference" in r.summary
 
@@ -84,12 +86,12 @@ def test_gpu_burn_names_a_slow_device(monkeypatch: pytest.MonkeyPatch) -> None:
         return mm(x, y)
 
     _second_device_uses(monkeypatch, slow)
-    r = gpu_burn.run({"seconds": 1, "cpu_size": 64, "devices": ["cpu", "cpu", "cpu"], "min_peer_ratio": 0.85})
+    r = gpu_burn.run({**POLICY["gpu_burn"], "seconds": 1, "cpu_size": 64, "devices": ["cpu", "cpu", "cpu"], "min_peer_ratio": 0.85})
     assert r.status is Status.FAIL and "cpu#1:" in r.summary and "below 85% of its peers' median" in r.summary
 
 
 def test_allreduce_gloo_two_ranks_checks_every_sum() -> None:
-    r = allreduce.run({"sizes": ["64KB", "1MB"], "iterations": 3, "warmup": 1})
+    r = allreduce.run({**POLICY["allreduce"], "sizes": ["64KB", "1MB"], "iterations": 3, "warmup": 1})
     assert r.status is Status.PASS, r.summary
     assert r.evidence["backend"] == "gloo" and r.evidence["ranks"] == 2
     sizes = r.evidence["sizes"]

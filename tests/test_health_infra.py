@@ -184,7 +184,7 @@ def test_ib_expectation_per_gpu_model(tmp_path: Path, gpu_model, opts, status, w
     ({"min_free_pct": 0, "min_free_gb": 0, "min_free_inodes_pct": 101}, Status.FAIL, ["inodes free", "under 101%"]),
 ])
 def test_disk_on_a_real_file_system(tmp_path: Path, opts, status, words) -> None:
-    r = disk.run({"paths": [str(tmp_path), "/nope"], **opts})
+    r = disk.run({**pol.load()["disk"], "paths": [str(tmp_path), "/nope"], **opts})
     assert r.status is status, r.summary
     assert all(w in r.summary for w in words), r.summary
     assert r.evidence["missing"] == ["/nope"] and r.evidence["paths"][0]["path"] == str(tmp_path)
@@ -208,13 +208,13 @@ def test_disk_judges_what_statvfs_reports(monkeypatch: pytest.MonkeyPatch, fs, s
             raise fs
         return fs
     monkeypatch.setattr(os, "statvfs", statvfs)
-    r = disk.run({"paths": ["/scratch"]})
+    r = disk.run({**pol.load()["disk"], "paths": ["/scratch"]})
     assert r.status is status, r.summary
     assert all(w in r.summary for w in words), r.summary
 
 
 def test_disk_with_no_path_here_is_unknown(tmp_path: Path) -> None:
-    r = disk.run({"paths": [str(tmp_path / "a"), str(tmp_path / "b")]})
+    r = disk.run({**pol.load()["disk"], "paths": [str(tmp_path / "a"), str(tmp_path / "b")]})
     assert r.status is Status.UNKNOWN and "none exists" in r.summary
 
 

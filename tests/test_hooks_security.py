@@ -133,7 +133,7 @@ def test_no_bug_report_into_a_directory_others_can_write(tmp_path: Path, monkeyp
     tool = tmp_path / "nvidia-bug-report.sh"
     tool.write_text("#!/bin/sh\n")
     tool.chmod(0o755)
-    rules = {"bug_report_dir": str(tmp_path / "reports"), "bug_report_command": str(tool)}
+    rules = {**policy.load()["drain"], "bug_report_dir": str(tmp_path / "reports"), "bug_report_command": str(tool)}
     (tmp_path / "reports").mkdir(mode=0o755)
     (tmp_path / "reports").chmod(0o777)
     assert "no one else can write" in bugreport.start("node1", rules) and started == []

@@ -67,7 +67,7 @@ def health_run_cmd(
                           escape(r.summary))
         out.print(table)
     if record:
-        open_store(store).write(as_events(results, node or this_node(), rules_.get("version", "")))
+        open_store(store).write(as_events(results, node or this_node(), rules_["version"]))
     raise typer.Exit(1 if any(r.status.value == "FAIL" for r in results) else 0)
 
 

@@ -54,10 +54,10 @@ class Drainer:
 
     def __init__(self, policy: dict, store: Store | None = None, dry_run: bool = False):
         self.rules = policy["drain"]
-        self.version = policy.get("version", "")
+        self.version = policy["version"]
         self.store = store
         self.dry_run = dry_run
-        self.prefix = self.rules.get("reason_prefix", "observe:")
+        self.prefix = self.rules["reason_prefix"]
 
     def drain(self, node: str, reason: str, evidence: dict | None = None) -> list[Decision]:
         """Drain ``node`` unless a guardrail refuses; the decisions made (also in the ledger).
@@ -81,7 +81,7 @@ class Drainer:
                                           self.dry_run, evidence)])
         if target.drained and target.reason.startswith(self.prefix):
             return [Decision("node_drain_refused", node, ours, f"already drained by observe: {target.reason}", self.dry_run, evidence)]
-        tripped = breaker(self.store)[0] if self.store is not None and self.rules.get("budget_breaker", True) else None
+        tripped = breaker(self.store)[0] if self.store is not None and self.rules["budget_breaker"] else None
         if tripped is not None:
             return self._record([Decision("node_drain_refused", node, ours, f"the drain breaker is open since "
                                           f"{tripped:%Y-%m-%d %H:%M:%S}Z (budget exhausted): nothing is drained until a "
@@ -171,7 +171,7 @@ class Drainer:
         drain = self._last_drain(node)
         if not drain or not drain["checks"]:
             return ""
-        needed = sorted({*drain["checks"], *self.rules.get("return_checks", [])})
+        needed = sorted({*drain["checks"], *self.rules["return_checks"]})
         results = (self.store.scan(sources=["health"], since=drain["ts"])
                    .filter((pl.col("kind") == "health_check") & (pl.col("node") == node) & (pl.col("ts") > drain["ts"]))
                    .with_columns(pl.col("attrs").str.json_path_match("$.check").alias("check"),
@@ -188,17 +188,17 @@ class Drainer:
         """Why one more drain would break the budget ('' when it would not)."""
         everyone = slurm.nodes()
         mates = [n for n in everyone if set(n.partitions) & set(target.partitions)] or everyone
-        if self.rules.get("gpu_nodes_only", True) and _has_gpus(target):
+        if self.rules["gpu_nodes_only"] and _has_gpus(target):
             mates = [n for n in mates if _has_gpus(n)]
         ours = [n for n in mates if n.drained and n.reason.startswith(self.prefix)]
-        limit = max(1, math.floor(float(self.rules.get("max_fraction", 0.1)) * len(mates)))
-        if int(self.rules.get("max_nodes", 0)):
+        limit = max(1, math.floor(float(self.rules["max_fraction"]) * len(mates)))
+        if int(self.rules["max_nodes"]):
             limit = min(limit, int(self.rules["max_nodes"]))
         if len(ours) + 1 > limit:
-            what = "GPU nodes" if self.rules.get("gpu_nodes_only", True) and _has_gpus(target) else "nodes"
+            what = "GPU nodes" if self.rules["gpu_nodes_only"] and _has_gpus(target) else "nodes"
             return (f"{len(ours)} of {len(mates)} {what} in {','.join(target.partitions) or 'the cluster'} already "
                     f"drained by observe (limit {limit})")
-        per_hour = int(self.rules.get("max_per_hour", 0))
+        per_hour = int(self.rules["max_per_hour"])
         if per_hour and self.store is not None:
             recent = self._recent_drains()
             if recent >= per_hour:

@@ -52,11 +52,11 @@ def _remedy(gravity: pl.Expr) -> pl.Expr:
 
 def fault_lines(events: pl.LazyFrame, rules: dict) -> pl.LazyFrame:
     """The events that are faults, each with its first remedy and drain-reason category."""
-    kinds = rules.get("kinds", {})
-    xid_remedy = rules.get("xid_remedy", {})
+    kinds = rules["kinds"]
+    xid_remedy = rules["xid_remedy"]
     action = pl.when((_attr("nvlink_severity") == "fatal") & _attr("fatal_action").is_not_null()) \
         .then(_attr("fatal_action")).otherwise(_attr("action"))
-    stated = rules.get("recovery_action", {})  # Xid 154's own words win over the catalog
+    stated = rules["recovery_action"]  # Xid 154's own words win over the catalog
     remedy = pl.when((pl.col("kind") == "gpu_xid") & _attr("recovery_action").is_in(list(stated))).then(
         _attr("recovery_action").replace_strict(list(stated), list(stated.values()), default=None, return_dtype=pl.String)
     ).when(pl.col("kind") == "gpu_xid").then(
@@ -162,7 +162,7 @@ def _ends(eps: pl.LazyFrame, events: pl.LazyFrame, recov: pl.LazyFrame, rules: d
         .when((ended == pl.col("_gpu_end1")) | (ended == pl.col("_gpu_end0"))).then(pl.lit("recovery on the GPU")) \
         .otherwise(pl.lit("recovery on the node"))
     clears = []
-    for kind, spec in rules.get("kinds", {}).items():
+    for kind, spec in rules["kinds"].items():
         if not spec.get("cleared_by"):
             continue
         match, col = list(spec.get("match", [])), f"_clear{len(clears)}"
@@ -193,7 +193,7 @@ def decide(events: pl.LazyFrame, rules: dict, now: datetime, breaker_reset: date
     everything = events.with_columns(pl.col("ts").dt.replace_time_zone(None))
     events = everything.filter(provenance.trusted())
     # the few recoveries and episodes are collected once: every step below reads them again
-    recov = events.filter(pl.col("kind").is_in(rules.get("recovery", []))).select("node", "gpu", "ts", "source") \
+    recov = events.filter(pl.col("kind").is_in(rules["recovery"])).select("node", "gpu", "ts", "source") \
         .collect().lazy()
     lines = _epochs(with_jobs(fault_lines(events, rules), everything), recov)
     eps = episodes(lines, _span(rules, "dedup_window")).with_columns(pl.col("last_ts").fill_null(EPOCH).alias("_at")) \
@@ -209,7 +209,7 @@ def decide(events: pl.LazyFrame, rules: dict, now: datetime, breaker_reset: date
     eps = eps.with_columns((pl.col("_ended_n") - pl.col("ended_at").is_not_null().cast(pl.Int32)).alias("_came_back"))
 
     # remediations of the node in the window before each episode
-    fixes = (events.filter((pl.col("kind") == "fault_cleared") & _attr("remedy").is_in(rules.get("ladder", [])))
+    fixes = (events.filter((pl.col("kind") == "fault_cleared") & _attr("remedy").is_in(rules["ladder"]))
              .select("node", pl.col("ts").alias("_at"), pl.lit(1).alias("_fix")))
     fixed = (pl.concat([eps.select("node", "_at", pl.lit(0).alias("_fix"), pl.int_range(pl.len()).alias("_i")),
                         fixes.with_columns(pl.lit(None, dtype=pl.Int64).alias("_i"))], how="diagonal_relaxed")
@@ -220,7 +220,7 @@ def decide(events: pl.LazyFrame, rules: dict, now: datetime, breaker_reset: date
 
     # application Xids: hardware when one GPU alone (or one GPC/TPC) keeps getting them
     app = pl.col("remedy") == "app"
-    app_n = int(rules.get("app_repeat_count", 3))
+    app_n = int(rules["app_repeat_count"])
     eps = eps.sort("_at").with_columns(
         pl.when(app).then(1).otherwise(0).rolling_sum_by("_at", repeat).over(["node", "gpu"]).alias("_app_gpu"),
         pl.when(app & pl.col("location").is_not_null()).then(1).otherwise(0)
@@ -229,7 +229,7 @@ def decide(events: pl.LazyFrame, rules: dict, now: datetime, breaker_reset: date
     eps = eps.join(gpus, on="node", how="left")
     on_one = app & (((pl.col("_app_gpu") >= app_n) & (pl.col("_app_gpus") == 1)) | (pl.col("_app_loc") >= app_n))
 
-    ladder = list(rules.get("ladder", ["reset", "reboot", "replace"]))
+    ladder = list(rules["ladder"])
     rung = pl.col("remedy").replace_strict(ladder, list(range(len(ladder))), default=None, return_dtype=pl.Int32)
     climbed = pl.min_horizontal(rung + pl.col("_came_back"), pl.lit(len(ladder) - 1))
     replace = (pl.col("episodes") >= int(rules["repeat_count"])) | \
@@ -242,7 +242,7 @@ def decide(events: pl.LazyFrame, rules: dict, now: datetime, breaker_reset: date
               .otherwise(first))
     category = pl.when(on_one).then(pl.lit("hardware")).when(app).then(pl.lit("user")).otherwise("category")
     observe_only = pl.lit(False)
-    for entry in rules.get("observe_only", []):
+    for entry in rules["observe_only"]:
         kind, _, code = str(entry).partition(":")
         hit = pl.col("kind") == ("gpu_xid" if kind == "xid" else kind)
         observe_only = observe_only | ((hit & (pl.col("code") == int(code))) if code else hit)

@@ -120,7 +120,7 @@ def _epilog(hook: Hook) -> None:
     if failed and hook.policy["epilog"]["explain"]:
         results += _checks(hook, "epilog", ["explain"])
     drained = _drain_if_failing(hook, results)
-    capture = hook.policy["epilog"].get("capture", True) and info.get("BatchHost", hook.node) == hook.node
+    capture = hook.policy["epilog"]["capture"] and info.get("BatchHost", hook.node) == hook.node
     script = slurm.batch_script(hook.job) if capture or (drained and failed) else ""
     if drained and failed:
         requeue.requeue(hook, info, script, results)
@@ -165,7 +165,7 @@ def _healthcheck(hook: Hook) -> None:
         return
     if all(r.status is Status.PASS for r in results) and target[0].idle:
         # the extended re-check before a node returns: on a drained node no job is disturbed
-        extra = [c for c in drainer.rules.get("return_checks", []) if c not in {r.check for r in results}]
+        extra = [c for c in drainer.rules["return_checks"] if c not in {r.check for r in results}]
         results += _checks(hook, "healthcheck", extra)
     for d in drainer.resume(hook.node, {"checks": {r.check: r.to_dict() for r in results}}):
         hook.say(f"{d.kind} {d.node}: {d.detail}")
@@ -186,14 +186,14 @@ def _note_others(hook: Hook) -> None:
 
 def _checks(hook: Hook, section: str, names: list[str] | None = None) -> list[Result]:
     rules = hook.policy[section]
-    names = list(rules.get("checks", [])) if names is None else names
+    names = list(rules["checks"]) if names is None else names
     if not names:
         return []
     overrides = {"node": hook.node, "store": str(hook.store.root), "device": rules.get("device", "auto")}
     if hook.kind == "epilog":
         overrides["job"] = hook.job  # gpu_procs: this job's processes must be gone
     results = run_checks(names, hook.policy, max(1.0, hook.left() - 5), overrides)
-    hook.store.write(as_events(results, hook.node, hook.policy.get("version", "")))
+    hook.store.write(as_events(results, hook.node, hook.policy["version"]))
     for r in results:
         if r.status is not Status.PASS:
             hook.say(f"{r.check} {r.status.value}{' (' + r.action + ')' if r.action else ''}: {r.summary}")

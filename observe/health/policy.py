@@ -25,7 +25,7 @@ def load(site: str | Path | None = None) -> dict:
     from observe.health.runner import CHECKS
 
     for hook in HOOKS:
-        unknown = [c for c in policy[hook].get("checks", []) if c not in CHECKS]
+        unknown = [c for c in policy[hook]["checks"] if c not in CHECKS]
         if unknown:
             raise PolicyError(f"policy [{hook}] checks: unknown {', '.join(unknown)}; known: {', '.join(CHECKS)}")
     for name, section in policy.items():

@@ -28,7 +28,7 @@ SLURM_ID = re.compile(r"\((\d+)\)$")  # scontrol's UserId=alice(1000), GroupId=a
 def requeue(hook: Hook, info: dict, script: str, results: list[Result]) -> None:
     """Requeue the job if it opted in; the decision, and the work lost since its latest checkpoint, to the ledger."""
     marker = MARKER.search(script or "")
-    limit = int(hook.policy["epilog"].get("max_requeues", 3))
+    limit = int(hook.policy["epilog"]["max_requeues"])
     restarts = int(info.get("Restarts") or hook.env.get("SLURM_JOB_RESTART_COUNT") or 0)
     why = ("slurmctld no longer knows the job" if not info else
            "the job does not allow requeue (sbatch --requeue)" if info.get("Requeue") != "1" else

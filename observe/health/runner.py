@@ -39,8 +39,8 @@ def run_checks(names: list[str], policy: dict, budget_s: float, overrides: dict 
         result = _in_child(name, opts, left)
         result.seconds = time.monotonic() - started
         if result.status is Status.FAIL:
-            result.action = result.action or opts.get("on_fail", "report")  # a check may name a graver one
-            result.category = result.category or opts.get("category", "hardware")
+            result.action = result.action or opts["on_fail"]  # a check may name a graver one
+            result.category = result.category or opts["category"]
         results.append(result)
     return results
 

@@ -38,10 +38,10 @@ def run(opts: dict) -> Result:
     except ImportError:
         return unknown(NAME, "torch is not installed (pip install 'observe[health]')")
     gpu = opts.get("device", "auto") != "cpu" and torch.cuda.is_available()
-    sizes = [size_bytes(s) for s in opts.get("sizes", ["1MB"])]
+    sizes = [size_bytes(s) for s in opts["sizes"]]
     if not gpu:
-        sizes = sorted({min(s, size_bytes(opts.get("cpu_max", "4MB"))) for s in sizes})
-    plan = {"sizes": sizes, "iterations": int(opts.get("iterations", 10)), "warmup": int(opts.get("warmup", 2)),
+        sizes = sorted({min(s, size_bytes(opts["cpu_max"])) for s in sizes})
+    plan = {"sizes": sizes, "iterations": int(opts["iterations"]), "warmup": int(opts["warmup"]),
             "backend": "nccl" if gpu else "gloo"}
     env = _slurm_rank()
     if env is not None:  # one rank of a job step: this process takes part directly
@@ -73,7 +73,7 @@ def _verdict(rows: dict, world: int, plan: dict, opts: dict) -> Result:
                       "wrong": r["wrong"]})
         if r["wrong"]:
             problems.append(f"{r['wrong']} rank(s) got a wrong sum at {size} bytes: {', '.join(r['wrong_nodes'])}")
-    floor = float(opts.get("min_busbw_gbps", 0))
+    floor = float(opts["min_busbw_gbps"])
     top = table[-1]
     if floor and top["busbw_gbps"] < floor:
         problems.append(f"busbw {top['busbw_gbps']:.2f} GB/s at {top['bytes']} bytes, below the floor {floor}")

@@ -48,10 +48,10 @@ def _usage(path: str, st: os.statvfs_result) -> dict:
 def judge(fs: dict, opts: dict) -> list[str]:
     """What is short on one file system under the policy's floors (0: no floor)."""
     out = []
-    pct, gb = float(opts.get("min_free_pct", 5)), float(opts.get("min_free_gb", 1))
+    pct, gb = float(opts["min_free_pct"]), float(opts["min_free_gb"])
     if fs["free_pct"] is not None and (fs["free_pct"] < pct or fs["free_gb"] < gb):
         out.append(f"{_free(fs)}, under {pct:g}% or {gb:g} GB")
-    inodes = float(opts.get("min_free_inodes_pct", 5))
+    inodes = float(opts["min_free_inodes_pct"])
     if fs["free_inodes_pct"] is not None and fs["free_inodes_pct"] < inodes:
         out.append(f"{fs['free_inodes']} inodes free ({fs['free_inodes_pct']:.1f}%), under {inodes:g}%")
     return out

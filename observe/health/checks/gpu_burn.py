@@ -29,12 +29,12 @@ def run(opts: dict) -> Result:
         return unknown(NAME, "torch is not installed (pip install 'observe[health]')")
     devices = opts.get("devices") or _devices(torch, opts.get("device", "auto"))
     cpu = all(d == "cpu" for d in devices)
-    dtype_name = "fp32" if cpu else opts.get("dtype", "bf16")
+    dtype_name = "fp32" if cpu else opts["dtype"]
     if dtype_name not in DTYPES:
         return unknown(NAME, f"dtype {dtype_name!r}: use one of {', '.join(DTYPES)}")
     dtype = getattr(torch, DTYPES[dtype_name])
-    n = int(opts.get("cpu_size", 256) if cpu else opts.get("size", 8192))
-    seconds = float(opts.get("seconds", 30))
+    n = int(opts["cpu_size"] if cpu else opts["size"])
+    seconds = float(opts["seconds"])
     gen = torch.Generator().manual_seed(1234)
     a64 = torch.randn(n, n, generator=gen, dtype=torch.float64)
     b64 = torch.randn(n, n, generator=gen, dtype=torch.float64)
@@ -64,7 +64,7 @@ def run(opts: dict) -> Result:
     tflops = {d: s["tflops"] for d, s in per_device.items()}
     if len(tflops) > 1:
         median = sorted(tflops.values())[len(tflops) // 2]
-        ratio = float(opts.get("min_peer_ratio", 0.85))
+        ratio = float(opts["min_peer_ratio"])
         problems += [f"{d}: {t:.1f} TFLOPS, below {ratio:.0%} of its peers' median {median:.1f}"
                      for d, t in tflops.items() if t < ratio * median]
     floors = opts.get("tflops_floor") or {}

@@ -78,32 +78,32 @@ def judge(gpu: dict, opts: dict) -> list[dict]:
         add("the GPU is lost (fell off the bus?)", "drain")
         return out
     volatile = gpu.get("ecc_volatile_uncorrected")
-    if volatile is not None and volatile > int(opts.get("max_volatile_uncorrected", 0)):
-        add(f"{volatile} uncorrectable ECC error(s) since the driver loaded", opts.get("on_volatile_uncorrected", "reset"))
+    if volatile is not None and volatile > int(opts["max_volatile_uncorrected"]):
+        add(f"{volatile} uncorrectable ECC error(s) since the driver loaded", opts["on_volatile_uncorrected"])
     aggregate = gpu.get("ecc_aggregate_uncorrected")
-    if aggregate and int(opts.get("max_aggregate_uncorrected", 0)) and aggregate > int(opts["max_aggregate_uncorrected"]):
+    if aggregate and int(opts["max_aggregate_uncorrected"]) and aggregate > int(opts["max_aggregate_uncorrected"]):
         add(f"{aggregate} uncorrectable ECC errors in its lifetime", "drain")
     pages = gpu.get("retired_pages")
-    if pages is not None and pages >= int(opts.get("max_retired_pages", 60)):
+    if pages is not None and pages >= int(opts["max_retired_pages"]):
         add(f"{pages} retired pages (at the retirement limit: RMA)", "drain")
     if gpu.get("retired_pending"):
-        add("page retirement pending (takes effect after a reboot or GPU reset)", opts.get("on_pending", "reset"))
+        add("page retirement pending (takes effect after a reboot or GPU reset)", opts["on_pending"])
     rows = gpu.get("remapped_rows") or {}
     if rows.get("failed"):
         add("row remapping failed (RMA)", "drain")
     elif rows.get("pending"):
-        add("row remap pending (a GPU reset applies it)", opts.get("on_pending", "reset"))
+        add("row remap pending (a GPU reset applies it)", opts["on_pending"])
     reasons = gpu.get("throttle_reasons") or 0
-    failing = set(opts.get("throttle_fail", ["hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"]))
+    failing = set(opts["throttle_fail"])
     for bit, name in HW_THROTTLE.items():
         if reasons & bit:
             add(f"clocks throttled: {name}", "drain" if name in failing else "report")
     pcie = gpu.get("pcie") or {}
     if pcie.get("width") and pcie.get("max_width") and pcie["width"] < pcie["max_width"]:
-        add(f"PCIe link x{pcie['width']} of x{pcie['max_width']}", opts.get("on_pcie_degraded", "drain"))
+        add(f"PCIe link x{pcie['width']} of x{pcie['max_width']}", opts["on_pcie_degraded"])
     if pcie.get("gen") and pcie.get("max_gen") and pcie["gen"] < pcie["max_gen"]:
         if gpu.get("pstate") == 0:
-            add(f"PCIe gen {pcie['gen']} of {pcie['max_gen']} under load (P0)", opts.get("on_pcie_degraded", "drain"))
+            add(f"PCIe gen {pcie['gen']} of {pcie['max_gen']} under load (P0)", opts["on_pcie_degraded"])
     return out
 
 

@@ -35,7 +35,7 @@ def run(opts: dict) -> Result:
     boot = datetime.fromisoformat(opts["boot_time"]) if opts.get("boot_time") else boot_time()
     rules = opts["policy"]["faults"]
     now = datetime.now(timezone.utc)
-    log = str(opts.get("log", "/dev/kmsg")).replace("%n", node)
+    log = str(opts["log"]).replace("%n", node)
     looked, frames, breaker_reset = [], [], None
     try:
         route = "kmsg" if _is_kmsg(log) else provenance.path_route(log, None)
@@ -46,7 +46,7 @@ def run(opts: dict) -> Result:
         log_error = f"{log}: {exc.strerror or exc}"
     else:
         log_error = ""
-    if opts.get("from_store", True) and opts.get("store"):
+    if opts["from_store"] and opts.get("store"):
         from observe.health.drain import breaker
         from observe.store import Store
 
