@@ -1,4 +1,5 @@
-"""Every rule's examples produce its kind through the real engine; bad rule files fail clearly."""
+"""Every rule's examples produce its kind and the fields recorded for them through the real engine (every
+named group filled by one example at least); bad rule files fail clearly."""
 from __future__ import annotations
 
 import json
@@ -30,6 +31,36 @@ def test_examples_yield_their_kind(rule: rules.Rule) -> None:
         assert _classify(ex, rule.source) == rule.kind, ex
     for ex in rule.counterexamples:
         assert _classify(ex, rule.source) != rule.kind, ex
+
+
+def _extracted(message: str, source: str) -> dict:
+    """The kind and every field and attrs key the engine sets for ``message`` (the nulls left out)."""
+    df = pl.DataFrame({"message": [message], "source": [source]}).with_columns(
+        pl.lit(None, dtype=t).alias(n) for n, t in POLARS_SCHEMA.items() if n not in ("message", "source"))
+    row = rules.apply(df).row(0, named=True)
+    fields = {k: str(v) for k, v in row.items() if v is not None and k not in ("message", "source", "attrs")}
+    return {**fields, **json.loads(row["attrs"] or "{}")}
+
+
+EXAMPLE_FIELDS = Path(__file__).parent / "fixtures" / "rule_examples.json"
+
+
+def test_every_example_extracts_its_recorded_fields(update_golden: bool) -> None:
+    """What each example yields, field by field (a broken group, a renamed one, a wrong value), against
+    tests/fixtures/rule_examples.json; ``pytest --update-golden`` rewrites it after a deliberate change."""
+    got = {f"{r.where} {ex}": _extracted(ex, r.source) for r in ALL_RULES for ex in r.examples}
+    if update_golden:
+        EXAMPLE_FIELDS.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
+    recorded = json.loads(EXAMPLE_FIELDS.read_text())
+    assert {k: v for k, v in got.items() if recorded.get(k) != v} == {}
+    assert set(recorded) == set(got), "examples added or removed: run pytest --update-golden and review"
+
+
+@pytest.mark.parametrize("rule", [r for r in ALL_RULES if r.groups], ids=lambda r: r.where.split("/")[-1])
+def test_every_named_group_is_filled_by_an_example(rule: rules.Rule) -> None:
+    """A group no example fills is untested text: it may never capture."""
+    filled = set().union(*(_extracted(ex, rule.source) for ex in rule.examples))
+    assert set(rule.groups) - filled == set(), f"{rule.where}: give an example that fills these groups"
 
 
 def test_examples_report_is_clean() -> None:
