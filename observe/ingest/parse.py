@@ -129,7 +129,8 @@ def parse_unit(recs: pl.DataFrame, inputs: list[ParseInput], c: Collector, ctx: 
 
 def learn_boot_times(events: pl.DataFrame, known: dict[str, datetime]) -> None:
     """Record each node's boot time from kernel events that carry both wall-clock time and uptime."""
-    both = events.filter(pl.col("source") == "kernel", pl.col("ts").is_not_null(), pl.col("node").is_not_null(),
+    kernel = events.filter(pl.col("source") == "kernel")  # first: the text test only on its rows
+    both = kernel.filter(pl.col("ts").is_not_null(), pl.col("node").is_not_null(),
                          pl.col("attrs").str.contains('"uptime"', literal=True))
     if both.is_empty():
         return
