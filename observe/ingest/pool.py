@@ -83,7 +83,8 @@ def ingest(inputs: list[tuple[str, dict]], store: Store, workers: int,
     logs to wait for, nothing waits for all workers: each writes what it holds as soon as no task
     is left for it (measured on the bench: 0.26 s sooner done)."""
     with _Workers(store, workers, progress) as pool:
-        first, last = tasks(plan(inputs, store), TASK_BYTES)
+        planned = plan(inputs, store)
+        first, last = tasks(planned, task_bytes(sum(p.size for p in planned), workers))
         pool.submit(sorted(first, key=_size, reverse=True))
         if last:
             pool.run()
@@ -96,6 +97,12 @@ def ingest(inputs: list[tuple[str, dict]], store: Store, workers: int,
         for summary in pool.finish():
             total.add(summary)
     return total
+
+
+def task_bytes(total: int, workers: int) -> int:
+    """How much of a run's small files one task holds: TASK_BYTES, or less, so that each worker gets
+    three tasks or more and none is left with a long tail (a chunk's worth at least)."""
+    return min(TASK_BYTES, max(CHUNK_BYTES, total // (3 * workers)))
 
 
 def _ids(todo: list[Task]) -> set[str]:

@@ -67,6 +67,7 @@ class Store:
             pass  # created on first write; not a directory: writes fail, commands say so
         self.events = self.root / "events"
         self.inputs = self.root / "inputs"
+        self._made: set[Path] = set()  # directories made or checked by this process
         self._marked: set[str] = set()  # inputs this process has marked
         self._noted: set[str] = set()  # inputs about to be written, marked with the next segment
         self._mark_lock = threading.Lock()
@@ -80,7 +81,14 @@ class Store:
         """Create ``directory`` (the root or one inside it) and its missing parents in the store:
         DIR_MODE, the store's group, setgid where it is set (as the kernel does below a setgid
         directory) so that what is created below inherits the group. Existing ones are checked as
-        they are passed (:func:`check_dir`), every time: a directory may be expired meanwhile."""
+        they are passed (:func:`check_dir`); one made or checked before by this process only has to
+        be a directory still (one lstat: expired meanwhile, it is made again)."""
+        if directory in self._made:
+            try:
+                if stat.S_ISDIR(os.lstat(directory).st_mode):
+                    return
+            except FileNotFoundError:
+                pass
         self.root.parent.mkdir(parents=True, exist_ok=True)  # outside the store: the admin's
         rel = directory.relative_to(self.root).parts
         for path in [self.root.joinpath(*rel[:i]) for i in range(len(rel) + 1)]:
@@ -97,6 +105,7 @@ class Store:
                 os.fchmod(fd, DIR_MODE | (stat.S_ISGID if setgid else 0))
             finally:
                 os.close(fd)
+        self._made.add(directory)
 
     def create(self, path: Path) -> BinaryIO:
         """A new file of the store (FILE_MODE, its group), open for writing: see :func:`create_file`."""
