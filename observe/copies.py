@@ -10,10 +10,12 @@ through :func:`one_per_record`.
 How copies are told apart from repeats: rows of one source, node, job, rank and message text are
 *copies* when they come from different inputs and lie within COPY_WINDOW of each other in a chain
 (a cluster), or carry the same kernel uptime stamp (``attrs.uptime``) however far apart their times
-are (a dmesg time drifts from the wall clock over a long uptime). In each cluster the input holding
-the most rows wins (a burst of ten identical Xid lines is ten records, not one; an input that missed
-some of a burst loses to the one that has them all); ties go to the input whose rows have times, then
-to the one with kernel uptime stamps, then to the smaller ``file_id``. Its rows are kept, the other inputs' rows of the cluster are not.
+are (a dmesg time drifts from the wall clock over a long uptime). In each cluster an input of a
+trusted route (observe/provenance.toml: the kernel's own log, not a syslog that relays what any
+process sends) wins over the others, so that lines a user can write never hide the kernel's; then the
+input holding the most rows (a burst of ten identical Xid lines is ten records, not one; an input
+that missed some of a burst loses to the one that has them all); ties go to the input whose rows
+have times, then to the one with kernel uptime stamps, then to the smaller ``file_id``. Its rows are kept, the other inputs' rows of the cluster are not.
 Rows of one input are never merged; rows without a time (NCCL INFO lines) are left as they are,
 unless an uptime stamp ties them to their copies (a dmesg read without its boot time).
 """
@@ -23,13 +25,16 @@ from datetime import timedelta
 
 import polars as pl
 
+from observe.provenance import trusted
+
 COPY_WINDOW = timedelta(seconds=2)  # how far apart two routes stamp one record (a syslog's second, a clock step)
 KEY = ("source", "node", "job_id", "rank", "message")
 
 
 def clusters(lf: pl.LazyFrame) -> pl.LazyFrame:
     """Rows (``_row`` and their ``file_id``) that may have a copy in another input, with their cluster
-    ``_c`` and whether they carry a time (``_t``) and an uptime stamp (``_u``).
+    ``_c``, whether their route is trusted (``_tr``) and whether they carry a time (``_t``) and an uptime
+    stamp (``_u``).
 
     Only rows near a row of another input of their source and node are clustered: two grids of
     buckets two windows wide, offset by a window, hold any two rows within a window of each other in
@@ -44,7 +49,8 @@ def clusters(lf: pl.LazyFrame) -> pl.LazyFrame:
                                         for shift in (0, width // 2))])
     timed = lf.filter(pl.col("ts").is_not_null() & busy)
     untimed = lf.filter(pl.col("ts").is_null() & pl.col("attrs").str.contains('"uptime"', literal=True))
-    candidates = pl.concat([timed, untimed]).select("_row", "file_id", "ts", *KEY, up.alias("_up"))
+    candidates = pl.concat([timed, untimed]).select("_row", "file_id", "ts", *KEY, up.alias("_up"),
+                                                    trusted().alias("_tr"))
     several = candidates.group_by(KEY).agg(pl.col("file_id").n_unique().alias("_inputs")).filter(pl.col("_inputs") > 1)
     rows = candidates.join(several.select(KEY), on=list(KEY), how="semi", nulls_equal=True)
     # copies that share an uptime stamp are placed at the earliest of their times, so they chain
@@ -53,17 +59,22 @@ def clusters(lf: pl.LazyFrame) -> pl.LazyFrame:
     same = pl.all_horizontal([pl.col(k).eq_missing(pl.col(k).shift(1)) for k in KEY])
     near = ((pl.col("_at") - pl.col("_at").shift(1)) <= COPY_WINDOW).fill_null(False) \
         | (pl.col("_up") == pl.col("_up").shift(1)).fill_null(False)
-    return rows.select("_row", "file_id", (~(same & near)).cum_sum().alias("_c"),
+    return rows.select("_row", "file_id", (~(same & near)).cum_sum().alias("_c"), "_tr",
                        pl.col("ts").is_not_null().alias("_t"), pl.col("_up").is_not_null().alias("_u"))
 
 
 def one_per_record(lf: pl.LazyFrame) -> pl.LazyFrame:
-    """``lf`` (events) with the copies of each record read through other inputs left out."""
-    lf = lf.with_row_index("_row").cache()  # read once, though the plan below uses it twice
-    rows = clusters(lf)
-    per_input = rows.group_by("_c", "file_id").agg(pl.len().alias("_n"), pl.col("_t").sum().alias("_nt"),
-                                                   pl.col("_u").sum().alias("_nu"))
-    winner = (per_input.sort(["_c", "_n", "_nt", "_nu", "file_id"], descending=[False, True, True, True, False])
+    """``lf`` (events) with the copies of each record read through other inputs left out. Which rows
+    are copies is worked out now, from the columns it needs; the rest of ``lf`` is read as its caller
+    asks (a second scan: polars' plan cache gave stale results when the frame was used twice)."""
+    rows = clusters(lf.with_row_index("_row"))
+    per_input = rows.group_by("_c", "file_id").agg(pl.col("_tr").any(), pl.len().alias("_n"),
+                                                   pl.col("_t").sum().alias("_nt"), pl.col("_u").sum().alias("_nu"))
+    order = ["_c", "_tr", "_n", "_nt", "_nu", "file_id"]
+    winner = (per_input.sort(order, descending=[False, True, True, True, True, False])
               .unique("_c", keep="first").select("_c", pl.col("file_id").alias("_keep")))
-    dropped = (rows.join(winner, on="_c").filter(pl.col("file_id") != pl.col("_keep")).select("_row"))
-    return lf.join(dropped, on="_row", how="anti", maintain_order="left").drop("_row")
+    dropped = rows.join(winner, on="_c").filter(pl.col("file_id") != pl.col("_keep")).select("_row").collect()
+    if dropped.is_empty():
+        return lf
+    return (lf.with_row_index("_row").filter(~pl.col("_row").is_in(dropped.get_column("_row").implode()))
+            .drop("_row"))

@@ -336,10 +336,17 @@ def fingerprint(head: bytes, node: str | None, job: str | None = None, name: str
 
 def peek_head(path: str, size: int = 64 * 1024) -> bytes:
     """The first ``size`` bytes of a file (decompressed); nothing of a stream (which it would consume)."""
+    return read_head(path, size)[0]
+
+
+def read_head(path: str, size: int) -> tuple[bytes, bool]:
+    """The first ``size`` bytes of a file (decompressed), and whether they are all of a plain file (a
+    compressed one may still be damaged past them); nothing of a stream (which it would consume)."""
     if is_stream(path):
-        return b""
+        return b"", False
     with open_input(path) as f:
-        return f.read(size)
+        head = f.read(size)
+        return head, isinstance(f, io.BufferedReader) and len(head) < size
 
 
 def _tree(top: str, hidden: bool = True) -> Iterator[tuple[str, list[str]]]:
@@ -364,7 +371,7 @@ def _tree(top: str, hidden: bool = True) -> Iterator[tuple[str, list[str]]]:
 def _walk(top: str) -> list[str]:
     """Every file under ``top``, sorted (see :func:`_tree`)."""
     found = [os.path.join(directory, f) for directory, files in _tree(top) for f in files]
-    return sorted(found, key=Path)  # by path parts, not characters
+    return sorted(found, key=lambda f: f.split(os.sep))  # by path parts, not characters
 
 
 def _names(directory: str, pattern: str) -> list[str]:

@@ -125,9 +125,22 @@ def test_repeats_within_one_input_are_kept_and_an_input_missing_some_loses() -> 
             ("b", at + timedelta(seconds=1)), ("b", at + timedelta(seconds=2))]  # b missed one of them
     df = pl.DataFrame({"file_id": [f for f, _ in rows], "ts": [t for _, t in rows]}).with_columns(
         source=pl.lit("kernel"), node=pl.lit("gpu001"), job_id=pl.lit(None, pl.String), rank=pl.lit(None, pl.Int64),
-        message=pl.lit(XID), attrs=pl.lit(None, pl.String))
+        message=pl.lit(XID), attrs=pl.lit(None, pl.String), route=pl.lit("kmsg"))
     kept = one_per_record(df.lazy()).collect()
     assert kept.get_column("file_id").to_list() == ["a", "a", "a"]
     far = df.with_columns(pl.when(pl.col("file_id") == "b").then(pl.col("ts") + timedelta(minutes=5))
                           .otherwise("ts").alias("ts"))
     assert one_per_record(far.lazy()).collect().height == 5  # minutes apart: other records
+
+
+def test_lines_a_user_can_write_never_hide_the_kernels() -> None:
+    """A syslog relays what any process sends (``logger -t kernel``): however many copies of a kernel
+    record it holds, the kernel's own log (a trusted route) is what is kept."""
+    at = datetime(2026, 11, 20, 10, 0, 0, tzinfo=timezone.utc)
+    rows = [("kmsg", "k", at)] + [("syslog_file", "s", at + timedelta(milliseconds=100 * i)) for i in range(5)]
+    df = pl.DataFrame({"route": [r for r, _, _ in rows], "file_id": [f for _, f, _ in rows],
+                       "ts": [t for _, _, t in rows]}).with_columns(
+        source=pl.lit("kernel"), node=pl.lit("gpu001"), job_id=pl.lit(None, pl.String), rank=pl.lit(None, pl.Int64),
+        message=pl.lit(XID), attrs=pl.lit(None, pl.String))
+    kept = one_per_record(df.lazy()).collect()
+    assert kept.get_column("file_id").to_list() == ["k"]

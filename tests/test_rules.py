@@ -48,7 +48,7 @@ EXAMPLE_FIELDS = Path(__file__).parent / "fixtures" / "rule_examples.json"
 def test_every_example_extracts_its_recorded_fields(update_golden: bool) -> None:
     """What each example yields, field by field (a broken group, a renamed one, a wrong value), against
     tests/fixtures/rule_examples.json; ``pytest --update-golden`` rewrites it after a deliberate change."""
-    got = {f"{r.where} {ex}": _extracted(ex, r.source) for r in ALL_RULES for ex in r.examples}
+    got = {f"{Path(r.where).name} {ex}": _extracted(ex, r.source) for r in ALL_RULES for ex in r.examples}
     if update_golden:
         EXAMPLE_FIELDS.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
     recorded = json.loads(EXAMPLE_FIELDS.read_text())

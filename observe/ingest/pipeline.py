@@ -7,10 +7,12 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import polars as pl
@@ -108,7 +110,7 @@ def ingest_batch(planned: list[Planned], c: Collector, store: Store, pipe: Pipel
     """Ingest many small files of one format and route as a few large parse units (per-file cost
     amortised); each file's identity and records already stored are as ``planned``.
     """
-    mtime = max(Path(p.path).stat().st_mtime for p in planned)
+    mtime = max(p.mtime for p in planned)
     holder = _Holder(Context(node=node, tz=tz, reference_time=datetime.fromtimestamp(mtime, timezone.utc), route=route))
     for buf, sizes, inputs in _batches(planned, store, pipe, summary, node, progress):
         pipe.submit(lambda buf=buf, sizes=sizes: joined_records([buf], c, sizes=sizes), inputs, c, holder)
@@ -123,13 +125,8 @@ def _batches(planned: list[Planned], store: Store, pipe: Pipeline, summary: Summ
     for p in planned:
         path, job = p.path, p.opts.get("job")
         try:
-            with open_input(path) as f:
-                damage = None
-                if not isinstance(f, io.BufferedReader):  # compressed: size known once read
-                    data, damage = read_salvaged(f)
-                else:
-                    data = None
-                size = os.fstat(f.fileno()).st_size if data is None else len(data)
+            with _opened(p) as (f, data, damage):
+                size = len(data) if data is not None else os.fstat(f.fileno()).st_size  # the file opened, not the path
                 if buf is None or used + size + 1 > len(buf):
                     if sizes:
                         yield memoryview(buf)[:used], sizes, inputs
@@ -138,7 +135,7 @@ def _batches(planned: list[Planned], store: Store, pipe: Pipeline, summary: Summ
                 if data is None:
                     n = f.readinto(view)
                 else:
-                    view[:] = data
+                    view[:] = np.frombuffer(data, np.uint8)
                     n = size
         except READ_ERRORS as exc:
             summary.failed.append(read_error(path, exc))
@@ -173,6 +170,17 @@ def _batches(planned: list[Planned], store: Store, pipe: Pipeline, summary: Summ
             buf, used, sizes, inputs = None, 0, [], []
     if sizes:
         yield memoryview(buf)[:used], sizes, inputs
+
+
+@contextmanager
+def _opened(p: Planned) -> Iterator[tuple[BinaryIO | None, bytes | None, BaseException | None]]:
+    """A batched input: its bytes as planning kept them (nothing opened), all of a compressed one with
+    its damage if any, or a plain file open to be read straight into its unit's buffer."""
+    if p.text is not None:
+        yield None, p.text, None
+        return
+    with open_input(p.path) as f:
+        yield (None, *read_salvaged(f)) if not isinstance(f, io.BufferedReader) else (f, None, None)
 
 
 def _unit_buffer(size: int) -> np.ndarray:

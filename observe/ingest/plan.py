@@ -14,11 +14,12 @@ from observe import provenance
 from observe.collector import Collector
 from observe.ingest.records import sample_of
 from observe.ingest.summary import InputError
-from observe.reader import FINGERPRINT_BYTES, READ_ERRORS, fingerprint, is_stream, log_name, peek_head
+from observe.reader import FINGERPRINT_BYTES, READ_ERRORS, fingerprint, is_stream, log_name, read_head
 from observe.store import Store, no_records
 
 SMALL_FILE_BYTES = 16 << 20
 PLAN_HEAD_BYTES = 16 << 10  # what planning reads of each input: 40 lines of most logs, and its first line
+KEPT_BYTES = 256 << 20  # plain files that short are kept whole as planned, up to this much in all (read once)
 JOB_FILE = re.compile(r"slurm-(\d+(?:_\d+)?(?:\+\d+)?)(?:\.\d+)?\.(?:out|err|log)$")
 DETECT_MIN_SCORE = 0.3
 
@@ -68,6 +69,8 @@ class Planned:
     size: int
     file_id: str | None
     known: pl.DataFrame = field(default_factory=no_records, compare=False)  # records of it already stored
+    mtime: float = 0.0
+    text: bytes | None = field(default=None, compare=False, repr=False)  # all of it, as planning read it
 
 
 @dataclass(frozen=True)
@@ -98,13 +101,17 @@ def plan(inputs: list[tuple[str, dict]], store: Store | None = None) -> list[Pla
     ``store``) its records already stored, all inputs' read in one scan."""
     samples: list[list[str]] = []
     heads: list[bytes] = []
+    texts: list[bytes | None] = []
+    kept = 0
     for path, opts in inputs:
         try:
-            head = peek_head(path, PLAN_HEAD_BYTES)
+            head, whole = read_head(path, PLAN_HEAD_BYTES)
         except READ_ERRORS:  # the ingest says what is wrong with it
-            head = b""
+            head, whole = b"", False
         samples.append(sample_of(head))
         heads.append(head[:FINGERPRINT_BYTES])  # only what the identity reads: thousands of heads add up
+        texts.append(head if whole and kept + len(head) <= KEPT_BYTES else None)
+        kept += len(head) if texts[-1] is not None else 0
     chosen: list[tuple[Collector | None, dict[str, float]]] = []
     inputs = [(path, {**opts, "route": opts.get("route") or provenance.path_route(path, opts.get("job") or job_from_name(path))})
               for path, opts in inputs]
@@ -120,8 +127,16 @@ def plan(inputs: list[tuple[str, dict]], store: Store | None = None) -> list[Pla
     known = store.known_many(ids) if store is not None else {}
     return [Planned(path, opts, c.name if c else None,
                     c is not None and c.name == "kernel" and scores.get("syslog", 0.0) < 0.5,
-                    file_size(path), file_id, known.get(file_id, no_records()))
-            for (path, opts), file_id, (c, scores) in zip(inputs, ids, chosen)]
+                    st.st_size, file_id, known.get(file_id, no_records()), st.st_mtime, text)
+            for (path, opts), file_id, (c, scores), text, st in zip(inputs, ids, chosen, texts, map(_stat, inputs))]
+
+
+def _stat(item: tuple[str, dict]) -> os.stat_result:
+    """An input's size and modification time (zero for stdin or a file that cannot be read)."""
+    try:
+        return os.stat(item[0]) if item[0] != "-" else os.stat_result((0,) * 10)
+    except OSError:
+        return os.stat_result((0,) * 10)
 
 
 def tasks(planned: list[Planned], task_bytes: float = float("inf")) -> tuple[list[Task], list[Task]]:
