@@ -144,3 +144,24 @@ def test_lines_a_user_can_write_never_hide_the_kernels() -> None:
         message=pl.lit(XID), attrs=pl.lit(None, pl.String))
     kept = one_per_record(df.lazy()).collect()
     assert kept.get_column("file_id").to_list() == ["k"]
+
+
+def test_the_demos_store_gives_each_kernel_record_once(tmp_path: Path) -> None:
+    """``observe demo`` keeps every node's kernel lines in dmesg and in its syslog: the store holds both
+    copies; queries and the exporter's counter give each record once (dmesg's count)."""
+    result = runner.invoke(app, ["demo", "--dir", str(tmp_path), "--nodes", "16", "--hours", "24", "--seed", "3"])
+    assert result.exit_code == 0, result.output
+    dmesg = {p.parent.name: p.read_text().count("NVRM: Xid") for p in (tmp_path / "logs" / "nodes").glob("*/dmesg")}
+    syslog = {p.parent.name: p.read_text().count("NVRM: Xid") for p in (tmp_path / "logs" / "nodes").glob("*/syslog")}
+    assert sum(dmesg.values()) >= 3 and syslog == dmesg
+    truth = {node: n for node, n in dmesg.items() if n}
+    store = tmp_path / "store"
+    raw = Store(store).scan(sources=["kernel"]).filter(pl.col("kind") == "gpu_xid").collect()
+    assert raw.height == 2 * sum(truth.values())
+    assert dict(pl.DataFrame(query(store, "--kind", "gpu_xid")).group_by("node").len().iter_rows()) == truth
+    metrics = StoreMetrics(Store(store), known_nodes=lambda: set(dmesg))
+    metrics.refresh()
+    counted: dict[str, int] = {}
+    for (node, _, _), n in metrics.xids.counts.items():
+        counted[node] = counted.get(node, 0) + n
+    assert counted == truth
