@@ -13,7 +13,8 @@ from datetime import datetime
 
 import polars as pl
 
-from collectors._syslog import SNIFF, kernel_device, parse_syslog, severity_from_pri
+from collectors._kernel_text import kernel_device
+from collectors._syslog import SNIFF, parse_syslog, severity_from_pri
 from observe import timeparse as tp
 from observe.collector import Collector, Context, register, split_header
 from observe.frames import attrs_json

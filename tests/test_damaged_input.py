@@ -12,7 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from observe.cli import app
-from observe.reader import CHUNK_BYTES, GzipInput, DamagedInput
+from observe.compressed import DamagedInput, GzipInput
+from observe.reader import CHUNK_BYTES
 from observe.store import Store
 
 runner = CliRunner()

@@ -39,7 +39,7 @@ import polars as pl
 
 from observe import redact
 from observe.job_states import EPILOG_ACTS_ON
-from observe.health import allocation, bugreport, drains, faults, requeue, slurm
+from observe.health import allocation, bugreport, drains, requeue, slurm
 from observe.health.drain import Drainer
 from observe.health.events import health_events
 from observe.health.result import Result, Status

@@ -31,7 +31,7 @@ from typing import BinaryIO
 
 import polars as pl
 
-from observe.schema import EVENT_SCHEMA, KEY, STORED_SCHEMA, conform, from_stored, to_stored
+from observe.schema import EVENT_SCHEMA, KEY, conform, from_stored, to_stored
 from observe.store.compaction import (COMPACT_FILE_ROWS, COMPACT_GRACE_S, COMPACT_SLICE_BYTES, file_slices, note_names,
                                       read_note, replaced_by, rows_in, settle)
 from observe.store.files import (DIR_MODE, FILE_MODE, UnsafeStore, atomic_file, check_dir, create_file, create_temp,
