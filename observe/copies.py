@@ -64,17 +64,13 @@ def clusters(lf: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def one_per_record(lf: pl.LazyFrame) -> pl.LazyFrame:
-    """``lf`` (events) with the copies of each record read through other inputs left out. Which rows
-    are copies is worked out now, from the columns it needs; the rest of ``lf`` is read as its caller
-    asks (a second scan: polars' plan cache gave stale results when the frame was used twice)."""
-    rows = clusters(lf.with_row_index("_row"))
+    """``lf`` (events) with the copies of each record read through other inputs left out."""
+    lf = lf.with_row_index("_row").cache()  # read once, though the plan below uses it twice
+    rows = clusters(lf)
     per_input = rows.group_by("_c", "file_id").agg(pl.col("_tr").any(), pl.len().alias("_n"),
                                                    pl.col("_t").sum().alias("_nt"), pl.col("_u").sum().alias("_nu"))
     order = ["_c", "_tr", "_n", "_nt", "_nu", "file_id"]
     winner = (per_input.sort(order, descending=[False, True, True, True, True, False])
               .unique("_c", keep="first").select("_c", pl.col("file_id").alias("_keep")))
-    dropped = rows.join(winner, on="_c").filter(pl.col("file_id") != pl.col("_keep")).select("_row").collect()
-    if dropped.is_empty():
-        return lf
-    return (lf.with_row_index("_row").filter(~pl.col("_row").is_in(dropped.get_column("_row").implode()))
-            .drop("_row"))
+    dropped = rows.join(winner, on="_c").filter(pl.col("file_id") != pl.col("_keep")).select("_row")
+    return lf.join(dropped, on="_row", how="anti", maintain_order="left").drop("_row")

@@ -36,7 +36,7 @@ def succeeded_with(store: Store, nodes: list[str], kinds: list[str], since: date
     ok = completed.filter(pl.col("start") >= since, pl.col("end") <= until).sort("start").collect()
     if ok.is_empty():
         return none
-    seen = (search(store, since=since, until=until, kinds=kinds)
+    seen = (search(store, since=since, until=until, kinds=kinds, copies=True)  # whether, not how often
             .select("node", "kind", "code", "ts").drop_nulls(["ts", "node"]).sort("ts").collect())
     during = (seen.join_asof(ok, left_on="ts", right_on="start", by="node", strategy="backward", check_sortedness=False)
               .filter(pl.col("ts") <= pl.col("end")))

@@ -271,7 +271,7 @@ def explain(store: Store, job_id: str, at: datetime | None = None, before: timed
     first, last = jobs.span(store, job_id)  # the job index (refreshed by ingest) says where to read
     day = timedelta(days=1)
     records = search(store, kinds=jobs.RUN_KINDS, sources=["slurm"], since=first - day if first else None,
-                     until=last + day if last else None)
+                     until=last + day if last else None, copies=True)  # a job's runs are told apart by time
     runs = job_runs(records, job_id)
     run = failed_run(runs, at)
     if run is None:

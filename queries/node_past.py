@@ -24,11 +24,11 @@ def unrecovered(store: Store, nodes: list[str], kinds: list[str], since: datetim
     through it, or again). The last such event per (node, kind, code, gpu)."""
     if not nodes or not kinds:
         return pl.DataFrame(schema=POLARS_SCHEMA)
-    faults = (search(store, since=since, until=until, nodes=nodes, kinds=kinds)
+    faults = (search(store, since=since, until=until, nodes=nodes, kinds=kinds, copies=True)  # whether
               .filter(provenance.trusted(), pl.col("ts").is_not_null()).collect())
     if faults.is_empty():
         return faults
-    ends = (search(store, since=since, until=until + slack, nodes=nodes, kinds=recovered_by)
+    ends = (search(store, since=since, until=until + slack, nodes=nodes, kinds=recovered_by, copies=True)
             .select("node", "ts").drop_nulls().collect())
     completed = jobs.completed_on_nodes(store)
     if completed is not None:

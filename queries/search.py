@@ -26,11 +26,13 @@ def check_regex(pattern: str) -> str:
 
 def search(store: Store, since: datetime | None = None, until: datetime | None = None,
            nodes: list[str] | None = None, sources: list[str] | None = None, kinds: list[str] | None = None,
-           job: str | None = None, grep: str | None = None, undated: bool = False) -> pl.LazyFrame:
+           job: str | None = None, grep: str | None = None, undated: bool = False, copies: bool = False) -> pl.LazyFrame:
     """Matching events, oldest first, each record once (:func:`one_per_record`: a kernel line kept in
     both dmesg and the syslog is one event); partitions and row groups outside the filters are not read.
 
-    With ``undated``, events without a time (NCCL INFO lines) match any time range.
+    With ``undated``, events without a time (NCCL INFO lines) match any time range. With ``copies``,
+    a record two inputs hold is there twice: for what only asks whether something happened, which a
+    copy does not change, and costs less to read.
     """
     unknown = sorted(set(sources or ()) - set(SOURCES))
     if unknown:
@@ -45,4 +47,4 @@ def search(store: Store, since: datetime | None = None, until: datetime | None =
         lf = lf.filter(pl.col("job_id") == job)
     if grep:
         lf = lf.filter(pl.col("message").str.contains(check_regex(grep)))
-    return one_per_record(lf).sort("ts", "node", "offset", nulls_last=True)
+    return (lf if copies else one_per_record(lf)).sort("ts", "node", "offset", nulls_last=True)
