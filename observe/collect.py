@@ -92,7 +92,12 @@ def _stream(spec: InputSpec, node: str) -> Kmsg | Journal | Command:
 
 
 class NodeCollector:
-    """Follows a config's inputs into its spool and ships the spool to the central store."""
+    """Follows a config's inputs into its spool and ships the spool to the central store.
+
+    Over 200 lines: a cycle updates the positions, the spool and the counters together (a batch is
+    spooled, then its positions committed, then its counters), so they are one object's state; what
+    needs none of it is in tail.py (following a file), streams.py (kmsg, the journal, commands) and
+    ship.py (shipping)."""
 
     def __init__(self, config: Config):
         self.config = config

@@ -71,7 +71,11 @@ class Segment:
 
 
 class StoreMetrics:
-    """Counts over a store, refreshed incrementally by :meth:`refresh`, rendered by :meth:`collect`."""
+    """Counts over a store, refreshed incrementally by :meth:`refresh`, rendered by :meth:`collect`.
+
+    Over 200 lines: the counts carried from refresh to refresh (what each partition held when last
+    listed, the series, the recent faults and job ends) are one state that reading and rendering share;
+    the Xid counter's own memory is in xids.py, what needs no state is in the module's functions."""
 
     def __init__(self, store: Store, clock=time.time, max_series: int = MAX_SERIES,
                  known_nodes: Callable[[], set[str] | None] = slurm_nodes):
