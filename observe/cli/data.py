@@ -78,8 +78,8 @@ def ingest_cmd(
         tz = tz_zone(tz)
         boot = parse_time(boot_time, tz=tz) if boot_time else None
         opts = dict(source=source, node=node, job=job, boot_time=boot, tz=tz)
-        total = sum(Path(f).stat().st_size for f in files if f != "-")
-        if sys.stderr.isatty() and total > 10_000_000:
+        total = sum(Path(f).stat().st_size for f in files if f != "-") if sys.stderr.isatty() else 0
+        if total > 10_000_000:  # a bar for a person watching a long run
             with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
                           TransferSpeedColumn(), console=err, transient=True) as bar:
                 task = bar.add_task("ingesting", total=total)

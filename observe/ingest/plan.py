@@ -99,23 +99,33 @@ def file_size(path: str) -> int:
 def plan(inputs: list[tuple[str, dict]], store: Store | None = None) -> list[Planned]:
     """Each input's collector, size, identity, whether it has boot-relative stamps, and (with
     ``store``) its records already stored, all inputs' read in one scan."""
+    inputs = [(path, {**opts, "route": opts.get("route") or provenance.path_route(path, opts.get("job") or job_from_name(path))})
+              for path, opts in inputs]
+    # a file users may write is read as job output whatever it looks like: with one job output
+    # format, nothing to tell (thousands of slurm-*.out cost no sniffing)
+    only = provenance.job_output_sources()
+    told = [len(only) == 1 and opts.get("source", "auto") == "auto" and provenance.user_written(opts["route"])
+            for _, opts in inputs]
     samples: list[list[str]] = []
     heads: list[bytes] = []
     texts: list[bytes | None] = []
     kept = 0
-    for path, opts in inputs:
+    for (path, _), known_format in zip(inputs, told):
         try:
             head, whole = read_head(path, PLAN_HEAD_BYTES)
         except READ_ERRORS:  # the ingest says what is wrong with it
             head, whole = b"", False
-        samples.append(sample_of(head))
+        samples.append([] if known_format else sample_of(head))
         heads.append(head[:FINGERPRINT_BYTES])  # only what the identity reads: thousands of heads add up
         texts.append(head if whole and kept + len(head) <= KEPT_BYTES else None)
         kept += len(head) if texts[-1] is not None else 0
+    detected = iter(registry.detect_many([s for s, t in zip(samples, told) if not t]))
     chosen: list[tuple[Collector | None, dict[str, float]]] = []
-    inputs = [(path, {**opts, "route": opts.get("route") or provenance.path_route(path, opts.get("job") or job_from_name(path))})
-              for path, opts in inputs]
-    for (path, opts), (best, score, scores) in zip(inputs, registry.detect_many(samples)):
+    for (path, opts), known_format in zip(inputs, told):
+        if known_format:
+            chosen.append((registry.get(only[0]), {}))
+            continue
+        best, score, scores = next(detected)
         source = opts.get("source", "auto")
         try:
             chosen.append((registry.get(source) if source != "auto" else _chosen(best, score, path, opts["route"]), scores))
