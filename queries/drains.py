@@ -18,7 +18,7 @@ from datetime import timedelta
 
 import polars as pl
 
-from observe.spans import parse_span
+from observe.health.policy import Drain
 
 COLUMNS = ["ts", "node", "what", "by", "user", "reason", "record"]
 SAME_MOMENT = timedelta(seconds=5)  # slurmctld logs a node's state and its reason as two lines
@@ -42,11 +42,11 @@ def owner(reason: pl.Expr, user: pl.Expr, owners: list[dict], prefix: str) -> pl
     return by.when(user.is_not_null() & (user != "")).then(pl.lit("admin")).otherwise(pl.lit("unknown"))
 
 
-def history(events: pl.LazyFrame, drain_rules: dict) -> pl.LazyFrame:
+def history(events: pl.LazyFrame, drain_rules: Drain) -> pl.LazyFrame:
     """Drains and returns of every node, oldest first: ts, node, what (drain, down, resume), by,
     user, reason, record (the event kind it came from). One change recorded several ways (observe's
     ledger and slurmctld's log, or the hook's record and the log) is listed once, from the better record."""
-    prefix = drain_rules["reason_prefix"]
+    prefix = drain_rules.reason_prefix
     dry = (_attr("dry_run") == "true").fill_null(False)
     health = events.filter(pl.col("source") == "health")
     ours = (health.filter(pl.col("kind").is_in(["node_drain", "node_resume"]) & ~dry)
@@ -64,7 +64,7 @@ def history(events: pl.LazyFrame, drain_rules: dict) -> pl.LazyFrame:
                .select(pl.col("ts").alias("_rts"), "node", _attr("reason").alias("reason"),
                        _attr("reason_user").alias("user")).sort("_rts"))
     resume = pl.col("what") == "resume"
-    by = owner(pl.col("reason").fill_null(""), pl.col("user"), drain_rules["owners"], prefix)
+    by = owner(pl.col("reason").fill_null(""), pl.col("user"), drain_rules.owners, prefix)
     from_log = (states.join_asof(reasons, left_on="ts", right_on="_rts", by="node", strategy="nearest",
                                  tolerance=SAME_MOMENT, check_sortedness=False)
                 .with_columns(pl.when(resume).then(None).otherwise(pl.col(c)).alias(c) for c in ("reason", "user"))
@@ -72,7 +72,7 @@ def history(events: pl.LazyFrame, drain_rules: dict) -> pl.LazyFrame:
                               .when(pl.col("reason").is_null() & (pl.col("_caller") == "drain_nodes")).then(pl.lit("slurm"))
                               .otherwise(by).alias("by")))
     from_log = from_log.select(COLUMNS)
-    late = parse_span(str(drain_rules["seen_late"]))
+    late = drain_rules.seen_late
     for better, within in ((ours, SAME_MOMENT), (seen_, late)):  # the log's copy of a change recorded better
         from_log = _unmatched(from_log, better, within)
     return pl.concat([ours, seen_, from_log], how="vertical_relaxed").sort("ts")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from observe.health.policy import Drain, load
 from queries.causes import load_causes
 from queries.drains import history
 from queries.incidents import LINGER, faults, grouped_sessions
@@ -20,14 +21,12 @@ def _episodes(events: pl.LazyFrame, by: list[str]) -> pl.DataFrame:
                  pl.col("category").first(), pl.col("message").first(), pl.len().alias("events")))
 
 
-def rank_nodes(events: pl.LazyFrame, drain_rules: dict | None = None) -> pl.DataFrame:
+def rank_nodes(events: pl.LazyFrame, drain_rules: Drain | None = None) -> pl.DataFrame:
     """Nodes with faults or drains, worst first: episodes, days, kinds, last fault, repeat flag,
     advice, and drains by anyone (``drained_by``: observe, nhc, slurm, admin; [drain] owners of
     ``drain_rules``, the built-in health policy's by default)."""
     if drain_rules is None:
-        from observe.health.policy import load
-
-        drain_rules = load()["drain"]
+        drain_rules = load().drain
     limits = load_causes().nodes
     drained = (history(events, drain_rules).filter(pl.col("what") != "resume").group_by("node")
                .agg(pl.len().cast(pl.UInt32).alias("drains"), pl.col("by").unique().sort().str.join(",").alias("drained_by"))

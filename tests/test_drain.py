@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
@@ -36,10 +37,9 @@ def fresh(cluster: SlurmCluster) -> SlurmCluster:
     return cluster
 
 
-def _policy(**drain) -> dict:
+def _policy(**drain) -> pol.Policy:
     p = pol.load()
-    p["drain"] = {**p["drain"], **drain}
-    return p
+    return replace(p, drain=replace(p.drain, **drain))
 
 
 def _ledger(store: Store) -> pl.DataFrame:
@@ -61,7 +61,7 @@ def test_drain_then_resume_own_drain(fresh: SlurmCluster, tmp_path: Path) -> Non
     kinds = _ledger(store).get_column("kind").to_list()
     assert kinds == ["node_drain", "node_resume"]
     attrs = _ledger(store).get_column("attrs")[0]
-    assert '"policy":"' + pol.load()["version"] + '"' in attrs and '"check":"gpu_burn"' in attrs
+    assert '"policy":"' + pol.load().version + '"' in attrs and '"check":"gpu_burn"' in attrs
 
 
 def test_a_persons_reason_is_never_overwritten_nor_resumed(fresh: SlurmCluster, tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from observe.schema import conform
 from observe.store import Store
 from queries.drains import history, owner
 
-RULES = policy.load()["drain"]
+RULES = policy.load().drain
 
 
 @pytest.mark.parametrize("reason, user, by", [
@@ -31,7 +31,7 @@ RULES = policy.load()["drain"]
     ("maintenance", None, "unknown"),
 ])
 def test_owner_from_reason_and_user(reason, user, by) -> None:
-    got = pl.select(owner(pl.lit(reason), pl.lit(user, pl.String), RULES["owners"], RULES["reason_prefix"])).item()
+    got = pl.select(owner(pl.lit(reason), pl.lit(user, pl.String), RULES.owners, RULES.reason_prefix)).item()
     assert got == by
 
 

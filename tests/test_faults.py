@@ -5,7 +5,7 @@ Fault lines are real driver / kernel line formats run through the kernel parser 
 recoveries are the events ``observe health set-healthy`` writes."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 
 import polars as pl
@@ -18,7 +18,7 @@ from observe.ingest import parse_bytes
 from observe.schema import conform
 
 T0 = datetime(2026, 11, 1, 12, tzinfo=timezone.utc)
-RULES = policy.load()["faults"]
+RULES = policy.load().faults
 G1, G2, G3 = "0000:3b:00", "0000:5e:00", "0000:86:00"
 XID = {
     48: "Ch 0000000a, DBE (double bit error) detected.",
@@ -58,7 +58,7 @@ def events(case: Case, node: str = "gpu1", route: str = "kmsg") -> pl.LazyFrame:
 
 def decide(case: Case) -> pl.DataFrame:
     reset = T0 + timedelta(minutes=case.breaker_reset) if case.breaker_reset is not None else None
-    return faults.decide(events(case), {**RULES, **case.rules}, T0 + timedelta(minutes=case.now), reset)
+    return faults.decide(events(case), replace(RULES, **{k: tuple(v) for k, v in case.rules.items()}), T0 + timedelta(minutes=case.now), reset)
 
 
 CASES = [

@@ -20,7 +20,7 @@ from observe.store import Store
 
 FAKES = Path(__file__).resolve().parent / "fakes"
 OBSERVE = str(Path(sys.executable).parent / "observe")
-RULES = policy.load()["faults"]
+RULES = policy.load().faults
 BUS = ["18", "2a", "3b", "5d"]  # NVML index order (PCI order); minor numbers differ from it
 MINOR = [2, 0, 3, 1]
 

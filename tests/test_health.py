@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import polars as pl
@@ -24,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_gpu_burn_passes_on_a_healthy_cpu() -> None:
-    r = gpu_burn.run({**POLICY["gpu_burn"], "seconds": 1, "cpu_size": 128})
+    r = gpu_burn.run({**POLICY.checks["gpu_burn"], "seconds": 1, "cpu_size": 128})
     assert r.status is Status.PASS, r.summary
     dev = r.evidence["devices"]["cpu"]
     assert dev["iterations"] > 10 and dev["tflops"] > 0 and dev["mismatches"] == 0
@@ -60,7 +61,7 @@ def test_gpu_burn_catches_one_silently_corrupted_product(monkeypatch: pytest.Mon
         return c
 
     _second_device_uses(monkeypatch, flaky)
-    r = gpu_burn.run({**POLICY["gpu_burn"], "seconds": 1, "cpu_size": 128, "devices": ["cpu", "cpu"]})
+    r = gpu_burn.run({**POLICY.checks["gpu_burn"], "seconds": 1, "cpu_size": 128, "devices": ["cpu", "cpu"]})
     assert r.status is Status.FAIL
     assert "cpu#1: 1 product(s) differ from its first" in r.summary
     assert r.evidence["devices"]["cpu#0"]["mismatches"] == 0
@@ -73,7 +74,7 @@ def test_gpu_burn_catches_nan_and_a_wrong_first_result(monkeypatch: pytest.Monke
         return c
 
     _second_device_uses(monkeypatch, broken)
-    r = gpu_burn.run({**POLICY["gpu_burn"], "seconds": 0.5, "cpu_size": 64, "devices": ["cpu", "cpu"]})
+    r = gpu_burn.run({**POLICY.checks["gpu_burn"], "seconds": 0.5, "cpu_size": 64, "devices": ["cpu", "cpu"]})
     assert r.status is Status.FAIL
     assert "cpu#1: NaN/Inf" in r.summary and "float64 reference" in r.summary
 
@@ -86,12 +87,12 @@ def test_gpu_burn_names_a_slow_device(monkeypatch: pytest.MonkeyPatch) -> None:
         return mm(x, y)
 
     _second_device_uses(monkeypatch, slow)
-    r = gpu_burn.run({**POLICY["gpu_burn"], "seconds": 1, "cpu_size": 64, "devices": ["cpu", "cpu", "cpu"], "min_peer_ratio": 0.85})
+    r = gpu_burn.run({**POLICY.checks["gpu_burn"], "seconds": 1, "cpu_size": 64, "devices": ["cpu", "cpu", "cpu"], "min_peer_ratio": 0.85})
     assert r.status is Status.FAIL and "cpu#1:" in r.summary and "below 85% of its peers' median" in r.summary
 
 
 def test_allreduce_gloo_two_ranks_checks_every_sum() -> None:
-    r = allreduce.run({**POLICY["allreduce"], "sizes": ["64KB", "1MB"], "iterations": 3, "warmup": 1})
+    r = allreduce.run({**POLICY.checks["allreduce"], "sizes": ["64KB", "1MB"], "iterations": 3, "warmup": 1})
     assert r.status is Status.PASS, r.summary
     assert r.evidence["backend"] == "gloo" and r.evidence["ranks"] == 2
     sizes = r.evidence["sizes"]
@@ -162,14 +163,25 @@ def test_policy_merges_a_site_file_and_rejects_mistakes(tmp_path: Path) -> None:
     site = tmp_path / "site.toml"
     site.write_text('[gpu_burn]\nseconds = 5\n[gpu_burn.tflops_floor]\n"NVIDIA H100 80GB HBM3" = 500\n')
     p = pol.load(site)
-    assert p["gpu_burn"]["seconds"] == 5 and p["gpu_burn"]["dtype"] == "bf16"
-    assert p["gpu_burn"]["tflops_floor"] == {"NVIDIA H100 80GB HBM3": 500}
+    assert p.checks["gpu_burn"]["seconds"] == 5 and p.checks["gpu_burn"]["dtype"] == "bf16"
+    assert p.checks["gpu_burn"]["tflops_floor"] == {"NVIDIA H100 80GB HBM3": 500}
     site.write_text("[gpu_burn]\nsecs = 5\n")
     with pytest.raises(pol.PolicyError, match="unknown policy key 'gpu_burn.secs'"):
         pol.load(site)
     site.write_text('[ib]\non_fail = "explode"\n')
     with pytest.raises(pol.PolicyError, match="on_fail 'explode'"):
         pol.load(site)
+    site.write_text('[drain]\nmax_per_hour = "five"\n')
+    with pytest.raises(pol.PolicyError, match=r"\[drain\] max_per_hour: 'five' is not a whole number"):
+        pol.load(site)
+    site.write_text('[epilog]\nbudget = "soon"\n')
+    with pytest.raises(pol.PolicyError, match=r"\[epilog\] budget"):
+        pol.load(site)
+    site.write_text('[faults]\nladder = "reset"\n')
+    with pytest.raises(pol.PolicyError, match=r"\[faults\] ladder: 'reset' is not a list"):
+        pol.load(site)
+    p = pol.load(site.write_text('[epilog]\nbudget = "90s"\nmax_requeues = 1\n') and site)
+    assert p.epilog.budget == timedelta(seconds=90) and p.epilog.max_requeues == 1 and p.prolog.budget == timedelta(seconds=20)
 
 
 def _cli(*args: str, **kw) -> subprocess.CompletedProcess:

@@ -68,7 +68,7 @@ def _hgx(**second) -> list[dict]:
 ])
 def test_fabric_from_recorded_readings(serve, gpus, status, words) -> None:
     serve(gpus)
-    r = fabric.run(pol.load()["fabric"])
+    r = fabric.run(pol.load().checks["fabric"])
     assert r.status is status, r.summary
     assert all(w in r.summary for w in words), r.summary
 
@@ -184,7 +184,7 @@ def test_ib_expectation_per_gpu_model(tmp_path: Path, gpu_model, opts, status, w
     ({"min_free_pct": 0, "min_free_gb": 0, "min_free_inodes_pct": 101}, Status.FAIL, ["inodes free", "under 101%"]),
 ])
 def test_disk_on_a_real_file_system(tmp_path: Path, opts, status, words) -> None:
-    r = disk.run({**pol.load()["disk"], "paths": [str(tmp_path), "/nope"], **opts})
+    r = disk.run({**pol.load().checks["disk"], "paths": [str(tmp_path), "/nope"], **opts})
     assert r.status is status, r.summary
     assert all(w in r.summary for w in words), r.summary
     assert r.evidence["missing"] == ["/nope"] and r.evidence["paths"][0]["path"] == str(tmp_path)
@@ -208,13 +208,13 @@ def test_disk_judges_what_statvfs_reports(monkeypatch: pytest.MonkeyPatch, fs, s
             raise fs
         return fs
     monkeypatch.setattr(os, "statvfs", statvfs)
-    r = disk.run({**pol.load()["disk"], "paths": ["/scratch"]})
+    r = disk.run({**pol.load().checks["disk"], "paths": ["/scratch"]})
     assert r.status is status, r.summary
     assert all(w in r.summary for w in words), r.summary
 
 
 def test_disk_with_no_path_here_is_unknown(tmp_path: Path) -> None:
-    r = disk.run({**pol.load()["disk"], "paths": [str(tmp_path / "a"), str(tmp_path / "b")]})
+    r = disk.run({**pol.load().checks["disk"], "paths": [str(tmp_path / "a"), str(tmp_path / "b")]})
     assert r.status is Status.UNKNOWN and "none exists" in r.summary
 
 
@@ -223,7 +223,7 @@ def test_runner_acts_on_the_new_checks(serve, procs, tmp_path: Path) -> None:
     serve([_gpu(0, fabric_info={"state": 2, "status": 0}, links=18,
                 nvmlDeviceGetComputeRunningProcesses=_using(100, 200))])
     policy = pol.load()
-    policy["disk"].update(paths=[str(tmp_path)], min_free_pct=101)
+    policy.checks["disk"].update(paths=[str(tmp_path)], min_free_pct=101)
     results = run_checks(["disk", "fabric", "gpu_procs"], policy, 120, {"root": str(procs), "job": 123})
     assert [(r.check, r.status, r.action, r.category) for r in results] == [
         ("disk", Status.FAIL, "drain", "node"), ("fabric", Status.FAIL, "drain", "hardware"),
@@ -236,13 +236,14 @@ def test_runner_acts_on_the_new_checks(serve, procs, tmp_path: Path) -> None:
 
 def test_policy_wires_the_new_checks(tmp_path: Path) -> None:
     p = pol.load()
-    assert "gpu_procs" in p["epilog"]["checks"] and {"disk", "fabric"} <= set(p["healthcheck"]["checks"])
+    assert "gpu_procs" in p.epilog.checks and {"disk", "fabric"} <= set(p.healthcheck.checks)
     site = tmp_path / "site.toml"
     site.write_text('[fabric.expected_links]\n"NVIDIA GB200" = 18\n'
                     '[ib.per_gpu_model]\n"NVIDIA H100 80GB HBM3" = { ports = 8, rate_gbps = 400 }\n')
     p = pol.load(site)
-    assert p["fabric"]["expected_links"]["NVIDIA GB200"] == 18 and p["fabric"]["expected_links"][H100] == 18
-    assert p["ib"]["per_gpu_model"] == {H100: {"ports": 8, "rate_gbps": 400}} and p["ib"]["on_fail"] == "drain"
+    links = p.checks["fabric"]["expected_links"]
+    assert links["NVIDIA GB200"] == 18 and links[H100] == 18
+    assert p.checks["ib"]["per_gpu_model"] == {H100: {"ports": 8, "rate_gbps": 400}} and p.checks["ib"]["on_fail"] == "drain"
     site.write_text("[disk]\nmin_free = 5\n")
     with pytest.raises(pol.PolicyError, match="unknown policy key 'disk.min_free'"):
         pol.load(site)

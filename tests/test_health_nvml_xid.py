@@ -55,7 +55,7 @@ def test_nvml_without_the_library_is_unknown(monkeypatch: pytest.MonkeyPatch, tm
 
 def _xid(log: Path, **opts):
     policy = pol.load()
-    policy["xid_history"].update({"log": str(log), **opts})
+    policy.checks["xid_history"].update({"log": str(log), **opts})
     return run_checks(["xid_history"], policy, 60)[0]
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 
 import polars as pl
@@ -48,7 +50,7 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
 
 def epilog(site: dict, budget_s: float = 30, **rules) -> hooks.Hook:
     rules_ = policy.load(site["policy"])
-    rules_["epilog"].update(rules)
+    rules_ = replace(rules_, epilog=replace(rules_.epilog, **rules))
     hook = hooks.Hook("epilog", site["env"], rules_, site["store"])
     assert hooks.run(hook, budget_s) == 0
     return hook
@@ -89,7 +91,7 @@ def test_a_checkpoint_scan_past_its_time_is_cut_and_the_requeue_goes_on(site: di
     dense(shared / "model_step100.safetensors", 500_000)
     site["script"]["text"] = f"#!/bin/sh\n#OBSERVE requeue checkpoints={shared}\nexit 1\n"
     started = time.monotonic()
-    epilog(site, checkpoint_timeout="1s")
+    epilog(site, checkpoint_timeout=timedelta(seconds=1))
     assert time.monotonic() - started < 20
     [requeue] = ledger(site, "job_requeue")
     assert "did not finish within 1s" in requeue["evidence"]["checkpoint_error"] and site["calls"]["requeue"] == ["42"]
@@ -133,7 +135,7 @@ def test_no_bug_report_into_a_directory_others_can_write(tmp_path: Path, monkeyp
     tool = tmp_path / "nvidia-bug-report.sh"
     tool.write_text("#!/bin/sh\n")
     tool.chmod(0o755)
-    rules = {**policy.load()["drain"], "bug_report_dir": str(tmp_path / "reports"), "bug_report_command": str(tool)}
+    rules = replace(policy.load().drain, bug_report_dir=str(tmp_path / "reports"), bug_report_command=str(tool))
     (tmp_path / "reports").mkdir(mode=0o755)
     (tmp_path / "reports").chmod(0o777)
     assert "no one else can write" in bugreport.start("node1", rules) and started == []

@@ -84,7 +84,7 @@ def test_a_syslog_file_vouches_for_no_sender(tmp_path: Path) -> None:
     df = _ingest(tmp_path, "syslog", text).filter(pl.col("source") == "kernel")
     row = df.row(0, named=True)
     assert (row["route"], row["kind"], row["node"]) == ("syslog_file", "gpu_xid", "gpu042")
-    assert faults.decide(df.drop("header", strict=False).pipe(conform).lazy(), policy.load()["faults"],
+    assert faults.decide(df.drop("header", strict=False).pipe(conform).lazy(), policy.load().faults,
                          now + timedelta(minutes=1)).height == 0
 
 
@@ -98,7 +98,7 @@ def test_a_future_stamp_is_clamped_and_set_healthy_ends_its_fault(tmp_path: Path
     row = df.row(0, named=True)
     assert row["kind"] == "gpu_xid" and row["ts"] <= datetime.now(timezone.utc)
     assert provenance_claim(row) == f"{future:%Y-%m-%dT%H:%M:%S}.000000Z"
-    rules = policy.load()["faults"]
+    rules = policy.load().faults
     cleared = fault_cleared("gpu042", None, "reset", by="admin").with_columns(
         pl.lit(datetime.now(timezone.utc) + timedelta(seconds=1)).dt.cast_time_unit("us").alias("ts"))
     both = pl.concat([df.drop("header", strict=False).pipe(conform), conform(cleared)])

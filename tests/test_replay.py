@@ -20,7 +20,7 @@ from observe.health import faults, policy
 from observe.ingest import parse_bytes
 
 NOW = datetime(2026, 11, 23, tzinfo=timezone.utc)
-RULES = policy.load()["faults"]
+RULES = policy.load().faults
 LOGS = ("xid.log", "ib_pcie.log")
 
 

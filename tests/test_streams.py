@@ -146,7 +146,7 @@ def test_journal_lines_a_user_sent_are_not_the_kernels(tmp_path: Path) -> None:
     assert df.get_column("kind").to_list()[2] == "gpu_xid" and "gpu_xid" not in df.get_column("kind").to_list()[:2]
     forged = df.head(2).with_columns(pl.lit("kernel").alias("source"), pl.lit("gpu_xid").alias("kind"),
                                      pl.lit(79).cast(pl.Int32).alias("code"), pl.lit("0000:3b:00").alias("gpu"))
-    decided = faults.decide(forged.lazy(), policy.load()["faults"], df.get_column("ts").max())
+    decided = faults.decide(forged.lazy(), policy.load().faults, df.get_column("ts").max())
     assert decided.height == 0  # even typed as an Xid, a user's line drives nothing
 
 

@@ -67,7 +67,7 @@ def health_run_cmd(
                           escape(r.summary))
         out.print(table)
     if record:
-        open_store(store).write(as_events(results, node or this_node(), rules_["version"]))
+        open_store(store).write(as_events(results, node or this_node(), rules_.version))
     raise typer.Exit(1 if any(r.status.value == "FAIL" for r in results) else 0)
 
 
@@ -168,7 +168,7 @@ def _section_and_nodes(fmt: str, policy: str | None, section: str, node: str | N
     if fmt not in ("table", "json"):
         fail(f"unknown format {fmt!r}: use table or json")
     try:
-        return pol.load(policy)[section], expand_nodes(node) if node else None
+        return getattr(pol.load(policy), section), expand_nodes(node) if node else None
     except (ValueError, pol.PolicyError) as exc:
         fail(str(exc))
 

@@ -30,7 +30,7 @@ def _hook(kind: str, store: str | None, policy: str | None, budget: str | None, 
         from observe.store import Store
 
         rules_ = pol.load(policy)
-        budget_s = parse_span(budget or rules_[kind]["budget"]).total_seconds()
+        budget_s = (parse_span(budget) if budget else rules_.hook(kind).budget).total_seconds()
         hook = hooks.Hook(kind, dict(os.environ), rules_, Store(store or os.environ.get("OBSERVE_STORE") or "observe-store"),
                           dry_run)
         hooks.run(hook, budget_s)

@@ -17,28 +17,28 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from observe.health import slurm
-from observe.spans import parse_span
+from observe.health.policy import Drain
 
 SYSTEM_PATH = "/usr/bin:/usr/sbin:/bin:/sbin:/usr/local/bin"  # Slurm runs hooks with no PATH
 
 
-def start(node: str, rules: dict) -> str:
+def start(node: str, rules: Drain) -> str:
     """Start the bug report for ``node`` per [drain] ``bug_report_dir`` / ``bug_report_command`` /
     ``bug_report_timeout``; the file it writes, or why none is collected."""
-    directory = rules["bug_report_dir"]
+    directory = rules.bug_report_dir
     if not directory:
         return "not collected (bug_report_dir is empty)"
     path = os.environ.get("PATH") or SYSTEM_PATH
-    command = shutil.which(rules["bug_report_command"], path=path)
+    command = shutil.which(rules.bug_report_command, path=path)
     timeout = shutil.which("timeout", path=f"{path}:{SYSTEM_PATH}")
     if command is None or timeout is None:
-        return f"not collected: {rules['bug_report_command']} not found"
+        return f"not collected: {rules.bug_report_command} not found"
     out = Path(directory) / f"nvidia-bug-report-{slurm.node_name(node)}-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.log"
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         if _others_can_write(out.parent):
             return f"not collected: {out.parent} must be a directory of this user's that no one else can write"
-        seconds = int(parse_span(str(rules["bug_report_timeout"])).total_seconds())
+        seconds = int(rules.bug_report_timeout.total_seconds())
         subprocess.Popen([timeout, "-k", "10", str(seconds), command, "--safe-mode", "--output-file", str(out)],
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                          start_new_session=True, cwd=out.parent)

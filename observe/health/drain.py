@@ -25,6 +25,7 @@ import polars as pl
 
 from observe.health import slurm
 from observe.health.events import health_events
+from observe.health.policy import Policy
 from observe.config import to_json
 from observe.store import Store
 
@@ -52,12 +53,12 @@ class Decision:
 class Drainer:
     """Drains and resumes nodes through :mod:`observe.health.slurm` under the policy's [drain] budget."""
 
-    def __init__(self, policy: dict, store: Store | None = None, dry_run: bool = False):
-        self.rules = policy["drain"]
-        self.version = policy["version"]
+    def __init__(self, policy: Policy, store: Store | None = None, dry_run: bool = False):
+        self.rules = policy.drain
+        self.version = policy.version
         self.store = store
         self.dry_run = dry_run
-        self.prefix = self.rules["reason_prefix"]
+        self.prefix = self.rules.reason_prefix
 
     def drain(self, node: str, reason: str, evidence: dict | None = None) -> list[Decision]:
         """Drain ``node`` unless a guardrail refuses; the decisions made (also in the ledger).
@@ -81,7 +82,7 @@ class Drainer:
                                           self.dry_run, evidence)])
         if target.drained and target.reason.startswith(self.prefix):
             return [Decision("node_drain_refused", node, ours, f"already drained by observe: {target.reason}", self.dry_run, evidence)]
-        tripped = breaker(self.store)[0] if self.store is not None and self.rules["budget_breaker"] else None
+        tripped = breaker(self.store)[0] if self.store is not None and self.rules.budget_breaker else None
         if tripped is not None:
             return self._record([Decision("node_drain_refused", node, ours, f"the drain breaker is open since "
                                           f"{tripped:%Y-%m-%d %H:%M:%S}Z (budget exhausted): nothing is drained until a "
@@ -101,7 +102,7 @@ class Drainer:
 
     def _quarantine(self, node: str) -> str:
         """Hold a drained node in its quarantine reservation ([drain] quarantine); what was done."""
-        if not self.rules.get("quarantine"):
+        if not self.rules.quarantine:
             return ""
         try:
             slurm.quarantine(node)
@@ -134,7 +135,7 @@ class Drainer:
 
     def held(self, node: str) -> bool:
         """Whether ``node`` is in observe's quarantine reservation ([drain] quarantine)."""
-        return bool(self.rules.get("quarantine")) and slurm.quarantined(node)
+        return bool(self.rules.quarantine) and slurm.quarantined(node)
 
     def _release(self, node: str, evidence: dict, force: bool) -> list[Decision]:
         """A node someone resumed while observe held it in quarantine: released once its checks pass."""
@@ -171,7 +172,7 @@ class Drainer:
         drain = self._last_drain(node)
         if not drain or not drain["checks"]:
             return ""
-        needed = sorted({*drain["checks"], *self.rules["return_checks"]})
+        needed = sorted({*drain["checks"], *self.rules.return_checks})
         results = (self.store.scan(sources=["health"], since=drain["ts"])
                    .filter((pl.col("kind") == "health_check") & (pl.col("node") == node) & (pl.col("ts") > drain["ts"]))
                    .with_columns(pl.col("attrs").str.json_path_match("$.check").alias("check"),
@@ -188,17 +189,17 @@ class Drainer:
         """Why one more drain would break the budget ('' when it would not)."""
         everyone = slurm.nodes()
         mates = [n for n in everyone if set(n.partitions) & set(target.partitions)] or everyone
-        if self.rules["gpu_nodes_only"] and _has_gpus(target):
+        if self.rules.gpu_nodes_only and _has_gpus(target):
             mates = [n for n in mates if _has_gpus(n)]
         ours = [n for n in mates if n.drained and n.reason.startswith(self.prefix)]
-        limit = max(1, math.floor(float(self.rules["max_fraction"]) * len(mates)))
-        if int(self.rules["max_nodes"]):
-            limit = min(limit, int(self.rules["max_nodes"]))
+        limit = max(1, math.floor(self.rules.max_fraction * len(mates)))
+        if self.rules.max_nodes:
+            limit = min(limit, self.rules.max_nodes)
         if len(ours) + 1 > limit:
-            what = "GPU nodes" if self.rules["gpu_nodes_only"] and _has_gpus(target) else "nodes"
+            what = "GPU nodes" if self.rules.gpu_nodes_only and _has_gpus(target) else "nodes"
             return (f"{len(ours)} of {len(mates)} {what} in {','.join(target.partitions) or 'the cluster'} already "
                     f"drained by observe (limit {limit})")
-        per_hour = int(self.rules["max_per_hour"])
+        per_hour = self.rules.max_per_hour
         if per_hour and self.store is not None:
             recent = self._recent_drains()
             if recent >= per_hour:

@@ -13,6 +13,7 @@ import polars as pl
 
 from observe.health import slurm
 from observe.health.events import health_events
+from observe.health.policy import Drain
 from observe.config import to_json
 from observe.store import Store
 from queries.drains import owner
@@ -24,20 +25,20 @@ def _attr(name: str) -> pl.Expr:
     return pl.col("attrs").str.json_path_match(f"$.{name}")
 
 
-def seen(store: Store, node: slurm.Node, drain_rules: dict) -> pl.DataFrame | None:
+def seen(store: Store, node: slurm.Node, drain_rules: Drain) -> pl.DataFrame | None:
     """The ``node_drain_seen`` / ``node_resume_seen`` event for a change of ``node``'s state that
     observe did not make and has not recorded yet (None when there is none)."""
-    prefix = drain_rules["reason_prefix"]
+    prefix = drain_rules.reason_prefix
     text, user, stamp = pl.Series([node.reason]).str.extract_groups(REASON).struct.unnest().row(0)
     text, at = text or "", _when(stamp)
     foreign = node.drained and not text.startswith(prefix)
-    since = datetime.now(timezone.utc) - timedelta(days=int(drain_rules["seen_days"]))
+    since = datetime.now(timezone.utc) - timedelta(days=drain_rules.seen_days)
     last = (store.scan(sources=["health"], since=min(since, at or since) - timedelta(days=1))
             .filter(pl.col("kind").is_in(["node_drain_seen", "node_resume_seen"]) & (pl.col("node") == node.name))
             .sort("ts").select("kind", _attr("reason").alias("reason")).last().collect())
     was_drained = bool(last.height) and last.item(0, "kind") == "node_drain_seen"
     if foreign and not (was_drained and last.item(0, "reason") == text):
-        by = pl.select(owner(pl.lit(text), pl.lit(user, pl.String), drain_rules["owners"], prefix)).item()
+        by = pl.select(owner(pl.lit(text), pl.lit(user, pl.String), drain_rules.owners, prefix)).item()
         what = "down" if "DOWN" in node.state and "DRAIN" not in node.state else "drain"
         return health_events([{
             "node": node.name, "kind": "node_drain_seen", "severity": "warning",

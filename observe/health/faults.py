@@ -24,6 +24,7 @@ from datetime import datetime, timedelta, timezone
 import polars as pl
 
 from observe import provenance, sessions
+from observe.health.policy import Faults
 from observe.spans import parse_span
 
 REMEDIES = ("none", "report", "app", "drain", "reset", "reboot", "replace")  # gravity order
@@ -38,10 +39,6 @@ def _attr(name: str) -> pl.Expr:
     return pl.col("attrs").str.json_path_match(f"$.{name}")
 
 
-def _span(rules: dict, key: str) -> timedelta:
-    return parse_span(str(rules[key]))
-
-
 def _gravity(expr: pl.Expr) -> pl.Expr:
     return expr.replace_strict(list(REMEDIES), list(range(len(REMEDIES))), default=0, return_dtype=pl.Int8)
 
@@ -50,13 +47,13 @@ def _remedy(gravity: pl.Expr) -> pl.Expr:
     return gravity.replace_strict(list(range(len(REMEDIES))), list(REMEDIES), return_dtype=pl.String)
 
 
-def fault_lines(events: pl.LazyFrame, rules: dict) -> pl.LazyFrame:
+def fault_lines(events: pl.LazyFrame, rules: Faults) -> pl.LazyFrame:
     """The events that are faults, each with its first remedy and drain-reason category."""
-    kinds = rules["kinds"]
-    xid_remedy = rules["xid_remedy"]
+    kinds = rules.kinds
+    xid_remedy = rules.xid_remedy
     action = pl.when((_attr("nvlink_severity") == "fatal") & _attr("fatal_action").is_not_null()) \
         .then(_attr("fatal_action")).otherwise(_attr("action"))
-    stated = rules["recovery_action"]  # Xid 154's own words win over the catalog
+    stated = rules.recovery_action  # Xid 154's own words win over the catalog
     remedy = pl.when((pl.col("kind") == "gpu_xid") & _attr("recovery_action").is_in(list(stated))).then(
         _attr("recovery_action").replace_strict(list(stated), list(stated.values()), default=None, return_dtype=pl.String)
     ).when(pl.col("kind") == "gpu_xid").then(
@@ -146,7 +143,7 @@ def _epochs(lines: pl.LazyFrame, recov: pl.LazyFrame) -> pl.LazyFrame:
     return out.with_columns(pl.max_horizontal(*names).alias("_epoch")).drop(*names).sort("_i").drop("_i")
 
 
-def _ends(eps: pl.LazyFrame, events: pl.LazyFrame, recov: pl.LazyFrame, rules: dict, now: datetime) -> pl.LazyFrame:
+def _ends(eps: pl.LazyFrame, events: pl.LazyFrame, recov: pl.LazyFrame, rules: Faults, now: datetime) -> pl.LazyFrame:
     """``eps`` with ``ended_at`` and ``ended``: what ended each episode, a recovery on its GPU or
     node, or its kind's clearing event once quiet. A line without a time is ended only by a person's
     statement (source health), which covers all before it."""
@@ -162,7 +159,7 @@ def _ends(eps: pl.LazyFrame, events: pl.LazyFrame, recov: pl.LazyFrame, rules: d
         .when((ended == pl.col("_gpu_end1")) | (ended == pl.col("_gpu_end0"))).then(pl.lit("recovery on the GPU")) \
         .otherwise(pl.lit("recovery on the node"))
     clears = []
-    for kind, spec in rules["kinds"].items():
+    for kind, spec in rules.kinds.items():
         if not spec.get("cleared_by"):
             continue
         match, col = list(spec.get("match", [])), f"_clear{len(clears)}"
@@ -181,7 +178,7 @@ def _ends(eps: pl.LazyFrame, events: pl.LazyFrame, recov: pl.LazyFrame, rules: d
     return eps
 
 
-def decide(events: pl.LazyFrame, rules: dict, now: datetime, breaker_reset: datetime | None = None) -> pl.DataFrame:
+def decide(events: pl.LazyFrame, rules: Faults, now: datetime, breaker_reset: datetime | None = None) -> pl.DataFrame:
     """One row per fault episode in ``events``: what it is, how many lines, whether it is still open
     (``ended`` says what ended it), its ``remedy`` and the drain-reason ``category``, ``acting``
     (an open fault whose remedy takes the node out, not observe-only, not stale) and ``reason``.
@@ -193,34 +190,34 @@ def decide(events: pl.LazyFrame, rules: dict, now: datetime, breaker_reset: date
     everything = events.with_columns(pl.col("ts").dt.replace_time_zone(None))
     events = everything.filter(provenance.trusted())
     # the few recoveries and episodes are collected once: every step below reads them again
-    recov = events.filter(pl.col("kind").is_in(rules["recovery"])).select("node", "gpu", "ts", "source") \
+    recov = events.filter(pl.col("kind").is_in(list(rules.recovery))).select("node", "gpu", "ts", "source") \
         .collect().lazy()
     lines = _epochs(with_jobs(fault_lines(events, rules), everything), recov)
-    eps = episodes(lines, _span(rules, "dedup_window")).with_columns(pl.col("last_ts").fill_null(EPOCH).alias("_at")) \
+    eps = episodes(lines, rules.dedup_window).with_columns(pl.col("last_ts").fill_null(EPOCH).alias("_at")) \
         .collect().lazy()
 
     eps = _ends(eps, events, recov, rules, now)
 
     # repetition: episodes of the same fault in the window before each, and how many of them ended
-    repeat = _span(rules, "repeat_window")
+    repeat = rules.repeat_window
     eps = eps.sort([*KEY, "_at"]).with_columns(
         pl.col("_at").is_not_null().cast(pl.Int32).rolling_sum_by("_at", repeat).over(KEY).alias("episodes"),
         pl.col("ended_at").is_not_null().cast(pl.Int32).rolling_sum_by("_at", repeat).over(KEY).alias("_ended_n"))
     eps = eps.with_columns((pl.col("_ended_n") - pl.col("ended_at").is_not_null().cast(pl.Int32)).alias("_came_back"))
 
     # remediations of the node in the window before each episode
-    fixes = (events.filter((pl.col("kind") == "fault_cleared") & _attr("remedy").is_in(rules["ladder"]))
+    fixes = (events.filter((pl.col("kind") == "fault_cleared") & _attr("remedy").is_in(list(rules.ladder)))
              .select("node", pl.col("ts").alias("_at"), pl.lit(1).alias("_fix")))
     fixed = (pl.concat([eps.select("node", "_at", pl.lit(0).alias("_fix"), pl.int_range(pl.len()).alias("_i")),
                         fixes.with_columns(pl.lit(None, dtype=pl.Int64).alias("_i"))], how="diagonal_relaxed")
-             .sort("_at").with_columns(pl.col("_fix").rolling_sum_by("_at", _span(rules, "remediation_window"))
+             .sort("_at").with_columns(pl.col("_fix").rolling_sum_by("_at", rules.remediation_window)
                                        .over("node").alias("remediations"))
              .filter(pl.col("_i").is_not_null()).sort("_i").select("remediations"))
     eps = pl.concat([eps, fixed], how="horizontal")
 
     # application Xids: hardware when one GPU alone (or one GPC/TPC) keeps getting them
     app = pl.col("remedy") == "app"
-    app_n = int(rules["app_repeat_count"])
+    app_n = rules.app_repeat_count
     eps = eps.sort("_at").with_columns(
         pl.when(app).then(1).otherwise(0).rolling_sum_by("_at", repeat).over(["node", "gpu"]).alias("_app_gpu"),
         pl.when(app & pl.col("location").is_not_null()).then(1).otherwise(0)
@@ -229,11 +226,11 @@ def decide(events: pl.LazyFrame, rules: dict, now: datetime, breaker_reset: date
     eps = eps.join(gpus, on="node", how="left")
     on_one = app & (((pl.col("_app_gpu") >= app_n) & (pl.col("_app_gpus") == 1)) | (pl.col("_app_loc") >= app_n))
 
-    ladder = list(rules["ladder"])
+    ladder = list(list(rules.ladder))
     rung = pl.col("remedy").replace_strict(ladder, list(range(len(ladder))), default=None, return_dtype=pl.Int32)
     climbed = pl.min_horizontal(rung + pl.col("_came_back"), pl.lit(len(ladder) - 1))
-    replace = (pl.col("episodes") >= int(rules["repeat_count"])) | \
-        (pl.col("remediations") >= int(rules["remediation_count"]))
+    replace = (pl.col("episodes") >= rules.repeat_count) | \
+        (pl.col("remediations") >= rules.remediation_count)
     first = pl.col("remedy")
     remedy = (pl.when(on_one).then(pl.lit("drain"))
               .when(rung.is_not_null() & replace).then(pl.lit(ladder[-1]))
@@ -242,7 +239,7 @@ def decide(events: pl.LazyFrame, rules: dict, now: datetime, breaker_reset: date
               .otherwise(first))
     category = pl.when(on_one).then(pl.lit("hardware")).when(app).then(pl.lit("user")).otherwise("category")
     observe_only = pl.lit(False)
-    for entry in rules["observe_only"]:
+    for entry in rules.observe_only:
         kind, _, code = str(entry).partition(":")
         hit = pl.col("kind") == ("gpu_xid" if kind == "xid" else kind)
         observe_only = observe_only | ((hit & (pl.col("code") == int(code))) if code else hit)

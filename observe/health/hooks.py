@@ -42,6 +42,7 @@ from observe.job_states import EPILOG_ACTS_ON
 from observe.health import allocation, bugreport, drains, requeue, slurm
 from observe.health.drain import Drainer
 from observe.health.events import health_events
+from observe.health.policy import Policy
 from observe.health.result import Result, Status
 from observe.health.runner import as_events, run_checks
 from observe.config import to_json
@@ -61,7 +62,7 @@ class Hook:
 
     kind: str  # prolog, epilog or healthcheck
     env: dict[str, str]
-    policy: dict
+    policy: Policy
     store: Store
     dry_run: bool = False
     log: list[str] = field(default_factory=list)
@@ -117,10 +118,10 @@ def _epilog(hook: Hook) -> None:
     info = slurm.job(hook.job)
     failed = _job_failed(hook.env, info)
     results = _checks(hook, "epilog")
-    if failed and hook.policy["epilog"]["explain"]:
+    if failed and hook.policy.epilog.explain:
         results += _checks(hook, "epilog", ["explain"])
     drained = _drain_if_failing(hook, results)
-    capture = hook.policy["epilog"]["capture"] and info.get("BatchHost", hook.node) == hook.node
+    capture = hook.policy.epilog.capture and info.get("BatchHost", hook.node) == hook.node
     script = slurm.batch_script(hook.job) if capture or (drained and failed) else ""
     if drained and failed:
         requeue.requeue(hook, info, script, results)
@@ -165,7 +166,7 @@ def _healthcheck(hook: Hook) -> None:
         return
     if all(r.status is Status.PASS for r in results) and target[0].idle:
         # the extended re-check before a node returns: on a drained node no job is disturbed
-        extra = [c for c in drainer.rules["return_checks"] if c not in {r.check for r in results}]
+        extra = [c for c in drainer.rules.return_checks if c not in {r.check for r in results}]
         results += _checks(hook, "healthcheck", extra)
     for d in drainer.resume(hook.node, {"checks": {r.check: r.to_dict() for r in results}}):
         hook.say(f"{d.kind} {d.node}: {d.detail}")
@@ -175,7 +176,7 @@ def _note_others(hook: Hook) -> None:
     """Record a drain of this node that observe did not make (NHC, an admin, Slurm), and its end."""
     try:
         target = slurm.nodes([hook.node])
-        event = drains.seen(hook.store, target[0], hook.policy["drain"]) if target else None
+        event = drains.seen(hook.store, target[0], hook.policy.drain) if target else None
     except (slurm.SlurmError, pl.exceptions.PolarsError, OSError) as exc:
         hook.say(f"could not tell who else drained {hook.node}: {exc}")
         return
@@ -185,15 +186,14 @@ def _note_others(hook: Hook) -> None:
 
 
 def _checks(hook: Hook, section: str, names: list[str] | None = None) -> list[Result]:
-    rules = hook.policy[section]
-    names = list(rules["checks"]) if names is None else names
+    names = list(hook.policy.hook(section).checks) if names is None else names
     if not names:
         return []
-    overrides = {"node": hook.node, "store": str(hook.store.root), "device": rules.get("device", "auto")}
+    overrides = {"node": hook.node, "store": str(hook.store.root), "device": "auto"}
     if hook.kind == "epilog":
         overrides["job"] = hook.job  # gpu_procs: this job's processes must be gone
     results = run_checks(names, hook.policy, max(1.0, hook.left() - 5), overrides)
-    hook.store.write(as_events(results, hook.node, hook.policy["version"]))
+    hook.store.write(as_events(results, hook.node, hook.policy.version))
     for r in results:
         if r.status is not Status.PASS:
             hook.say(f"{r.check} {r.status.value}{' (' + r.action + ')' if r.action else ''}: {r.summary}")
@@ -203,7 +203,7 @@ def _checks(hook: Hook, section: str, names: list[str] | None = None) -> list[Re
 def _drain_if_failing(hook: Hook, results: list[Result]) -> bool:
     """Drain on a FAIL whose action takes the node out; True when the node is (now) drained by observe."""
     failing = [r for r in results if r.status is Status.FAIL and r.action in ACTING]
-    watched = [r for r in failing if hook.policy.get(r.check, {}).get("observe_only")]
+    watched = [r for r in failing if hook.policy.checks[r.check]["observe_only"]]
     for r in watched:
         hook.say(f"{r.check} is observe-only: would {r.action}, did nothing")
     failing = [r for r in failing if r not in watched]
@@ -224,7 +224,7 @@ def _drain_if_failing(hook: Hook, results: list[Result]) -> bool:
 
 def _bug_report(hook: Hook) -> None:
     """Start nvidia-bug-report on the node just drained for hardware, before any remedy; its file to the ledger."""
-    where = bugreport.start(hook.node, hook.policy["drain"])
+    where = bugreport.start(hook.node, hook.policy.drain)
     hook.say(f"nvidia-bug-report: {where}")
     hook.store.write(health_events([{
         "node": hook.node, "kind": "bug_report", "severity": "info", "message": f"nvidia-bug-report: {where}",

@@ -16,7 +16,6 @@ from observe.config import to_json
 from observe.health import slurm
 from observe.health.events import health_events
 from observe.health.result import Result, Status
-from observe.spans import parse_span
 
 if TYPE_CHECKING:
     from observe.health.hooks import Hook
@@ -28,7 +27,7 @@ SLURM_ID = re.compile(r"\((\d+)\)$")  # scontrol's UserId=alice(1000), GroupId=a
 def requeue(hook: Hook, info: dict, script: str, results: list[Result]) -> None:
     """Requeue the job if it opted in; the decision, and the work lost since its latest checkpoint, to the ledger."""
     marker = MARKER.search(script or "")
-    limit = int(hook.policy["epilog"]["max_requeues"])
+    limit = hook.policy.epilog.max_requeues
     restarts = int(info.get("Restarts") or hook.env.get("SLURM_JOB_RESTART_COUNT") or 0)
     why = ("slurmctld no longer knows the job" if not info else
            "the job does not allow requeue (sbatch --requeue)" if info.get("Requeue") != "1" else
@@ -63,10 +62,10 @@ def lost_work(hook: Hook, info: dict[str, str], directory: str) -> dict:
     owner = None
     if os.geteuid() == 0 and (owner := job_owner(hook.env, info)) is None:
         return {"checkpoint_error": "the job's user is unknown: its directory is not read as root"}
-    rules = hook.policy["epilog"]
-    timeout = min(parse_span(rules["checkpoint_timeout"]).total_seconds(), hook.left() / 2)
+    rules = hook.policy.epilog
+    timeout = min(rules.checkpoint_timeout.total_seconds(), hook.left() / 2)
     try:
-        best = checkpoint.latest_as(directory, owner, timeout, int(rules["checkpoint_memory_mb"]) << 20)
+        best = checkpoint.latest_as(directory, owner, timeout, rules.checkpoint_memory_mb << 20)
     except (checkpoint.ScanError, OSError) as exc:
         return {"checkpoint_error": str(exc)}
     if best is None:

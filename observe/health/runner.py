@@ -16,6 +16,7 @@ import polars as pl
 
 from observe.health.checks import NAMES
 from observe.health.events import health_events
+from observe.health.policy import Policy
 from observe.health.result import Result, Status, unknown
 from observe.config import to_json
 
@@ -23,13 +24,13 @@ CHECKS = NAMES
 SETUP_S = 15.0  # what a check needs beyond its own seconds (interpreter, torch import, spawn)
 
 
-def run_checks(names: list[str], policy: dict, budget_s: float, overrides: dict | None = None) -> list[Result]:
+def run_checks(names: list[str], policy: Policy, budget_s: float, overrides: dict | None = None) -> list[Result]:
     """Run ``names`` in order; each gets the budget left, and a burn is shortened to fit it."""
     deadline = time.monotonic() + budget_s
     results = []
     for name in names:
         left = deadline - time.monotonic()
-        opts = {**policy.get(name, {}), **(overrides or {}), "policy": policy}
+        opts = {**policy.checks[name], **(overrides or {}), "policy": policy.doc}
         if left < 1:
             results.append(unknown(name, f"the {budget_s:g}s budget was spent before it could run"))
             continue

@@ -10,6 +10,7 @@ from datetime import datetime
 import polars as pl
 
 from observe.health import faults
+from observe.health.policy import from_doc
 from observe.health.result import Result, Status, unknown
 from observe.hostname import this_node
 from observe.rules import catalog
@@ -23,14 +24,14 @@ def run(opts: dict) -> Result:
     """FAIL with the remedy the fault policy gives the verdict's fault; PASS when it names nothing to act on."""
     if not opts.get("job") or not opts.get("store"):
         return unknown(NAME, "needs a job and a store (the epilog passes both)")
-    node, policy = opts.get("node") or this_node(), opts["policy"]
+    node, policy = opts.get("node") or this_node(), from_doc(opts["policy"])
     try:
         root = explain(Store(opts["store"]), str(opts["job"]), timeline_rows=0).root_cause
     except ExplainError as exc:
         return Result(NAME, Status.PASS, f"nothing to weigh: {exc}")
     if not root or root.get("node") != node or root.get("kind") not in opts["acts_on"]:
         return Result(NAME, Status.PASS, "the verdict names no fault of this node the policy acts on")
-    remedy = policy["faults"]["xid_remedy"].get(_xid_action(root.get("code"))) if root["kind"] == "gpu_xid" else None
+    remedy = policy.faults.xid_remedy.get(_xid_action(root.get("code"))) if root["kind"] == "gpu_xid" else None
     if root["kind"] == "gpu_xid" and remedy not in faults.ACTING:
         return Result(NAME, Status.PASS, f"gpu_xid {root.get('code')} on this node calls for no remedy that takes it out")
     if root.get("verdict") != "cause" or float(root.get("confidence") or 0) < float(opts["min_confidence"]):

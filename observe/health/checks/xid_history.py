@@ -18,12 +18,12 @@ from observe import provenance
 from observe.collector import Context
 from observe.copies import one_per_record
 from observe.health import faults
+from observe.health.policy import from_doc
 from observe.health.result import Result, Status, unknown
 from observe.hostname import this_node
 from observe.ingest import parse_bytes
 from observe.schema import conform
 from observe.streams import read_kmsg
-from observe.spans import parse_span
 
 NAME = "xid_history"
 LOG_MAX = 64 << 20  # of a kernel log file, the last this many bytes are read
@@ -33,7 +33,7 @@ def run(opts: dict) -> Result:
     """FAIL when a GPU fault on this node is open and calls for a remedy; the action is the gravest."""
     node = opts.get("node") or this_node()
     boot = datetime.fromisoformat(opts["boot_time"]) if opts.get("boot_time") else boot_time()
-    rules = opts["policy"]["faults"]
+    rules = from_doc(opts["policy"]).faults
     now = datetime.now(timezone.utc)
     log = str(opts["log"]).replace("%n", node)
     looked, frames, breaker_reset = [], [], None
@@ -51,7 +51,7 @@ def run(opts: dict) -> Result:
         from observe.store import Store
 
         store = Store(opts["store"])
-        since = now - max(parse_span(str(rules["repeat_window"])), parse_span(str(rules["remediation_window"])))
+        since = now - max(rules.repeat_window, rules.remediation_window)
         frames.append(store.scan(sources=["kernel", "health"], since=since)
                       .filter((pl.col("node") == node)
                               & ((pl.col("source") == "kernel") | (pl.col("kind") == "fault_cleared")))
