@@ -302,12 +302,17 @@ class NodeCollector:
         for (source, day), part in parsed.parts.items():
             if cut:
                 part = part.with_columns(_truncated(cut))
-            self.spool.write_partition(source, day, part, tag=f"b{batch:010d}")
+            self._spooled(source, day, part, batch)
         self.counters.lines += recs.height + parsed.blank
         self.counters.bytes += nbytes
         self.counters.records += parsed.records
         self.counters.unparsed += parsed.unparsed
         self.counters.stored += parsed.stored
+
+    def _spooled(self, source: str, day: str, part: pl.DataFrame, batch: int) -> None:
+        """One durable segment of ``batch`` in the spool. The spool is no table: its commit is
+        positions.json, and the central store commits what is shipped (Store.adopt)."""
+        self.spool.durable([self.spool.write_partition(source, day, part, tag=f"b{batch:010d}", durable=False)])
 
     def _spool_stats(self, batch: int, now: float) -> None:
         """The collector's counters as a ``collector_stats`` health event."""
@@ -322,7 +327,7 @@ class NodeCollector:
         }).with_columns(pl.col("ts").cast(POLARS_SCHEMA["ts"]))
         ev = ev.with_columns(pl.col("message").alias("raw"))
         for (source, day), part in buffered_parts(ev).items():
-            self.spool.write_partition(source, day, part, tag=f"b{batch:010d}")
+            self._spooled(source, day, part, batch)
 
     # -- shipping and the loop --------------------------------------------------------------------
     def ship(self) -> None:

@@ -1,7 +1,7 @@
 """Shipping sealed segments from a node's spool to the central store: a shared path or an object store.
 
-Segments keep their names and partition paths, so many collectors ship into one store without
-coordination, and shipping a segment twice (a crash between the copy and the local delete)
+Segments keep their names and partition paths under the store's ``incoming/``, so many collectors
+ship into one store without coordination (``observe compact`` commits them to the table in batches), and shipping a segment twice (a crash between the copy and the local delete)
 overwrites it with the same bytes. Oldest first; while the store is unreachable the spool grows up
 to a bound, past which the oldest segments are dropped with a log line and counted.
 """
@@ -108,6 +108,8 @@ def ship(spool: Path, dest: Destination, committed: int, max_bytes: int) -> Ship
     pending = [p for p in spool_files(spool) if p.parent.name == "inputs" or batch_of(p) <= committed]
     for path in pending:
         rel = str(path.relative_to(spool))
+        if path.parent.name != "inputs":
+            rel = f"incoming/{rel}"  # committed to the table centrally (Store.adopt), never by each node
         try:
             if path.parent.name == "inputs":
                 if not dest.exists(rel):

@@ -52,3 +52,10 @@ def shared() -> Iterator[Path]:
     d.chmod(0o755)
     yield d
     shutil.rmtree(d)
+
+
+def shipped(path: Path) -> Store:
+    """The central store a collector shipped to, once it committed what was shipped (as `observe compact` does)."""
+    store = Store(path)
+    store.adopt()
+    return store

@@ -151,6 +151,15 @@ def test_damaged_segment_is_named(tmp_path: Path) -> None:
                                 capture_output=True, text=True, timeout=120)
         assert result.returncode == 2, result.stderr
         assert "damaged segment" in result.stderr and segment.name in result.stderr and "Traceback" not in result.stderr
+        assert "observe repair" in result.stderr and result.stderr.count("\n") == 1
+    repaired = subprocess.run([sys.executable, "-m", "observe.cli", "repair", "--store", str(store)],
+                              capture_output=True, text=True, timeout=120)
+    assert repaired.returncode == 0 and "1 segment(s) dropped" in repaired.stdout, repaired.stderr
+    assert (store / "damaged" / segment.relative_to(store / "events")).exists()  # kept for a person to look at
+    for command in (["query"], ["stats"]):
+        result = subprocess.run([sys.executable, "-m", "observe.cli", *command, "--store", str(store)],
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
 
 
 def test_limit_says_when_more_rows_match(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from conftest import shipped
 from observe.collect_config import Config, ConfigError
 from observe.collect import NodeCollector
 from observe.store import Store
@@ -49,7 +50,7 @@ def _collect(config: Path, **kw) -> subprocess.CompletedProcess:
 
 
 def _numbers(store: Path, host: str | None = None) -> pl.Series:
-    df = Store(store).scan(sources=["syslog"]).collect()
+    df = shipped(store).scan(sources=["syslog"]).collect()
     if host:
         df = df.filter(pl.col("node") == host)
     return df.get_column("message").str.extract(r"line (\d+)$").cast(pl.Int64).sort()
@@ -272,7 +273,7 @@ def test_multi_line_record_joined_across_reads(tmp_path: Path) -> None:
     time.sleep(1.1)
     node.cycle()  # the file is idle: its last record is complete too
     node.ship()
-    df = Store(tmp_path / "central").scan(sources=["kernel"]).collect().sort("offset")
+    df = shipped(tmp_path / "central").scan(sources=["kernel"]).collect().sort("offset")
     assert df.height == 2
     assert df.get_column("raw")[0] == (head + "".join(details)).rstrip("\n")
     assert df.get_column("kind").to_list() == ["gpu_xid", "ib_link_down"]

@@ -10,6 +10,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from conftest import shipped
 from observe import provenance
 from observe.health import faults, policy
 from observe.health.recovery import fault_cleared
@@ -133,6 +134,7 @@ def test_segments_from_before_routes_read_with_no_route(tmp_path: Path) -> None:
     (seg,) = Store(tmp_path / "store").files()
     old = seg.with_name("old-" + seg.name)
     pl.read_parquet(seg).drop("route").with_columns(pl.col("offset") + 1).write_parquet(old)
+    Store(tmp_path / "store").table.append([(old, 1)])
     both = Store(tmp_path / "store").scan().collect().sort("offset")
     assert both.get_column("route").to_list() == ["system_file", None]
     assert both.select(provenance.trusted()).to_series().to_list() == [True, False]
@@ -159,6 +161,6 @@ def test_the_collector_keeps_each_files_route(tmp_path: Path) -> None:
         node.run(once=True)
     finally:
         node.close()
-    df = Store(tmp_path / "central").scan().collect().filter(pl.col("source") != "health")
+    df = shipped(tmp_path / "central").scan().collect().filter(pl.col("source") != "health")
     got = sorted(df.select("route", "source", "node", "kind").unique().rows())
     assert got == [("job_output", "nccl", "gpu001", "log"), ("system_file", "kernel", "gpu001", "gpu_xid")]

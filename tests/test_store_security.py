@@ -42,7 +42,7 @@ def _tree(root: Path) -> list[Path]:
 @pytest.mark.parametrize("group", [None, pytest.param(GROUP, marks=needs_root)])
 def test_what_the_store_creates_is_its_owner_and_group_s_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                 group: int | None) -> None:
-    """Segments, input markers, compaction outputs and notes, lock files: 0640, directories 0750
+    """Segments, input markers, compaction outputs, the table's log, lock files: 0640, directories 0750
     (setgid with a group, so that files inherit it), whatever the umask."""
     if group is not None:
         monkeypatch.setenv("OBSERVE_STORE_GROUP", str(group))
@@ -51,7 +51,8 @@ def test_what_the_store_creates_is_its_owner_and_group_s_alone(tmp_path: Path, m
         store = Store(tmp_path / "store")
         store.write(_events("Xid 79"))
         store.write(_events("Xid 48"))
-        store.compact(store.partitions()[0], min_segments=1, grace_s=3600)  # the note stays for the grace period
+        store.compact(store.partitions()[0], min_segments=1)
+        store.table.delete_before("2100-01-01")  # a commit as retention makes it (its files stay for the grace)
         with store.lock("ingest"):
             pass
     finally:
@@ -59,7 +60,7 @@ def test_what_the_store_creates_is_its_owner_and_group_s_alone(tmp_path: Path, m
     made = [store.root, *_tree(store.root)]
     names = {p.name for p in made}
     assert {".compact.lock", ".ingest.lock"} <= names and any(n.endswith(".ids") for n in names)
-    assert any(n.startswith("c-") and n.endswith(".json") for n in names)
+    assert "_delta_log" in names and any(n.endswith(".json") and n[:20].isdigit() for n in names)
     assert any(n.startswith("c-") and n.endswith(".parquet") for n in names)
     for path in made:
         st = path.lstat()
@@ -178,8 +179,9 @@ def test_shipping_follows_no_link_planted_at_its_temporary_name(tmp_path: Path) 
     """The temporary name a segment is copied to is predictable (name and pid): a link planted there
     would have root write the segment wherever it points."""
     spool, central = Store(tmp_path / "spool"), tmp_path / "central"
-    [segment] = [spool.write_partition("kernel", "2026-01-02", _events("Xid 79"), tag="b0000000001")]
-    rel = segment.relative_to(spool.root)
+    [(segment, _)] = spool.durable([spool.write_partition("kernel", "2026-01-02", _events("Xid 79"),
+                                                          tag="b0000000001", durable=False)])
+    rel = "incoming" / segment.relative_to(spool.root)
     (central / rel).parent.mkdir(parents=True)
     victim = tmp_path / "victim"
     (central / rel).with_name(f".{segment.name}.{os.getpid()}.tmp").symlink_to(victim)

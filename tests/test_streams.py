@@ -14,6 +14,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from conftest import shipped
 from observe.collect_config import Config
 from observe.collect import NodeCollector, boot_time
 from observe.store import Store
@@ -38,7 +39,7 @@ def _once(tmp: Path, inputs: list[dict]) -> NodeCollector:
 
 
 def _events(tmp: Path, *sources: str) -> pl.DataFrame:
-    return Store(tmp / "central").scan(sources=sources or None).collect().filter(pl.col("source") != "health")
+    return shipped(tmp / "central").scan(sources=sources or None).collect().filter(pl.col("source") != "health")
 
 
 def test_kmsg_device_each_record_once(tmp_path: Path) -> None:

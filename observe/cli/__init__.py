@@ -12,12 +12,12 @@ import sys
 from rich.markup import escape
 
 from observe.cli import analyses, checkpoint, data, exporter, health, slurm
-from observe.cli.base import OPENED, app, err
-from observe.store import UnsafeStore
+from observe.cli.base import OPENED, app, damaged_segments, err
+from observe.store import LegacyLayout, UnsafeStore
 
 # the order `observe --help` lists them in: the main job first
 TOP = ["ingest", "demo", "query", "explain", "incidents", "nodes", "patterns", "stats", "compact", "retention",
-       "collect", "rules", "schema", "drain", "resume"]
+       "convert", "repair", "collect", "rules", "schema", "drain", "resume"]
 COMMANDS = {**data.COMMANDS, **analyses.COMMANDS, **health.COMMANDS}
 assert sorted(COMMANDS) == sorted(TOP), "every top-level command is listed in TOP"
 for _name in TOP:
@@ -30,7 +30,7 @@ def main() -> None:
     """Console-script entry point; an unexpected error is one line (OBSERVE_DEBUG=1 shows the traceback)."""
     try:
         app()
-    except UnsafeStore as exc:  # found where a command meets it (a link planted inside the store): refused
+    except (UnsafeStore, LegacyLayout) as exc:  # found where a command meets it (a planted link, an old store)
         err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(2)
     except Exception as exc:  # a bug, not bad input: say so in one line and exit non-zero
@@ -39,8 +39,6 @@ def main() -> None:
         damaged = [f for s in OPENED for f in s.damaged()]  # the likeliest cause: a segment cut short outside observe
         if damaged:
             more = f" and {len(damaged) - 1} more" if len(damaged) > 1 else ""
-            err.print(f"[red]error:[/red] the store holds a damaged segment, {escape(str(damaged[0]))}{more}: move "
-                      f"{'them' if more else 'it'} out of the store and run again", highlight=False, soft_wrap=True)
-            sys.exit(2)
+            damaged_segments(damaged)
         err.print(f"[red]internal error:[/red] {type(exc).__name__}: {escape(str(exc))} (set OBSERVE_DEBUG=1 for the traceback)")
         sys.exit(1)

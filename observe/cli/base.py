@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from datetime import datetime
-from typing import Annotated, Optional
+from typing import Annotated, NoReturn, Optional
 
 import typer
 from rich.console import Console
@@ -67,6 +69,15 @@ def open_store(path: str | None) -> Store:
     if all(s.root != store.root for s in OPENED):
         OPENED.append(store)
     return store
+
+
+def damaged_segments(damaged: list[Path]) -> NoReturn:
+    """The one-line error for live segments that are not whole Parquet files, and exit 2."""
+    more = f" and {len(damaged) - 1} more" if len(damaged) > 1 else ""
+    err.print(f"[red]error:[/red] the store holds a damaged segment, {escape(str(damaged[0]))}{more}: `observe "
+              f"repair` sets {'them' if more else 'it'} aside (their events are lost to queries until a good copy is "
+              "restored)", highlight=False, soft_wrap=True)
+    sys.exit(2)
 
 
 def existing_store(store: Store) -> Store:

@@ -14,7 +14,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColu
 from rich.table import Table
 
 from observe import rules
-from observe.cli.base import StoreOpt, command_table, err, existing_store, fail, open_store, out
+from observe.cli.base import StoreOpt, command_table, damaged_segments, err, existing_store, fail, open_store, out
 from observe.ingest import InputError, Summary, ingest
 from observe.ingest.pool import WorkerError
 from observe.reader import input_files
@@ -140,6 +140,8 @@ def stats_cmd(store: StoreOpt = None) -> None:
     """What the store holds, per source and day (segments, rows, bytes)."""
     s = existing_store(open_store(store))
     df = s.stats()
+    if damaged := s.damaged():  # stats reads the log alone: look at the files too
+        damaged_segments(damaged)
     if df.is_empty():
         out.print(f"{s.root}: empty store")
         return
@@ -155,24 +157,30 @@ def compact_cmd(
     store: StoreOpt = None,
     grace: Annotated[str, typer.Option(help="Keep replaced segments this long for queries already running (10m, 0s).")] = "10m",
 ) -> None:
-    """Merge each partition's segments into files sorted by time (atomic, duplicates dropped, memory
-    bounded); delete segments replaced longer than --grace ago; refresh the job index."""
+    """Commit the segments collectors shipped; merge each partition's segments into files sorted by
+    time (committed in batches, duplicates dropped, memory bounded); delete segments replaced longer than
+    --grace ago; refresh the job index. Run it centrally every few minutes (cron or a timer)."""
     try:
         grace_s = parse_span(grace).total_seconds()
     except ValueError as exc:
         fail(str(exc))
     s = open_store(store)
-    merged = 0
-    parts = s.partitions()
     try:
-        for i, part in enumerate(parts, 1):
-            done = s.compact(part, grace_s=grace_s)
-            if done:
-                merged += done[0]
-                out.print(f"[{i}/{len(parts)}] {part.source}/{part.date}: {done[0]} segments, {done[1]} rows")
+        with s.lock("compact"):
+            adopted = s.adopt()
+        if adopted:
+            out.print(f"committed {adopted} segment(s) collectors shipped")
+        parts = s.partitions()
+        order = {p: i for i, p in enumerate(parts, 1)}
+
+        def said(part, done: tuple[int, int]) -> None:
+            out.print(f"[{order[part]}/{len(parts)}] {part.source}/{part.date}: {done[0]} segments, {done[1]} rows")
+
+        merged = sum(n for n, _ in s.compact_many(parts, progress=said))
+        gone = s.vacuum(grace_s)
     except StoreBusy as exc:
         fail(str(exc))
-    out.print(f"compacted {merged} segment(s)")
+    out.print(f"compacted {merged} segment(s); deleted {gone} file(s) replaced over {grace} ago or never committed")
     from queries import jobs
 
     if s.partitions(sources=["slurm"]):
@@ -195,6 +203,37 @@ def retention_cmd(
     for p in dropped:
         out.print(f"{'would drop' if dry_run else 'dropped'} {p.source}/{p.date}")
     out.print(f"{len(dropped)} partition(s) before {cutoff} {'would be ' if dry_run else ''}dropped")
+
+
+@command("convert")
+def convert_cmd(store: StoreOpt = None) -> None:
+    """Make a store written before observe kept a Delta table into one, in place: finish or undo its
+    compaction notes, commit every live segment in one commit, and check that the events counted
+    before and after are the same. Run it once, with no ingest or compaction running."""
+    from observe.store.convert import ConvertError, convert
+
+    s = existing_store(open_store(store))
+    try:
+        segments, events = convert(s)
+    except (ConvertError, StoreBusy) as exc:
+        fail(str(exc))
+    out.print(f"{s.root}: {segments} segment(s), {events} events, now a Delta table ({s.events})")
+
+
+@command("repair")
+def repair_cmd(store: StoreOpt = None) -> None:
+    """Set aside the segments the table names that are damaged (cut short or overwritten outside
+    observe) or gone: damaged files move to <store>/damaged/, and one commit drops them from the table,
+    so every query runs again. Their events are lost to queries until a good copy is restored (put it
+    in <store>/incoming/events/ with its partition path, and `observe compact` commits it)."""
+    s = existing_store(open_store(store))
+    try:
+        gone = s.repair()
+    except StoreBusy as exc:
+        fail(str(exc))
+    for f in gone:
+        out.print(f"set aside {escape(str(f))}")
+    out.print(f"{len(gone)} segment(s) dropped from the table")
 
 
 @command("collect")

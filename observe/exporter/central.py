@@ -1,8 +1,9 @@
 """The central exporter's state: what the whole store holds, kept up to date by reading only the
-segments that appeared since the last refresh (a partition whose directory did not change is not
-even listed). A compaction's output replaces segments already counted, so it is adopted, not
-counted again; if the exporter missed what a compaction replaced (it was down past the grace
-period), it counts the whole store again and says so in ``observe_exporter_rescans_total``.
+segments the table's commits added as new data since the last refresh. A compaction's commit adds
+no new data (its outputs replace segments already counted), so it is not counted again; if the log
+no longer holds a commit the exporter has not read (it was down past the log's retention) or a
+segment went before it was read, it counts the whole store again and says so in
+``observe_exporter_rescans_total``.
 
 Counters count events since the exporter started reading the store (all of it at start-up), so
 they are Prometheus counters: a restart is a reset, which ``rate`` and ``increase`` handle.
@@ -33,7 +34,7 @@ from observe.health import slurm
 from observe.health.drain import KINDS as DRAIN_KINDS
 from observe.job_states import BAD_ENDS, FAULT_ENDS
 from observe.schema import FIELDS, POLARS_SCHEMA, SEVERITIES
-from observe.store import Store, replaced_by, scan_segments
+from observe.store import Store, scan_segments
 from queries import jobs
 from queries.causes import CATEGORIES, load_causes
 from queries.explain import ExplainError, explain
@@ -44,7 +45,6 @@ PLAIN_KINDS = ("log", "unparsed")  # never counted per node
 WINDOW = timedelta(hours=2)  # fault events kept in memory for open incidents
 REQUEUE_KINDS = ("job_requeue", "job_requeue_skipped")  # what the epilog decided about a failed job
 READ_FILES = 256  # segments read at once (bounds memory at start-up)
-RECENT_NS = 10 * 10**9  # a partition changed this recently is listed again on the next refresh
 SETTLE = timedelta(minutes=2)
 EXPLAIN_BUDGET_S = 5.0  # per refresh; the rest wait for the next one
 EXPLAIN_HISTORY = timedelta(hours=1)  # when counting starts, failures this recent are explained too
@@ -94,9 +94,8 @@ class StoreMetrics:
         self._reset()
 
     def _reset(self) -> None:
-        self.dirs: dict[Path, int] = {}  # partition directory -> its mtime_ns when last listed
-        self.files: dict[Path, dict[str, Segment]] = {}  # partition directory -> live segments
-        self.source_of: dict[Path, str] = {}
+        self.version = -1  # the table's version read up to (-1: none yet)
+        self.files: dict[Path, Segment] = {}  # the live segments
         self.events: dict[tuple, int] = defaultdict(int)  # (source, kind, severity)
         self.node_events: dict[tuple, int] = defaultdict(int)  # (node, kind, severity)
         self.node_last: dict[str, float] = {}
@@ -140,54 +139,30 @@ class StoreMetrics:
         return read
 
     def _refresh(self) -> int:
-        new: list[Path] = []
-        live_dirs = set()
-        for part in self.store.partitions():
-            live_dirs.add(part.path)
-            try:
-                mtime = part.path.stat().st_mtime_ns
-            except FileNotFoundError:
-                continue
-            if self.dirs.get(part.path) == mtime:
-                continue
-            self.source_of[part.path] = part.source
-            new += self._listed(part.path)
-            # a change within the file system's timestamp granularity of the listing would leave the
-            # mtime as it was: list a recently changed directory again next time
-            self.dirs[part.path] = mtime if time.time_ns() - mtime > RECENT_NS else -1
-        for gone in set(self.files) - live_dirs:  # expired partitions
-            del self.files[gone], self.dirs[gone], self.source_of[gone]
+        version, live = self.store.table.snapshot()
+        paths = [self.store.events / rel for rel in live]
+        if self.version < 0:
+            new = paths  # everything is new at the start
+        else:
+            added = self.store.table.added(self.version, version)
+            if added is None:
+                raise _Missed(f"{self.store.events}: the log no longer holds the commits after version {self.version}")
+            new = [self.store.events / rel for rel in added]
+            if not all(p.exists() for p in new):  # added and vacuumed away while the exporter was down
+                raise _Missed(f"{self.store.events}: a segment went before the exporter read it")
+        current = set(paths)
+        for gone in set(self.files) - current:  # compacted or expired
+            del self.files[gone]
+        for path in paths:
+            if path not in self.files:
+                seg = self.files[path] = _segment(path)
+                if not path.name.startswith("c-"):
+                    source = _source(path)
+                    self.written[source] = max(seg.mtime, self.written.get(source, 0.0))
         for i in range(0, len(new), READ_FILES):
             self._count(new[i:i + READ_FILES])
+        self.version = version
         return len(new)
-
-    def _listed(self, directory: Path) -> list[Path]:
-        """Update the live segments of one partition; the files whose events are still to count."""
-        first = directory not in self.files  # all of it is new: compaction outputs too
-        known = self.files.setdefault(directory, {})
-        live = {p.name: p for p in self.store.segments(directory)}
-        fresh = [n for n in live if n not in known]
-        outputs = [] if first else [n for n in fresh if n.startswith("c-")]
-        replaced: set[str] = set()
-        for name in outputs:
-            was = replaced_by(live[name])
-            if was is None:
-                raise _Missed(f"{live[name]}: a compaction output whose note is gone")
-            replaced |= was
-        to_count = [live[n] for n in fresh if n not in outputs]
-        if outputs:
-            unseen = [directory / n for n in replaced if n not in known and n not in live]
-            if any(not p.exists() for p in unseen):
-                raise _Missed(f"{directory}: a compaction replaced segments this exporter never read")
-            to_count += unseen  # written and compacted between two refreshes: still on disk (grace)
-        for name in set(known) - set(live):
-            del known[name]
-        source = self.source_of[directory]
-        for name in fresh:
-            seg = known[name] = _segment(live[name])
-            if not name.startswith("c-"):
-                self.written[source] = max(seg.mtime, self.written.get(source, 0.0))
-        return to_count
 
     def _count(self, files: list[Path]) -> None:
         lf = scan_segments(files)
@@ -350,8 +325,8 @@ class StoreMetrics:
         yield per_node(GaugeMetricFamily, "observe_node_last_event_timestamp_seconds",
                         "Time of the newest event from each node.", ("node",), {(n,): t for n, t in self.node_last.items()})
         per_source: dict[str, list[Segment]] = defaultdict(list)
-        for directory, segs in self.files.items():
-            per_source[self.source_of[directory]] += segs.values()
+        for path, seg in self.files.items():
+            per_source[_source(path)].append(seg)
         yield family(GaugeMetricFamily, "observe_store_bytes", "Bytes of live segment files per source.",
                       ("source",), {(s,): sum(x.bytes for x in v) for s, v in per_source.items()})
         yield family(GaugeMetricFamily, "observe_store_segments", "Live segment files per source.",
@@ -405,6 +380,10 @@ def _newest(into: dict, df: pl.DataFrame) -> None:
 def _latest(groups: pl.DataFrame, by: str) -> list[tuple[str, float]]:
     per = groups.group_by(by).agg(pl.col("last").max()).filter(pl.col("last").is_not_null())
     return list(zip(per.get_column(by).to_list(), (per.get_column("last").dt.epoch("us") / 1e6).to_list()))
+
+
+def _source(segment: Path) -> str:
+    return segment.parent.parent.name.removeprefix("source=")
 
 
 def _segment(path: Path) -> Segment:

@@ -1,12 +1,14 @@
-"""The Parquet event store: ``<root>/events/source=<s>/date=<YYYY-MM-DD|unknown>/<segment>.parquet``.
+"""The event store: a Delta Lake table of Parquet segments,
+``<root>/events/source=<s>/date=<YYYY-MM-DD|unknown>/<segment>.parquet`` and ``<root>/events/_delta_log``.
 
 Every write is a new uniquely named segment written to a hidden temporary name, fsync'd and renamed
-into place, so readers never see a partial file and writers never collide. Compaction first writes
-a small JSON note naming the segments it replaces and the files it will write, then writes those
-files sorted by time; readers use the new files only once all of them exist, and the replaced ones
-until then, so the switch happens at the last rename and a query sees each record exactly once
-throughout. Replaced segments are deleted only after a grace period, so a query that listed them
-just before the switch can still read them.
+into place, then committed to the table's log (:mod:`observe.store.table`): a file is part of the
+store from its commit on, so readers (observe or any engine that reads Delta) never see a partial
+file or a half-shipped batch, and writers never collide. Compaction writes its outputs, then swaps
+them for the segments they replace in one commit, so a query sees each record exactly once
+throughout; replaced segments are deleted only after a grace period (vacuum), so a query that
+listed them just before the switch can still read them. A crash before a commit leaves files no
+commit names: invisible, and removed by a later vacuum.
 
 The store holds every user's job output and root-only log lines, and root writes it: what it creates
 is root's and its group's alone (directories DIR_MODE, files FILE_MODE, the group OBSERVE_STORE_GROUP
@@ -16,9 +18,7 @@ names); as root it refuses a store that anyone else can write, and it follows no
 from __future__ import annotations
 
 import fcntl
-import json
 import os
-import shutil
 import stat
 import threading
 import time
@@ -32,17 +32,17 @@ from typing import BinaryIO
 import polars as pl
 
 from observe.schema import EVENT_SCHEMA, KEY, conform, from_stored, to_stored
-from observe.store.compaction import (COMPACT_FILE_ROWS, COMPACT_GRACE_S, COMPACT_SLICE_BYTES, file_slices, note_names,
-                                      read_note, replaced_by, rows_in, settle)
+from observe.store.compaction import COMPACT_FILE_ROWS, COMPACT_GRACE_S, COMPACT_SLICE_BYTES, file_slices, rows_in
 from observe.store.files import (DIR_MODE, FILE_MODE, UnsafeStore, atomic_file, check_dir, create_file, create_temp,
                                  fsync_path, open_nofollow, regular_names, store_group, subdirs, write_atomic)
+from observe.store.table import EventTable, LegacyLayout
 from observe.store.layout import (SEGMENT_ORDER, UNKNOWN_DATE, Partition, parquet, write_compacted, write_ingested,
                                   buffered_parts, no_records, scan_segments, split_partitions, superseded_dropped)
-from observe.store.writer import BUFFER_BYTES, SEGMENT_ROWS, WRITE_THREADS, SegmentWriter
+from observe.store.writer import BUFFER_BYTES, COMMIT_SEGMENTS, SEGMENT_ROWS, WRITE_THREADS, SegmentWriter
 
 # what the rest of observe uses; the package's modules hold the parts (files, layout, compaction, writer)
-__all__ = ["Partition", "SegmentWriter", "Store", "StoreBusy", "UnsafeStore", "atomic_file", "buffered_parts",
-           "create_temp", "fsync_path", "no_records", "open_nofollow", "regular_names", "replaced_by", "scan_segments",
+__all__ = ["LegacyLayout", "Partition", "SegmentWriter", "Store", "StoreBusy", "UnsafeStore", "atomic_file",
+           "buffered_parts", "create_temp", "fsync_path", "no_records", "open_nofollow", "regular_names", "scan_segments",
            "subdirs", "write_atomic"]
 
 class Store:
@@ -67,11 +67,14 @@ class Store:
             pass  # created on first write; not a directory: writes fail, commands say so
         self.events = self.root / "events"
         self.inputs = self.root / "inputs"
+        self.table = EventTable(self.events, COMPACT_GRACE_S)
         self._made: set[Path] = set()  # directories made or checked by this process
         self._marked: set[str] = set()  # inputs this process has marked
         self._noted: set[str] = set()  # inputs about to be written, marked with the next segment
         self._mark_lock = threading.Lock()
         self._listed: tuple[int, set[str], set[str]] = (-1, set(), set())  # inputs/ mtime, marker files read, ids
+        self._parsed: tuple[int, list[tuple[str, str, Path]]] = (-1, [])  # _live's, by table version
+        self._rows: dict[Path, int] = {}  # rows of the segments written and not yet committed (the commit's statistics)
 
     def __repr__(self) -> str:
         return f"Store({str(self.root)!r})"
@@ -126,19 +129,25 @@ class Store:
         return self._write_file(df, self.events / f"source={source}" / f"date={day}", f"{tag}-{uuid.uuid4().hex}.parquet",
                                 durable=durable)
 
-    @staticmethod
-    def publish(temps: list[Path]) -> list[Path]:
-        """Make segments written with ``durable=False`` durable and visible: each fsync'd, then
-        renamed into place, then each directory fsync'd once. One journal commit serves many files
-        (measured: 0.8 s of a 9 s ingest went to a commit per segment)."""
-        for tmp in temps:
-            fsync_path(tmp)
-        finals = [tmp.with_name(tmp.name[1:-len(".tmp")]) for tmp in temps]
-        for tmp, final in zip(temps, finals):
-            os.replace(tmp, final)
-        for directory in {f.parent for f in finals}:
-            fsync_path(directory)
-        return finals
+    def publish(self, temps: list[Path], commit: bool = True) -> list[tuple[Path, int]]:
+        """Make segments written with ``durable=False`` durable (:meth:`durable`) and, with ``commit``,
+        visible in one commit (else :meth:`commit` them later); the segments and their rows."""
+        self.table.ensure()
+        done = self.durable(temps)
+        if commit:
+            self.commit(done)
+        return done
+
+    def commit(self, segments: list[tuple[Path, int]]) -> None:
+        """One commit adding durable segments (with their rows) to the table."""
+        self.table.append(segments)
+
+    def durable(self, temps: list[Path]) -> list[tuple[Path, int]]:
+        """Segments written with ``durable=False`` durable under their final names (not committed: a
+        spool's segments, a compaction's outputs), with their rows."""
+        with self._mark_lock:
+            rows = [self._rows.pop(t) for t in temps]
+        return list(zip(make_durable(temps), rows))
 
     def note_inputs(self, file_ids: Iterable[str]) -> None:
         """Inputs whose records are about to be written: marked together with the next segment."""
@@ -181,6 +190,32 @@ class Store:
             self._listed = (mtime, read, ids)
         return file_id in ids
 
+    def adopt(self) -> int:
+        """Commit, in one commit, the segments collectors shipped to ``<root>/incoming/events/...``
+        (:mod:`observe.ship`): each is linked into the table's directory under its own name,
+        committed, then unlinked from ``incoming``. A crash anywhere in between is finished by the
+        next call (a name already live is not committed twice). Returns the segments committed."""
+        inbox = self.root / "incoming" / "events"
+        found = [Path(d) / n for _, s in subdirs(inbox, "source=") for _, d in subdirs(Path(s), "date=")
+                 for n in regular_names(Path(d)) if n.endswith(".parquet") and not n.startswith(".")]
+        if not found:
+            return 0
+        live, new = {f for _, _, f in self._live()}, []
+        for f in found:
+            target = self.events / f.relative_to(inbox)
+            if target not in live:
+                self.make_dirs(target.parent)
+                try:
+                    os.link(f, target, follow_symlinks=False)
+                except FileExistsError:
+                    pass  # linked by a run that crashed before its commit: the same bytes
+                new.append(target)
+        fsync_path(self.events)
+        self.table.append([(f, parquet().read_metadata(f).num_rows) for f in new])
+        for f in found:
+            f.unlink(missing_ok=True)
+        return len(new)
+
     def writer(self, max_rows: int = SEGMENT_ROWS, budget_bytes: int = BUFFER_BYTES,
                threads: int = WRITE_THREADS) -> SegmentWriter:
         """A buffered writer: one segment per partition per ``max_rows`` rows, memory bounded by
@@ -193,50 +228,53 @@ class Store:
         tmp = directory / f".{name}.tmp"
         with self.create(tmp) as f:
             (write_compacted if compacted else write_ingested)(df, f)
-        return self.publish([tmp])[0] if durable else tmp
+        with self._mark_lock:
+            self._rows[tmp] = df.height
+        return self.publish([tmp])[0][0] if durable else tmp
+
+    def _live(self) -> list[tuple[str, str, Path]]:
+        """The live segments as (source, date, path), in path order, parsed once per table version."""
+        version, rels = self.table.snapshot()
+        if self._parsed[0] != version or version < 0:
+            parts = [rel.split("/", 2) for rel in sorted(rels)]
+            self._parsed = version, [(source.removeprefix("source="), day.removeprefix("date="), self.events / rel)
+                                     for rel, (source, day, _) in zip(sorted(rels), parts)]
+        return self._parsed[1]
 
     # -- reading -------------------------------------------------------------------------------
     def partitions(self, sources: Iterable[str] | None = None, since: datetime | None = None,
                    until: datetime | None = None, undated: bool = False) -> list[Partition]:
         """Partitions that can hold events of ``sources`` between ``since`` and ``until`` (and,
         with ``undated``, those of events without a time, which a time range otherwise leaves out)."""
-        wanted = set(sources) if sources else None
-        lo = since.strftime("%Y-%m-%d") if since else None
-        hi = until.strftime("%Y-%m-%d") if until else None
-        out = []
-        for source, sdir in subdirs(self.events, "source="):
-            if wanted is not None and source not in wanted:
-                continue
-            for day, ddir in subdirs(sdir, "date="):
-                if day == UNKNOWN_DATE:
-                    if (lo or hi) and not undated:
-                        continue
-                elif (lo and day < lo) or (hi and day > hi):
-                    continue
-                out.append(Partition(source, day, Path(ddir)))
-        return out
+        return sorted({Partition(source, day, self.events / f"source={source}" / f"date={day}")
+                       for source, day, _ in self._files(sources, since, until, undated)}, key=lambda p: p.path)
 
-    @staticmethod
-    def segments(directory: Path) -> list[Path]:
-        """The live segment files of one partition directory (replaced ones, and the files of a
-        compaction not yet complete, left out)."""
-        for _ in range(10):  # a note deleted while we read: list again
-            names = regular_names(directory)
-            listed = {n for n in names if n.endswith(".parquet")}
-            files = set(listed)
-            try:
-                for note in note_names(names):
-                    replaces, outputs = read_note(directory / note)
-                    files.difference_update(replaces if outputs <= listed else outputs)
-            except FileNotFoundError:
-                continue
-            return [directory / n for n in sorted(files)]
-        raise RuntimeError(f"{directory}: its compaction notes keep changing; is a compaction looping?")
+    def segments(self, directory: Path) -> list[Path]:
+        """The live segment files of one partition directory."""
+        source, day = directory.parent.name.removeprefix("source="), directory.name.removeprefix("date=")
+        return [f for s, d, f in self._live() if (s, d) == (source, day)]
 
     def files(self, sources: Iterable[str] | None = None, since: datetime | None = None,
               until: datetime | None = None, undated: bool = False) -> list[Path]:
         """Segment files to read for the given filters (partition pruning)."""
-        return [f for p in self.partitions(sources, since, until, undated) for f in self.segments(p.path)]
+        return [f for _, _, f in self._files(sources, since, until, undated)]
+
+    def _files(self, sources: Iterable[str] | None, since: datetime | None, until: datetime | None,
+               undated: bool) -> list[tuple[str, str, Path]]:
+        wanted = set(sources) if sources else None
+        lo = since.strftime("%Y-%m-%d") if since else None
+        hi = until.strftime("%Y-%m-%d") if until else None
+        out = []
+        for source, day, f in self._live():
+            if wanted is not None and source not in wanted:
+                continue
+            if day == UNKNOWN_DATE:
+                if (lo or hi) and not undated:
+                    continue
+            elif (lo and day < lo) or (hi and day > hi):
+                continue
+            out.append((source, day, f))
+        return out
 
     @contextmanager
     def lock(self, name: str, wait_s: float = 0.0, waiting: Callable[[], None] | None = None) -> Iterator[None]:
@@ -302,59 +340,98 @@ class Store:
         return {fid: part.drop("file_id") for (fid,), part in found.partition_by("file_id", as_dict=True).items()}
 
     # -- maintenance ---------------------------------------------------------------------------
-    def compact(self, partition: Partition, min_segments: int = 2, grace_s: float = COMPACT_GRACE_S,
+    def compact(self, partition: Partition, min_segments: int = 2,
                 file_rows: int = COMPACT_FILE_ROWS) -> tuple[int, int] | None:
-        """Merge a partition's segments into files of consecutive time slices, dropping duplicate
+        """Compact one partition (:meth:`compact_many`); (segments replaced, rows written), or None
+        when there was nothing to do."""
+        done = self.compact_many([partition], min_segments, file_rows)
+        return done[0] if done else None
+
+    def compact_many(self, partitions: list[Partition], min_segments: int = 2, file_rows: int = COMPACT_FILE_ROWS,
+                     progress: Callable[[Partition, tuple[int, int]], None] | None = None) -> list[tuple[int, int]]:
+        """Merge each partition's segments into files of consecutive time slices, dropping duplicate
         records, every column compressed harder than at ingest. Within a file, rows are in input order
         (each input's lines together, in file order: 15% smaller than in time order, as neighbouring
         lines share their text); the files' time ranges do not overlap, so a time filter reads only
         the files it needs. Memory is bounded: each file is one time slice of at most about
         ``file_rows`` rows and COMPACT_SLICE_BYTES of data, read with row-group pruning.
 
-        Segments replaced by a compaction more than ``grace_s`` ago are deleted first. Returns
-        (segments replaced, rows written), or None when there was nothing to do.
+        Outputs replace their segments in commits of COMMIT_SEGMENTS outputs or more (a commit costs
+        more than a small partition's rewrite; segments committed meanwhile are left for the next
+        run); :meth:`vacuum` deletes the replaced ones after the grace period. Returns (segments
+        replaced, rows written) of each partition compacted; ``progress`` hears of each.
         """
-        directory = partition.path
+        out: list[tuple[int, int]] = []
         with self.lock("compact"):
-            for note in note_names(regular_names(directory)):  # oldest first: a later one may replace its outputs
-                settle(directory / note, grace_s)
-            segs = self.segments(directory)
-            if not segs or (len(segs) < min_segments and all(s.name.startswith("c-") for s in segs)):
-                return None  # already compacted (a lone ingest segment is still recompressed)
-            scan = scan_segments(segs)
-            slices = file_slices(scan, min(file_rows, rows_in(segs, COMPACT_SLICE_BYTES)))
-            name = f"c-{time.time_ns():016x}-{uuid.uuid4().hex[:8]}"  # names sort in time order
-            planned = [f"{name}-{i:04d}.parquet" for i in range(len(slices))]
-            note = directory / f"{name}.json"
-            replaces = [s.name for s in segs]
-            write_atomic(note, json.dumps({"replaces": replaces, "outputs": planned}).encode(), self)
-            rows, written = 0, []
-            for output, where in zip(planned, slices):
-                # a duplicate is the same input's same text at the same offset (inputs may share an identity)
-                df = superseded_dropped(scan.filter(where).collect()
-                                        .unique(subset=[*KEY, "raw", "header", "message"], keep="first", maintain_order=True)
-                                        ).sort(*SEGMENT_ORDER)
-                if df.height:
-                    self._write_file(df, directory, output, compacted=True)
-                    written.append(output)
-                    rows += df.height
-            if written != planned:  # an empty slice: the note's rewrite is the switch
-                write_atomic(note, json.dumps({"replaces": replaces, "outputs": written}).encode(), self)
-            settle(directory / f"{name}.json", grace_s)
-            return len(segs), rows
+            live: dict[tuple[str, str], list[Path]] = {}
+            for source, day, f in self._live():  # one listing: only this lock's holder removes files
+                live.setdefault((source, day), []).append(f)
+            replaced: list[Path] = []
+            outputs: list[tuple[Path, int]] = []
+            for partition in partitions:
+                segs = live.get((partition.source, partition.date), [])
+                if not segs or (len(segs) < min_segments and all(s.name.startswith("c-") for s in segs)):
+                    continue  # already compacted (a lone ingest segment is still recompressed)
+                written, rows = self._rewrite(partition.path, segs, file_rows)
+                replaced += segs
+                outputs += written
+                out.append((len(segs), rows))
+                if progress is not None:
+                    progress(partition, out[-1])
+                if len(outputs) >= COMMIT_SEGMENTS:
+                    self.table.replace(replaced, outputs)
+                    replaced, outputs = [], []
+            self.table.replace(replaced, outputs)
+        return out
+
+    def _rewrite(self, directory: Path, segs: list[Path], file_rows: int) -> tuple[list[tuple[Path, int]], int]:
+        """One partition's compacted files, durable and not committed, with their rows; and all its rows."""
+        scan = scan_segments(segs)
+        slices = file_slices(scan, min(file_rows, rows_in(segs, COMPACT_SLICE_BYTES)))
+        name = f"c-{time.time_ns():016x}-{uuid.uuid4().hex[:8]}"  # names sort in time order
+        rows, written = 0, []
+        for i, where in enumerate(slices):
+            # a duplicate is the same input's same text at the same offset (inputs may share an identity)
+            df = superseded_dropped(scan.filter(where).collect()
+                                    .unique(subset=[*KEY, "raw", "header", "message"], keep="first", maintain_order=True)
+                                    ).sort(*SEGMENT_ORDER)
+            if df.height:
+                written.append(self._write_file(df, directory, f"{name}-{i:04d}.parquet", compacted=True, durable=False))
+                rows += df.height
+        return self.durable(written), rows
+
+    def vacuum(self, grace_s: float = COMPACT_GRACE_S) -> int:
+        """Delete the files commits removed more than ``grace_s`` ago (a query planned before the
+        commit may still read them until then), and files no commit names once they are a day old
+        (a crash between writing and committing); how many went."""
+        with self.lock("compact"):
+            return self.table.vacuum(grace_s)
 
     def expire(self, before: str, dry_run: bool = False) -> list[Partition]:
         """Delete every dated partition older than ``before`` (``YYYY-MM-DD``); undated ones stay.
 
-        Each goes in one rename out of the listing (readers stop seeing it at once), then is removed.
+        All go in one commit (readers stop seeing them at once); their files are deleted by the
+        next vacuum after the grace period, as compaction's are.
         """
+        datetime.strptime(before, "%Y-%m-%d")  # a date, nothing else, goes into the delete's predicate
         old = [p for p in self.partitions() if p.date != UNKNOWN_DATE and p.date < before]
-        if not dry_run:
-            for p in old:
-                doomed = p.path.with_name(f".expired-{p.path.name}-{uuid.uuid4().hex}")
-                os.replace(p.path, doomed)
-                shutil.rmtree(doomed, ignore_errors=True)
+        if old and not dry_run:
+            self.table.delete_before(before)
+            self.vacuum()
         return old
+
+    def repair(self) -> list[Path]:
+        """Set aside the live segments that are damaged (moved to ``<root>/damaged/``, kept for a
+        person to look at) or gone, and drop them from the table in one commit; which they were."""
+        with self.lock("compact"):
+            aside = []
+            for f in self.damaged():
+                target = self.root / "damaged" / f.relative_to(self.events)
+                self.make_dirs(target.parent)
+                os.replace(f, target)
+                aside.append(f)
+            dropped = {self.events / rel for rel in self.table.drop_missing()}
+            return sorted(dropped | set(aside))
 
     def damaged(self) -> list[Path]:
         """Live segments that are not whole Parquet files (cut short or overwritten outside observe:
@@ -373,17 +450,27 @@ class Store:
         return bad
 
     def stats(self) -> pl.DataFrame:
-        """Per partition: segments, rows, bytes, first and last event time."""
-        rows = []
-        for p in self.partitions():
-            segs = self.segments(p.path)
-            meta = [parquet().read_metadata(s) for s in segs]
-            rows.append({
-                "source": p.source, "date": p.date, "segments": len(segs),
-                "rows": sum(m.num_rows for m in meta), "bytes": sum(s.stat().st_size for s in segs),
-            })
-        return pl.DataFrame(rows, schema={"source": pl.String, "date": pl.String, "segments": pl.Int64,
-                                          "rows": pl.Int64, "bytes": pl.Int64})
+        """Per partition: segments, rows, bytes (from the table's log: no file is opened)."""
+        files = pl.DataFrame(self.table.files(), schema={"path": pl.String, "bytes": pl.Int64, "rows": pl.Int64},
+                             orient="row")
+        part = pl.col("path").str.extract_groups(r"^source=([^/]*)/date=([^/]*)/").struct
+        return (files.group_by(part.field("1").alias("source"), part.field("2").alias("date"))
+                .agg(pl.len().cast(pl.Int64).alias("segments"), pl.col("rows").sum(), pl.col("bytes").sum())
+                .sort("source", "date"))
+
+
+def make_durable(temps: list[Path]) -> list[Path]:
+    """Segments written under hidden temporary names, durable under their final names: each fsync'd,
+    renamed into place, then each directory fsync'd once. One journal commit serves many files
+    (measured: 0.8 s of a 9 s ingest went to a commit per segment)."""
+    for tmp in temps:
+        fsync_path(tmp)
+    finals = [tmp.with_name(tmp.name[1:-len(".tmp")]) for tmp in temps]
+    for tmp, final in zip(temps, finals):
+        os.replace(tmp, final)
+    for directory in {f.parent for f in finals}:
+        fsync_path(directory)
+    return finals
 
 
 class StoreBusy(RuntimeError):

@@ -1,14 +1,10 @@
-"""Compaction's pieces: the note that names the segments a rewrite replaces, when they may go, and how a
-partition is cut into files of bounded rows and memory."""
+"""Compaction's pieces: how long replaced segments stay, and how a partition is cut into files of
+bounded rows and memory."""
 from __future__ import annotations
 
-import json
-import time
-from collections.abc import Iterable
 from pathlib import Path
 
 import polars as pl
-from observe.store.files import open_nofollow
 from observe.store.layout import parquet
 
 
@@ -19,52 +15,6 @@ COMPACT_SLICE_BYTES = 32 << 20  # and at most this much uncompressed data: one s
 
 
 COMPACT_GRACE_S = 600.0  # replaced segments outlive a compaction this long, for queries already planned
-
-
-def replaced_by(output: Path) -> set[str] | None:
-    """The segments a compaction output replaced (names in its directory); None when ``output`` is
-    not a compaction's or its note is gone (settled after the grace period)."""
-    stem = output.stem
-    for name in ((stem.rsplit("-", 1)[0], stem) if stem.count("-") == 3 else (stem,)):
-        note = output.with_name(f"{name}.json")
-        try:
-            replaces, outputs = read_note(note)
-        except FileNotFoundError:
-            continue
-        if output.name in outputs:
-            return replaces
-    return None
-
-
-def read_note(note: Path) -> tuple[set[str], set[str]]:
-    """A compaction note's replaced segments and output files (FileNotFoundError once it is gone)."""
-    try:
-        with open_nofollow(note) as f:
-            doc = json.loads(f.read())
-        return set(doc["replaces"]), set(doc.get("outputs") or [note.stem + ".parquet"])
-    except (ValueError, KeyError, TypeError):
-        return set(), set()  # not a note this version wrote: ignored
-
-
-def settle(note: Path, grace_s: float) -> None:
-    """Tidy up after a compaction: once complete and ``grace_s`` old, delete the replaced segments,
-    then the note; if it never completed (a crash), delete its outputs, then the note."""
-    replaces, outputs = read_note(note)
-    present = [note.parent / o for o in outputs if (note.parent / o).exists()]
-    if len(present) == len(outputs):
-        if time.time() - max(p.stat().st_mtime for p in [note, *present]) < grace_s:
-            return
-        doomed = replaces
-    else:
-        doomed = {p.name for p in present}
-    for name in doomed:
-        (note.parent / name).unlink(missing_ok=True)
-    note.unlink(missing_ok=True)
-
-
-def note_names(names: Iterable[str]) -> list[str]:
-    """The compaction notes among a partition's file names, oldest first."""
-    return sorted(n for n in names if n.startswith("c-") and n.endswith(".json"))
 
 
 def rows_in(segs: list[Path], nbytes: int) -> int:

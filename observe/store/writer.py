@@ -25,7 +25,10 @@ BUFFER_BYTES = 256 << 20  # input chunks whose rows may wait at once (rows are v
 WRITE_THREADS = 2
 
 
-PUBLISH_SEGMENTS = 16  # a writer's segments are made durable and visible this many at a time
+PUBLISH_SEGMENTS = 16  # a writer's segments are made durable this many at a time
+
+
+COMMIT_SEGMENTS = 256  # and committed to the table this many at a time (a commit costs ~15 ms of CPU)
 
 
 class SegmentWriter:
@@ -40,9 +43,9 @@ class SegmentWriter:
     its days sparse (every chunk touching many days), one per partition each time the budget fills.
 
     Segments are written on ``threads`` background threads while the caller parses the next input
-    (as many writes in flight) under hidden names, and made durable and visible PUBLISH_SEGMENTS at
-    a time (:meth:`Store.publish`, on a thread of its own), all of them by :meth:`flush`; an error
-    in a write or a publication is raised by a later ``add`` or by ``close``.
+    (as many writes in flight) under hidden names, made durable PUBLISH_SEGMENTS at a time and
+    committed COMMIT_SEGMENTS at a time (:meth:`Store.publish`, on a thread of its own), all of them
+    by :meth:`flush`; an error in a write or a publication is raised by a later ``add`` or by ``close``.
     """
 
     def __init__(self, store: Store, max_rows: int, budget_bytes: int = BUFFER_BYTES, threads: int = WRITE_THREADS):
@@ -59,6 +62,7 @@ class SegmentWriter:
         self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="observe-writer")
         self.pending: deque[Future] = deque()
         self.unpublished: list[Path] = []  # segments written, published PUBLISH_SEGMENTS at a time
+        self.uncommitted: list[tuple[Path, int]] = []  # durable, not yet committed (the publisher's alone)
         self.lock = threading.Lock()
         # publishing waits on the disk: a thread of its own, so that writes (and parsing) go on
         self.publisher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="observe-publish")
@@ -104,8 +108,15 @@ class SegmentWriter:
         with self.lock:
             self.unpublished.append(tmp)
             if len(self.unpublished) >= PUBLISH_SEGMENTS:
-                self.published.append(self.publisher.submit(self.store.publish, self.unpublished))
+                self.published.append(self.publisher.submit(self._publish, self.unpublished, False))
                 self.unpublished = []
+
+    def _publish(self, temps: list[Path], commit: bool) -> None:
+        """Make ``temps`` durable; commit what is durable once there is enough of it, or ``commit``."""
+        self.uncommitted += self.store.publish(temps, commit=False)
+        if commit or len(self.uncommitted) >= COMMIT_SEGMENTS:
+            self.store.commit(self.uncommitted)
+            self.uncommitted = []
 
     def _wait(self, in_flight: int = 0) -> None:
         """Wait until at most ``in_flight`` writes are still going (oldest first); raise a failed
@@ -122,7 +133,7 @@ class SegmentWriter:
         self._wait()
         with self.lock:
             ready, self.unpublished = self.unpublished, []
-        self.published.append(self.publisher.submit(self.store.publish, ready))
+        self.published.append(self.publisher.submit(self._publish, ready, True))
         while self.published:
             self.published.popleft().result()
 

@@ -1,0 +1,224 @@
+"""The event table's Delta Lake log (``<root>/events/_delta_log``): which segment files are the table.
+
+Every change to the events is one Delta commit, so any engine that reads Delta (Spark, DuckDB, Trino,
+polars' ``scan_delta``, Ray's ``read_delta``) sees exactly the events observe sees: ingest appends
+segments, compaction swaps a partition's segments for its outputs in one commit (marked as no data
+change, which counters skip), retention removes whole partitions. A file a commit removed stays on
+disk until :meth:`EventTable.vacuum` after the grace period, so a query planned before the commit
+can still read it. The files are observe's own (its writer, layout and encodings); the log only says
+which of them are live.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pyarrow as pa
+
+from observe.schema import STORED_SCHEMA
+
+PARTITION_BY = ["source", "date"]
+LOG_DIR = "_delta_log"
+ORPHAN_HOURS = 24  # a file no commit names (a crash between writing and committing) goes after this
+SETTLED_NS = 2 * 10**9  # a log directory changed this recently is listed again
+PRIVATE_UMASK = 0o027  # delta-rs creates the log's files with 0666 less the umask: the store's 0640 / 0750
+
+
+class LegacyLayout(RuntimeError):
+    """A store written before the Delta table: ``observe convert`` makes it one."""
+
+
+def table_schema() -> pa.Schema:
+    """The Delta table's columns: the stored layout's, and the partitions' ``date`` (files hold ``source``)."""
+    return STORED_SCHEMA.append(pa.field("date", pa.string(), metadata={
+        "description": "partition: the event's UTC day (YYYY-MM-DD), or unknown when it has no time"}))
+
+
+def partition_of(rel: str) -> dict[str, str]:
+    """``source=S/date=D/name`` -> {source: S, date: D}."""
+    source, day = rel.split("/")[:2]
+    return {"source": source.removeprefix("source="), "date": day.removeprefix("date=")}
+
+
+class EventTable:
+    """The Delta log of one store's events directory (local for now)."""
+
+    def __init__(self, root: Path, grace_s: float):
+        self.root = root
+        self.grace_s = grace_s
+        self._dt = None
+        self._snap: tuple[int, list[str]] | None = None  # the last snapshot, and the log's mtime then
+        self._seen = -1
+        self._lock = threading.Lock()  # the writer's publisher thread commits while readers list
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """One table operation at a time in this process; what delta-rs creates meanwhile is the
+        store's owner's and group's alone (the directories are setgid where the store has a group)."""
+        with self._lock:
+            old = os.umask(PRIVATE_UMASK)
+            try:
+                yield
+            finally:
+                os.umask(old)
+
+    def exists(self) -> bool:
+        return (self.root / LOG_DIR).is_dir()
+
+    def _table(self, create: bool = False):
+        """The table at its latest version (None: no table yet; LegacyLayout: segments without one)."""
+        from deltalake import DeltaTable
+
+        if self._dt is None:
+            if not self.exists():
+                if create:
+                    self._create()
+                elif self.root.is_dir() and any(p.name.startswith("source=") for p in self.root.iterdir()):
+                    raise LegacyLayout(f"{self.root.parent}: a store written before observe kept a Delta table; "
+                                       f"convert it once with: observe convert --store {self.root.parent}")
+                else:
+                    return None
+            self._dt = DeltaTable(str(self.root))
+        else:
+            self._dt.update_incremental()
+        return self._dt
+
+    def ensure(self) -> None:
+        """Create the (empty) table if there is none: before the first segment is made durable, so
+        that a crash before the first commit cannot leave segments that look like an old store's."""
+        if self._dt is None and not self.exists():
+            with self._writing():
+                self._create()
+
+    def _create(self) -> None:
+        from deltalake import Schema
+        from deltalake.transaction import create_table_with_add_actions
+
+        create_table_with_add_actions(
+            str(self.root), Schema.from_arrow(table_schema()), [], mode="ignore", partition_by=PARTITION_BY,
+            name="observe_events", description="observe's events (observe schema for the columns)",
+            configuration={"delta.deletedFileRetentionDuration": f"interval {math.ceil(self.grace_s)} seconds"})
+
+    # -- reading -------------------------------------------------------------------------------
+    def live(self) -> list[str]:
+        """The live files, relative to the events directory."""
+        return self.snapshot()[1]
+
+    def snapshot(self) -> tuple[int, list[str]]:
+        """The latest version and its live files (relative paths); (-1, []) with no table yet.
+
+        Kept while the log's directory is unchanged (a commit adds a file to it) and not changed in the
+        last SETTLED_NS (a change within the file system's timestamp granularity would not show): an
+        explain scans the store several times, and each listing costs 10 ms on a store of 1,000 files."""
+        with self._lock:
+            try:
+                seen = os.stat(self.root / LOG_DIR).st_mtime_ns
+            except FileNotFoundError:
+                seen = -1
+            if self._snap is not None and seen == self._seen and time.time_ns() - seen > SETTLED_NS:
+                return self._snap
+            dt = self._table()
+            if dt is None:
+                return -1, []
+            if self._snap is None or self._snap[0] != dt.version():
+                self._snap = dt.version(), pa.table(dt.get_add_actions(flatten=True)).column("path").to_pylist()
+            self._seen = seen
+            return self._snap
+
+    def files(self) -> list[tuple[str, int, int]]:
+        """Each live file: (relative path, bytes, rows)."""
+        with self._lock:
+            dt = self._table()
+            if dt is None:
+                return []
+            adds = pa.table(dt.get_add_actions(flatten=True))
+            return list(zip(*(adds.column(c).to_pylist() for c in ("path", "size_bytes", "num_records"))))
+
+    def added(self, after: int, upto: int) -> list[str] | None:
+        """Files the commits after version ``after`` up to ``upto`` added as new data (a compaction's
+        outputs are no new data); None when the log no longer holds one of those commits (cleaned
+        up: count again from a :meth:`snapshot`)."""
+        out: list[str] = []
+        for v in range(after + 1, upto + 1):
+            try:
+                text = (self.root / LOG_DIR / f"{v:020d}.json").read_text()
+            except FileNotFoundError:
+                return None
+            for line in filter(None, text.splitlines()):
+                add = json.loads(line).get("add")
+                if add and add.get("dataChange"):
+                    out.append(add["path"])
+        return out
+
+    # -- writing -------------------------------------------------------------------------------
+    def append(self, files: list[tuple[Path, int]]) -> None:
+        """Commit new segment files (already durable under their final names), with their rows, as new data."""
+        self._commit([self._add(f, rows, True) for f, rows in files], [], True)
+
+    def replace(self, removed: list[Path], added: list[tuple[Path, int]]) -> None:
+        """Swap ``removed`` for ``added`` (with their rows) in one commit that changes no data (a compaction)."""
+        self._commit([self._add(f, rows, False) for f, rows in added], removed, False)
+
+    def delete_before(self, day: str) -> None:
+        """Remove every dated partition before ``day`` (YYYY-MM-DD) in one commit."""
+        with self._writing():
+            dt = self._table()
+            if dt is not None:
+                dt.delete(f"date < '{day}' AND date <> 'unknown'")  # day: checked as a date by the caller
+
+    def drop_missing(self) -> list[str]:
+        """One commit removing every live file that is no longer on disk (delta-rs's repair); which."""
+        with self._writing():
+            dt = self._table()
+            if dt is None:
+                return []
+            return list(dt.repair(dry_run=False).get("files_removed", []))
+
+    def vacuum(self, grace_s: float | None = None) -> int:
+        """Delete the files commits removed more than ``grace_s`` (the table's grace) ago, and files no
+        commit names that are older than ORPHAN_HOURS; returns how many."""
+        from deltalake import DeltaTable
+
+        with self._writing():
+            if self._table() is None:
+                return 0
+            dt = DeltaTable(str(self.root))  # loaded afresh: a stale state would take live files for strays
+            hours = None if grace_s is None else math.ceil(grace_s / 3600)
+            done = dt.vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=False)
+            stray = dt.vacuum(retention_hours=max(ORPHAN_HOURS, hours or 0), dry_run=True,
+                              enforce_retention_duration=False, full=True)
+            for rel in stray:  # not vacuum's own delete: a hidden name is a writer's file still being written
+                if not Path(rel).name.startswith("."):
+                    (self.root / rel).unlink(missing_ok=True)
+            return len(done) + len(stray)
+
+    def _add(self, path: Path, rows: int, data_change: bool):
+        """An add action; its statistics hold the row count, which engines answer count(*) from."""
+        from deltalake.transaction import AddAction
+
+        rel = path.relative_to(self.root).as_posix()
+        st = path.stat()
+        return AddAction(rel, st.st_size, partition_of(rel), int(st.st_mtime * 1000), data_change,
+                         json.dumps({"numRecords": rows}))
+
+    def _commit(self, adds: list, removed: list[Path], data_change: bool) -> None:
+        from deltalake.transaction import RemoveAction
+
+        if not adds and not removed:
+            return
+        now = int(time.time() * 1000)
+        removes = []
+        for path in removed:
+            rel = path.relative_to(self.root).as_posix()
+            removes.append(RemoveAction(rel, data_change, now,
+                                        path.stat().st_size, partition_of(rel)))
+        with self._writing():
+            dt = self._dt or self._table(create=True)  # as it is: the commit itself resolves what came since
+            dt.create_write_transaction([*adds, *removes], mode="append", schema=table_schema(),
+                                        partition_by=PARTITION_BY)

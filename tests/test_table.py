@@ -1,0 +1,152 @@
+"""The store as a Delta Lake table: other engines count exactly what observe counts, after ingest,
+during and after compaction, after retention; collectors' segments become part of it in one central
+commit; a store from before the table converts without losing an event."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import polars as pl
+import pytest
+from deltalake import DeltaTable
+
+from conftest import CORPUS
+from observe.ingest import ingest
+from observe.store import LegacyLayout, Store
+from observe.store.convert import ConvertError, convert
+
+LOGS = [str(CORPUS / "real" / n) for n in ("xid.log", "nccl.log", "slurm.log", "oom.log", "ib_pcie.log")]
+
+
+def _observe_count(store: Store) -> int:
+    return store.scan(undated=True).select(pl.len()).collect().item()
+
+
+def _engines(store: Store) -> dict[str, int]:
+    """What three other readers count: delta-rs itself, polars' scan_delta, DuckDB over delta-rs's dataset."""
+    table = str(store.events)
+    events = DeltaTable(table).to_pyarrow_dataset()  # noqa: F841 - DuckDB finds it by name
+    return {"deltalake": DeltaTable(table).count(),
+            "polars": pl.scan_delta(table).select(pl.len()).collect().item(),
+            "duckdb": duckdb.sql("SELECT count(*) FROM events").fetchall()[0][0]}
+
+
+def _agree(store: Store) -> int:
+    n = _observe_count(store)
+    assert _engines(store) == {"deltalake": n, "polars": n, "duckdb": n}
+    return n
+
+
+def test_other_engines_count_what_observe_counts(store: Store) -> None:
+    for log in LOGS:
+        ingest([log], store)
+    ingest(LOGS[:2], store)  # stored already: adds nothing
+    n = _agree(store)
+    assert n > 100
+    xids = pl.scan_delta(str(store.events)).filter(pl.col("kind") == "gpu_xid").select(
+        pl.coalesce("raw", pl.concat_str("header", "message")).alias("raw")).collect()
+    ours = store.scan().filter(pl.col("kind") == "gpu_xid").select("raw").collect()
+    assert sorted(xids.get_column("raw").to_list()) == sorted(ours.get_column("raw").to_list())
+
+    for part in store.partitions():  # every step of a compaction: replaced files stay on disk ...
+        store.compact(part, min_segments=1, file_rows=5)
+        assert _agree(store) == n
+    on_disk = sum(1 for _ in store.events.rglob("*.parquet"))
+    assert on_disk > len(store.files())  # ... but no reader counts them twice
+    assert store.vacuum(grace_s=0) > 0
+    assert sum(1 for _ in store.events.rglob("*.parquet")) == len(store.files()) and _agree(store) == n
+
+    dated = [p for p in store.partitions() if p.date != "unknown"]
+    assert dated
+    store.expire("2100-01-01")
+    left = _agree(store)
+    assert left < n and all(p.date == "unknown" for p in store.partitions())
+    history = [h["operation"] for h in DeltaTable(str(store.events)).history()]
+    assert history.count("DELETE") == 1 and "WRITE" in history
+
+
+def test_ingest_commits_or_shows_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ingest that dies between making its segments durable and committing them leaves no event
+    for any reader; the next ingest of the same input stores every record, once."""
+    expected = _observe_count(_ingested(Store(tmp_path / "clean"), LOGS[:1]))
+    store = Store(tmp_path / "store")
+
+    def crash(files):
+        raise OSError("killed before the commit")
+
+    with monkeypatch.context() as m:
+        m.setattr(store.table, "append", crash)
+        with pytest.raises(OSError, match="killed"):
+            ingest(LOGS[:1], store)
+    assert list(store.events.rglob("*.parquet")) and _observe_count(store) == 0
+    ingest(LOGS[:1], store)
+    assert _agree(store) == expected
+    assert store.scan().select("file_id", "offset").collect().is_duplicated().sum() == 0
+
+
+def _ingested(store: Store, logs: list[str]) -> Store:
+    ingest(logs, store)
+    return store
+
+
+def test_collectors_segments_join_the_table_in_one_central_commit(tmp_path: Path) -> None:
+    spool, central = Store(tmp_path / "spool"), Store(tmp_path / "central")
+    ingest(LOGS[:2], spool)  # stands for what collectors spooled
+    rows = _observe_count(spool)
+    inbox = central.root / "incoming" / "events"
+    for seg in spool.files():
+        target = inbox / seg.relative_to(spool.events)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(seg.read_bytes())
+    assert _observe_count(central) == 0  # shipped, not yet committed
+    version = central.table.snapshot()[0]
+    assert central.adopt() == len(spool.files())
+    assert central.table.snapshot()[0] == version + 2  # the table's creation, then one commit for all
+    assert _agree(central) == rows and not list(inbox.rglob("*.parquet"))
+    seg = central.files()[0]  # a collector that crashed after its copy ships the segment again
+    again = inbox / seg.relative_to(central.events)
+    again.parent.mkdir(parents=True, exist_ok=True)
+    again.write_bytes(seg.read_bytes())
+    assert central.adopt() == 0 and _agree(central) == rows
+
+
+def _legacy(tmp_path: Path) -> tuple[Path, int]:
+    """A store in the layout observe wrote before the table: segments listed by directory, one
+    compaction note whose outputs all exist (its replaced segments are gone from the reader's view)."""
+    store = Store(tmp_path / "old")
+    for log in LOGS:
+        ingest([log], store)
+    rows = _observe_count(store)
+    part = max(store.partitions(), key=lambda p: len(store.segments(p.path)))
+    segs = store.segments(part.path)
+    merged = pl.read_parquet([str(s) for s in segs])
+    (part.path / "c-0001.json").write_text(json.dumps({"replaces": [s.name for s in segs],
+                                                        "outputs": ["c-0001-0000.parquet"]}))
+    merged.write_parquet(part.path / "c-0001-0000.parquet")
+    (part.path / "c-0002.json").write_text(json.dumps({"replaces": ["c-0001-0000.parquet"],
+                                                        "outputs": ["c-0002-0000.parquet", "c-0002-0001.parquet"]}))
+    merged.head(2).write_parquet(part.path / "c-0002-0000.parquet")  # a compaction that never completed
+    for f in (store.events / "_delta_log").iterdir():
+        f.unlink()
+    (store.events / "_delta_log").rmdir()
+    return store.root, rows
+
+
+def test_a_store_from_before_the_table_converts_and_loses_nothing(tmp_path: Path) -> None:
+    root, rows = _legacy(tmp_path)
+    with pytest.raises(LegacyLayout, match="observe convert"):
+        Store(root).scan().collect()
+    cli = [sys.executable, "-m", "observe.cli"]
+    refused = subprocess.run([*cli, "query", "--store", str(root)], capture_output=True, text=True)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "observe convert" in refused.stderr
+    done = subprocess.run([*cli, "convert", "--store", str(root)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert f"{rows} events" in done.stdout
+    store = Store(root)
+    assert _agree(store) == rows
+    assert not list(store.events.rglob("c-*.json")) and not list(store.events.rglob("c-0002-*.parquet"))
+    with pytest.raises(ConvertError, match="already"):
+        convert(store)
