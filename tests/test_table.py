@@ -113,6 +113,24 @@ def test_collectors_segments_join_the_table_in_one_central_commit(tmp_path: Path
     assert central.adopt() == 0 and _agree(central) == rows
 
 
+def test_ingest_and_compaction_at_once_lose_and_repeat_nothing(tmp_path: Path) -> None:
+    """An ingest commits new segments while a compaction swaps others in the same partitions: both
+    commits go through (a compaction's removes do not conflict with appends), every record once."""
+    expected = _observe_count(_ingested(Store(tmp_path / "clean"), LOGS))
+    store = _ingested(Store(tmp_path / "store"), LOGS[:3])
+    code = ("import sys; from observe.ingest import ingest; from observe.store import Store; "
+            "[ingest([log], Store(sys.argv[1])) for log in sys.argv[2:]]")
+    writer = subprocess.Popen([sys.executable, "-c", code, str(store.root), *LOGS[3:], *LOGS[:3]],
+                              stderr=subprocess.PIPE, text=True)
+    rounds = 0
+    while writer.poll() is None or rounds == 0:
+        store.compact_many(store.partitions(), min_segments=1, file_rows=7 + rounds)
+        rounds += 1
+    assert writer.wait() == 0, writer.stderr.read()
+    assert _agree(store) == expected
+    assert store.scan(undated=True).select("file_id", "offset").collect().is_duplicated().sum() == 0
+
+
 def _legacy(tmp_path: Path) -> tuple[Path, int]:
     """A store in the layout observe wrote before the table: segments listed by directory, one
     compaction note whose outputs all exist (its replaced segments are gone from the reader's view)."""

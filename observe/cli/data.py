@@ -193,13 +193,17 @@ def retention_cmd(
     store: StoreOpt = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be dropped; drop nothing.")] = False,
 ) -> None:
-    """Drop partitions older than --keep (events without a time are kept)."""
+    """Drop partitions older than --keep (events without a time are kept), in one commit; their files
+    are deleted after the grace period, as compaction's are."""
     try:
         span = parse_span(keep)
     except ValueError as exc:
         fail(str(exc))
     cutoff = (datetime.now(timezone.utc) - span).strftime("%Y-%m-%d")
-    dropped = open_store(store).expire(cutoff, dry_run=dry_run)
+    try:
+        dropped = open_store(store).expire(cutoff, dry_run=dry_run)
+    except StoreBusy as exc:
+        fail(f"{exc} (a compaction is running: try again when it is done)")
     for p in dropped:
         out.print(f"{'would drop' if dry_run else 'dropped'} {p.source}/{p.date}")
     out.print(f"{len(dropped)} partition(s) before {cutoff} {'would be ' if dry_run else ''}dropped")

@@ -416,7 +416,8 @@ class Store:
         datetime.strptime(before, "%Y-%m-%d")  # a date, nothing else, goes into the delete's predicate
         old = [p for p in self.partitions() if p.date != UNKNOWN_DATE and p.date < before]
         if old and not dry_run:
-            self.table.delete_before(before)
+            with self.lock("compact"):  # a compaction removing the same files would conflict
+                self.table.delete_before(before)
             self.vacuum()
         return old
 
