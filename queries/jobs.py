@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from pathlib import Path
 
 import hostlist
 import polars as pl
 
 from observe import sessions
 from observe.job_states import BAD_ENDS
-from observe.store import Store, atomic_file
+from observe.store import Store
 
 RUN_KINDS = ["slurm_job_start", "slurm_job_end", "slurm_job_requeue"]
 SAME_MOMENT = timedelta(minutes=2)  # a job record and the slurmctld line of the same start or end
@@ -113,41 +112,36 @@ def on_nodes(runs_: pl.DataFrame, nodes: pl.Series | list[str], since, until) ->
     return runs_.filter(overlap, pl.col("nodes").list.eval(pl.element().is_in(list(wanted))).list.any())
 
 
-def index_path(store: Store) -> Path:
-    return store.root / "index" / "jobs.parquet"
-
-
 def completed_on_nodes(store: Store) -> pl.LazyFrame | None:
     """(node, job_id, start, end) of every run the job index holds that completed, one row per node
     it ran on; None without an index. What a node does while its jobs succeed is its background."""
-    path = index_path(store)
-    if not path.exists():
+    index = store.index("jobs").scan()
+    if index is None:
         return None
-    return (pl.scan_parquet(path).filter(pl.col("state").str.starts_with("COMPLETED"))
+    return (index.filter(pl.col("state").str.starts_with("COMPLETED"))
             .explode("nodes").select(pl.col("nodes").alias("node"), "job_id", "start", "end"))
 
 
 def write_index(store: Store) -> int:
-    """Write every run in the store to ``index/jobs.parquet`` (atomically); returns the runs written.
+    """Write every run in the store to the job index ``index/jobs`` (a Delta table, one commit);
+    returns the runs written.
 
     The index only tells where to start looking for a job's records: a job missing from it (or
     runs newer than it) are still found by scanning, so a stale index is never wrong, only slower.
     """
     table = runs(store.scan(sources=["slurm"]).filter(pl.col("kind").is_in(RUN_KINDS)))
-    path = index_path(store)
-    store.make_dirs(path.parent)
-    with atomic_file(path, store) as f:
-        table.write_parquet(f)
+    store.make_dirs(store.root / "index")
+    store.index("jobs").overwrite(table)
     return table.height
 
 
 def span(store: Store, job_id: str) -> tuple[datetime | None, datetime | None]:
     """When the job's first run started and its last run ended, by the index: where its records
     are. (None, None) when the index does not know the job; the end is None while a run is going."""
-    path = index_path(store)
-    if not path.exists():
+    index = store.index("jobs").scan()
+    if index is None:
         return None, None
-    row = (pl.scan_parquet(path).filter(pl.col("job_id") == job_id)
+    row = (index.filter(pl.col("job_id") == job_id)
            .select(pl.coalesce("start", "end").min().alias("first"), pl.col("end").max().alias("last"),
                    pl.col("end").is_null().any().alias("open"), pl.len().alias("n"))
            .collect().row(0, named=True))

@@ -17,6 +17,7 @@ from conftest import CORPUS
 from observe.ingest import ingest
 from observe.store import LegacyLayout, Store
 from observe.store.convert import ConvertError, convert
+from queries import jobs
 
 LOGS = [str(CORPUS / "real" / n) for n in ("xid.log", "nccl.log", "slurm.log", "oom.log", "ib_pcie.log")]
 
@@ -66,6 +67,15 @@ def test_other_engines_count_what_observe_counts(store: Store) -> None:
     assert left < n and all(p.date == "unknown" for p in store.partitions())
     history = [h["operation"] for h in DeltaTable(str(store.events)).history()]
     assert history.count("DELETE") == 1 and "WRITE" in history
+
+
+def test_the_job_index_is_a_table_too(store: Store) -> None:
+    ingest([str(CORPUS / "real" / "slurm.log")], store)
+    runs = jobs.write_index(store)
+    assert runs > 0 and jobs.write_index(store) == runs  # rewritten whole: one commit, the same rows
+    index = str(store.root / "index" / "jobs")
+    assert DeltaTable(index).count() == runs == pl.scan_delta(index).select(pl.len()).collect().item()
+    assert DeltaTable(index).version() == 1
 
 
 def test_ingest_commits_or_shows_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -221,7 +221,8 @@ def convert_cmd(store: StoreOpt = None) -> None:
         segments, events = convert(s)
     except (ConvertError, StoreBusy) as exc:
         fail(str(exc))
-    out.print(f"{s.root}: {segments} segment(s), {events} events, now a Delta table ({s.events})")
+    out.print(f"{s.root}: {segments} segment(s), {events} events, now a Delta table ({s.events}); the next "
+              "`observe compact` writes the job index again")
 
 
 @command("repair")

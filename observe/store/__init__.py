@@ -35,7 +35,7 @@ from observe.schema import EVENT_SCHEMA, KEY, conform, from_stored, to_stored
 from observe.store.compaction import COMPACT_FILE_ROWS, COMPACT_GRACE_S, COMPACT_SLICE_BYTES, file_slices, rows_in
 from observe.store.files import (DIR_MODE, FILE_MODE, UnsafeStore, atomic_file, check_dir, create_file, create_temp,
                                  fsync_path, open_nofollow, regular_names, store_group, subdirs, write_atomic)
-from observe.store.table import EventTable, LegacyLayout
+from observe.store.table import EventTable, IndexTable, LegacyLayout
 from observe.store.layout import (SEGMENT_ORDER, UNKNOWN_DATE, Partition, parquet, write_compacted, write_ingested,
                                   buffered_parts, no_records, scan_segments, split_partitions, superseded_dropped)
 from observe.store.writer import BUFFER_BYTES, COMMIT_SEGMENTS, SEGMENT_ROWS, WRITE_THREADS, SegmentWriter
@@ -68,6 +68,7 @@ class Store:
         self.events = self.root / "events"
         self.inputs = self.root / "inputs"
         self.table = EventTable(self.events, COMPACT_GRACE_S)
+        self._indexes: dict[str, IndexTable] = {}
         self._made: set[Path] = set()  # directories made or checked by this process
         self._marked: set[str] = set()  # inputs this process has marked
         self._noted: set[str] = set()  # inputs about to be written, marked with the next segment
@@ -231,6 +232,12 @@ class Store:
         with self._mark_lock:
             self._rows[tmp] = df.height
         return self.publish([tmp])[0][0] if durable else tmp
+
+    def index(self, name: str) -> IndexTable:
+        """The derived table ``<root>/index/<name>`` (a Delta table, rewritten whole: the job index)."""
+        if name not in self._indexes:
+            self._indexes[name] = IndexTable(self.root / "index" / name, COMPACT_GRACE_S)
+        return self._indexes[name]
 
     def _live(self) -> list[tuple[str, str, Path]]:
         """The live segments as (source, date, path), in path order, parsed once per table version."""
@@ -404,8 +411,11 @@ class Store:
         """Delete the files commits removed more than ``grace_s`` ago (a query planned before the
         commit may still read them until then), and files no commit names once they are a day old
         (a crash between writing and committing); how many went."""
+        index = self.root / "index"
+        tables = [self.table, *(self.index(d.name) for d in (index.iterdir() if index.is_dir() else ())
+                               if (d / "_delta_log").is_dir())]
         with self.lock("compact"):
-            return self.table.vacuum(grace_s)
+            return sum(t.vacuum(grace_s) for t in tables)
 
     def expire(self, before: str, dry_run: bool = False) -> list[Partition]:
         """Delete every dated partition older than ``before`` (``YYYY-MM-DD``); undated ones stay.

@@ -39,6 +39,7 @@ def convert(store: Store) -> tuple[int, int]:
             raise ConvertError(f"{store.root}: {before} events before settling its compaction notes, "
                                f"{_count(live)} after; nothing converted")
         store.table.append([(f, parquet().read_metadata(f).num_rows) for f in live])
+        (store.root / "index" / "jobs.parquet").unlink(missing_ok=True)  # the old job index: rewritten as a table
         after = store.scan(undated=True).select(pl.len()).collect().item()
     if after != before:
         raise ConvertError(f"{store.root}: {before} events in the old layout, {after} in the table")

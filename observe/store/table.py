@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import polars as pl
 import pyarrow as pa
 
 from observe.schema import STORED_SCHEMA
@@ -46,8 +47,8 @@ def partition_of(rel: str) -> dict[str, str]:
     return {"source": source.removeprefix("source="), "date": day.removeprefix("date=")}
 
 
-class EventTable:
-    """The Delta log of one store's events directory (local for now)."""
+class Table:
+    """A Delta table in a local directory of the store: its log read at most once per change."""
 
     def __init__(self, root: Path, grace_s: float):
         self.root = root
@@ -72,42 +73,28 @@ class EventTable:
         return (self.root / LOG_DIR).is_dir()
 
     def _table(self, create: bool = False):
-        """The table at its latest version (None: no table yet; LegacyLayout: segments without one)."""
+        """The table at its latest version (None: no table yet)."""
         from deltalake import DeltaTable
 
         if self._dt is None:
             if not self.exists():
-                if create:
-                    self._create()
-                elif self.root.is_dir() and any(p.name.startswith("source=") for p in self.root.iterdir()):
-                    raise LegacyLayout(f"{self.root.parent}: a store written before observe kept a Delta table; "
-                                       f"convert it once with: observe convert --store {self.root.parent}")
-                else:
+                if not create:
+                    self._without_log()
                     return None
+                self._create()
             self._dt = DeltaTable(str(self.root))
         else:
             self._dt.update_incremental()
         return self._dt
 
-    def ensure(self) -> None:
-        """Create the (empty) table if there is none: before the first segment is made durable, so
-        that a crash before the first commit cannot leave segments that look like an old store's."""
-        if self._dt is None and not self.exists():
-            with self._writing():
-                self._create()
+    def _without_log(self) -> None:
+        """What a directory without a log means: nothing yet (a subclass may know better)."""
 
     def _create(self) -> None:
-        from deltalake import Schema
-        from deltalake.transaction import create_table_with_add_actions
+        raise NotImplementedError
 
-        create_table_with_add_actions(
-            str(self.root), Schema.from_arrow(table_schema()), [], mode="ignore", partition_by=PARTITION_BY,
-            name="observe_events", description="observe's events (observe schema for the columns)",
-            configuration={"delta.deletedFileRetentionDuration": f"interval {math.ceil(self.grace_s)} seconds"})
-
-    # -- reading -------------------------------------------------------------------------------
     def live(self) -> list[str]:
-        """The live files, relative to the events directory."""
+        """The live files, relative to the table's directory."""
         return self.snapshot()[1]
 
     def snapshot(self) -> tuple[int, list[str]]:
@@ -130,6 +117,57 @@ class EventTable:
                 self._snap = dt.version(), pa.table(dt.get_add_actions(flatten=True)).column("path").to_pylist()
             self._seen = seen
             return self._snap
+
+    def drop_missing(self) -> list[str]:
+        """One commit removing every live file that is no longer on disk (delta-rs's repair); which."""
+        with self._writing():
+            dt = self._table()
+            if dt is None:
+                return []
+            return list(dt.repair(dry_run=False).get("files_removed", []))
+
+    def vacuum(self, grace_s: float | None = None) -> int:
+        """Delete the files commits removed more than ``grace_s`` (the table's grace) ago, and files no
+        commit names that are older than ORPHAN_HOURS; returns how many."""
+        from deltalake import DeltaTable
+
+        with self._writing():
+            if self._table() is None:
+                return 0
+            dt = DeltaTable(str(self.root))  # loaded afresh: a stale state would take live files for strays
+            hours = None if grace_s is None else math.ceil(grace_s / 3600)
+            done = dt.vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=False)
+            stray = dt.vacuum(retention_hours=max(ORPHAN_HOURS, hours or 0), dry_run=True,
+                              enforce_retention_duration=False, full=True)
+            for rel in stray:  # not vacuum's own delete: a hidden name is a writer's file still being written
+                if not Path(rel).name.startswith("."):
+                    (self.root / rel).unlink(missing_ok=True)
+            return len(done) + len(stray)
+
+
+class EventTable(Table):
+    """The events: observe's segments, partitioned by source and date."""
+
+    def _without_log(self) -> None:
+        if self.root.is_dir() and any(p.name.startswith("source=") for p in self.root.iterdir()):
+            raise LegacyLayout(f"{self.root.parent}: a store written before observe kept a Delta table; "
+                               f"convert it once with: observe convert --store {self.root.parent}")
+
+    def ensure(self) -> None:
+        """Create the (empty) table if there is none: before the first segment is made durable, so
+        that a crash before the first commit cannot leave segments that look like an old store's."""
+        if self._dt is None and not self.exists():
+            with self._writing():
+                self._create()
+
+    def _create(self) -> None:
+        from deltalake import Schema
+        from deltalake.transaction import create_table_with_add_actions
+
+        create_table_with_add_actions(
+            str(self.root), Schema.from_arrow(table_schema()), [], mode="ignore", partition_by=PARTITION_BY,
+            name="observe_events", description="observe's events (observe schema for the columns)",
+            configuration={"delta.deletedFileRetentionDuration": f"interval {math.ceil(self.grace_s)} seconds"})
 
     def files(self) -> list[tuple[str, int, int]]:
         """Each live file: (relative path, bytes, rows)."""
@@ -172,32 +210,6 @@ class EventTable:
             if dt is not None:
                 dt.delete(f"date < '{day}' AND date <> 'unknown'")  # day: checked as a date by the caller
 
-    def drop_missing(self) -> list[str]:
-        """One commit removing every live file that is no longer on disk (delta-rs's repair); which."""
-        with self._writing():
-            dt = self._table()
-            if dt is None:
-                return []
-            return list(dt.repair(dry_run=False).get("files_removed", []))
-
-    def vacuum(self, grace_s: float | None = None) -> int:
-        """Delete the files commits removed more than ``grace_s`` (the table's grace) ago, and files no
-        commit names that are older than ORPHAN_HOURS; returns how many."""
-        from deltalake import DeltaTable
-
-        with self._writing():
-            if self._table() is None:
-                return 0
-            dt = DeltaTable(str(self.root))  # loaded afresh: a stale state would take live files for strays
-            hours = None if grace_s is None else math.ceil(grace_s / 3600)
-            done = dt.vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=False)
-            stray = dt.vacuum(retention_hours=max(ORPHAN_HOURS, hours or 0), dry_run=True,
-                              enforce_retention_duration=False, full=True)
-            for rel in stray:  # not vacuum's own delete: a hidden name is a writer's file still being written
-                if not Path(rel).name.startswith("."):
-                    (self.root / rel).unlink(missing_ok=True)
-            return len(done) + len(stray)
-
     def _add(self, path: Path, rows: int, data_change: bool):
         """An add action; its statistics hold the row count, which engines answer count(*) from."""
         from deltalake.transaction import AddAction
@@ -222,3 +234,20 @@ class EventTable:
             dt = self._dt or self._table(create=True)  # as it is: the commit itself resolves what came since
             dt.create_write_transaction([*adds, *removes], mode="append", schema=table_schema(),
                                         partition_by=PARTITION_BY)
+
+
+class IndexTable(Table):
+    """A small table the store derives from its events (the job index), rewritten whole each time."""
+
+    def overwrite(self, df: pl.DataFrame) -> None:
+        """Replace the table's rows with ``df`` in one commit (creating it the first time)."""
+        from deltalake import write_deltalake
+
+        with self._writing():
+            write_deltalake(str(self.root), df.to_arrow(), mode="overwrite", schema_mode="overwrite",
+                            configuration={"delta.deletedFileRetentionDuration": f"interval {math.ceil(self.grace_s)} seconds"})
+
+    def scan(self) -> pl.LazyFrame | None:
+        """The rows; None while there is no table."""
+        version, rels = self.snapshot()
+        return pl.scan_parquet([str(self.root / rel) for rel in rels]) if version >= 0 and rels else None
