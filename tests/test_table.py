@@ -141,6 +141,47 @@ def test_ingest_and_compaction_at_once_lose_and_repeat_nothing(tmp_path: Path) -
     assert store.scan(undated=True).select("file_id", "offset").collect().is_duplicated().sum() == 0
 
 
+WRITER = """
+import sys, polars as pl
+from datetime import datetime, timezone
+from observe.store import Store
+Store(sys.argv[1]).write(pl.DataFrame({"ts": [datetime.now(timezone.utc)], "node": [sys.argv[2]], "source": ["health"],
+                                       "kind": ["health_check"], "message": ["m"], "raw": ["m"],
+                                       "file_id": ["health:" + sys.argv[2]], "offset": [1]}))
+"""
+
+
+def test_hooks_writing_to_a_new_store_at_once_all_land(tmp_path: Path) -> None:
+    """Every node's hook writes its first event to a store no one wrote before, at the same moment:
+    the table is created once, every commit lands (two creators racing once broke the others' commits)."""
+    for trial in range(3):
+        root = tmp_path / f"store{trial}"
+        procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(root), f"node{i}"], stderr=subprocess.PIPE, text=True)
+                 for i in range(6)]
+        assert all(p.wait(timeout=120) == 0 for p in procs), [p.stderr.read()[-300:] for p in procs]
+        assert sorted(Store(root).scan().collect().get_column("node")) == [f"node{i}" for i in range(6)]
+        assert _agree(Store(root)) == 6
+
+
+def test_a_commit_that_loses_is_tried_again(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    from deltalake.exceptions import CommitFailedError
+
+    ingest(LOGS[:1], store)
+    n = _agree(store)
+    real, failures = DeltaTable.create_write_transaction, []
+
+    def lose_once(self, *args, **kwargs):
+        if not failures:
+            failures.append(1)
+            raise CommitFailedError("Protocol changed since last commit")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(DeltaTable, "create_write_transaction", lose_once)
+    ingest(LOGS[1:2], store)
+    assert failures and _agree(store) > n
+    assert store.scan(undated=True).select("file_id", "offset").collect().is_duplicated().sum() == 0
+
+
 def _legacy(tmp_path: Path) -> tuple[Path, int]:
     """A store in the layout observe wrote before the table: segments listed by directory, one
     compaction note whose outputs all exist (its replaced segments are gone from the reader's view)."""

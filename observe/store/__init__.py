@@ -24,7 +24,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import BinaryIO
@@ -67,7 +67,7 @@ class Store:
             pass  # created on first write; not a directory: writes fail, commands say so
         self.events = self.root / "events"
         self.inputs = self.root / "inputs"
-        self.table = EventTable(self.events, COMPACT_GRACE_S)
+        self.table = EventTable(self.events, COMPACT_GRACE_S, self._creating)
         self._indexes: dict[str, IndexTable] = {}
         self._made: set[Path] = set()  # directories made or checked by this process
         self._marked: set[str] = set()  # inputs this process has marked
@@ -233,10 +233,14 @@ class Store:
             self._rows[tmp] = df.height
         return self.publish([tmp])[0][0] if durable else tmp
 
+    def _creating(self) -> AbstractContextManager:
+        """Held while a table of the store is created or its index rewritten (across processes)."""
+        return self.lock("table", wait_s=60)
+
     def index(self, name: str) -> IndexTable:
         """The derived table ``<root>/index/<name>`` (a Delta table, rewritten whole: the job index)."""
         if name not in self._indexes:
-            self._indexes[name] = IndexTable(self.root / "index" / name, COMPACT_GRACE_S)
+            self._indexes[name] = IndexTable(self.root / "index" / name, COMPACT_GRACE_S, self._creating)
         return self._indexes[name]
 
     def _live(self) -> list[tuple[str, str, Path]]:

@@ -15,8 +15,8 @@ import math
 import os
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import polars as pl
@@ -27,6 +27,7 @@ from observe.schema import STORED_SCHEMA
 PARTITION_BY = ["source", "date"]
 LOG_DIR = "_delta_log"
 ORPHAN_HOURS = 24  # a file no commit names (a crash between writing and committing) goes after this
+COMMIT_TRIES = 5  # a commit that loses to another writer (delta-rs retries most conflicts itself)
 SETTLED_NS = 2 * 10**9  # a log directory changed this recently is listed again
 PRIVATE_UMASK = 0o027  # delta-rs creates the log's files with 0666 less the umask: the store's 0640 / 0750
 
@@ -50,9 +51,10 @@ def partition_of(rel: str) -> dict[str, str]:
 class Table:
     """A Delta table in a local directory of the store: its log read at most once per change."""
 
-    def __init__(self, root: Path, grace_s: float):
+    def __init__(self, root: Path, grace_s: float, creating: Callable[[], AbstractContextManager]):
         self.root = root
         self.grace_s = grace_s
+        self.creating = creating  # held across processes while the table is created (the store's lock)
         self._dt = None
         self._snap: tuple[int, list[str]] | None = None  # the last snapshot, and the log's mtime then
         self._seen = -1
@@ -81,7 +83,7 @@ class Table:
                 if not create:
                     self._without_log()
                     return None
-                self._create()
+                self._create_once()
             self._dt = DeltaTable(str(self.root))
         else:
             self._dt.update_incremental()
@@ -92,6 +94,28 @@ class Table:
 
     def _create(self) -> None:
         raise NotImplementedError
+
+    def _create_once(self) -> None:
+        """Create the table unless another process did: two creators racing would both commit a
+        protocol, and every writer that read the first would then fail its commit."""
+        with self.creating():
+            if not self.exists():
+                self._create()
+
+    def _committing(self, commit: Callable[[], object]) -> None:
+        """Run ``commit`` (its files are durable already); a commit that lost to another in a way
+        delta-rs does not resolve itself is tried again on the table as it now is (it wrote nothing)."""
+        from deltalake.exceptions import CommitFailedError
+
+        for attempt in range(COMMIT_TRIES):
+            try:
+                commit()
+                return
+            except CommitFailedError:
+                if attempt == COMMIT_TRIES - 1:
+                    raise
+                self._dt = None  # read the log again
+                time.sleep(0.05 * (attempt + 1))
 
     def live(self) -> list[str]:
         """The live files, relative to the table's directory."""
@@ -158,7 +182,7 @@ class EventTable(Table):
         that a crash before the first commit cannot leave segments that look like an old store's."""
         if self._dt is None and not self.exists():
             with self._writing():
-                self._create()
+                self._create_once()
 
     def _create(self) -> None:
         from deltalake import Schema
@@ -230,10 +254,13 @@ class EventTable(Table):
             rel = path.relative_to(self.root).as_posix()
             removes.append(RemoveAction(rel, data_change, now,
                                         path.stat().st_size, partition_of(rel)))
-        with self._writing():
+        def commit() -> None:
             dt = self._dt or self._table(create=True)  # as it is: the commit itself resolves what came since
             dt.create_write_transaction([*adds, *removes], mode="append", schema=table_schema(),
                                         partition_by=PARTITION_BY)
+
+        with self._writing():
+            self._committing(commit)
 
 
 class IndexTable(Table):
@@ -243,9 +270,11 @@ class IndexTable(Table):
         """Replace the table's rows with ``df`` in one commit (creating it the first time)."""
         from deltalake import write_deltalake
 
-        with self._writing():
-            write_deltalake(str(self.root), df.to_arrow(), mode="overwrite", schema_mode="overwrite",
-                            configuration={"delta.deletedFileRetentionDuration": f"interval {math.ceil(self.grace_s)} seconds"})
+        table = df.to_arrow()
+        with self._writing(), self.creating():  # the first write creates the table
+            self._committing(lambda: write_deltalake(
+                str(self.root), table, mode="overwrite", schema_mode="overwrite",
+                configuration={"delta.deletedFileRetentionDuration": f"interval {math.ceil(self.grace_s)} seconds"}))
 
     def scan(self) -> pl.LazyFrame | None:
         """The rows; None while there is no table."""
