@@ -15,6 +15,7 @@ from deltalake import DeltaTable
 
 from conftest import CORPUS
 from observe.ingest import ingest
+from observe.schema import conform
 from observe.store import LegacyLayout, Store
 from observe.store.convert import ConvertError, convert
 from queries import jobs
@@ -202,6 +203,17 @@ def _legacy(tmp_path: Path) -> tuple[Path, int]:
         f.unlink()
     (store.events / "_delta_log").rmdir()
     return store.root, rows
+
+
+def test_a_first_write_in_progress_is_no_old_store(tmp_path: Path) -> None:
+    """A reader that looks while the first writer has made its partition directory and temporary file,
+    but not yet the table, sees an empty store, not one from before the table."""
+    store = Store(tmp_path / "store")
+    tmp = store.write_partition("health", "2026-01-01", pl.DataFrame({"source": ["health"], "message": ["m"], "raw": ["m"],
+                                                                      "file_id": ["f"], "offset": [1]}).pipe(conform),
+                                durable=False)
+    assert tmp.exists() and not store.table.exists()
+    assert Store(store.root).scan().collect().height == 0
 
 
 def test_a_store_from_before_the_table_converts_and_loses_nothing(tmp_path: Path) -> None:

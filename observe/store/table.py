@@ -173,7 +173,9 @@ class EventTable(Table):
     """The events: observe's segments, partitioned by source and date."""
 
     def _without_log(self) -> None:
-        if self.root.is_dir() and any(p.name.startswith("source=") for p in self.root.iterdir()):
+        """Segments and no log: a store from before the table. Not directories alone, nor hidden
+        files: a first writer makes those before it creates the table (ahead of its first rename)."""
+        if any(not f.name.startswith(".") for f in self.root.glob("source=*/date=*/*.parquet")):
             raise LegacyLayout(f"{self.root.parent}: a store written before observe kept a Delta table; "
                                f"convert it once with: observe convert --store {self.root.parent}")
 
