@@ -36,7 +36,7 @@ from observe.store.compaction import COMPACT_FILE_ROWS, COMPACT_GRACE_S, COMPACT
 from observe.store.files import (DIR_MODE, FILE_MODE, UnsafeStore, atomic_file, check_dir, create_file, create_temp,
                                  fsync_path, open_nofollow, regular_names, store_group, subdirs, write_atomic)
 from observe.store.table import EventTable, IndexTable, LegacyLayout
-from observe.store.layout import (SEGMENT_ORDER, UNKNOWN_DATE, Partition, parquet, write_compacted, write_ingested,
+from observe.store.layout import (SEGMENT_ORDER, UNKNOWN_DATE, Partition, rows_of, write_compacted, write_ingested,
                                   buffered_parts, no_records, scan_segments, split_partitions, superseded_dropped)
 from observe.store.writer import BUFFER_BYTES, COMMIT_SEGMENTS, SEGMENT_ROWS, WRITE_THREADS, SegmentWriter
 
@@ -212,7 +212,7 @@ class Store:
                     pass  # linked by a run that crashed before its commit: the same bytes
                 new.append(target)
         fsync_path(self.events)
-        self.table.append([(f, parquet().read_metadata(f).num_rows) for f in new])
+        self.table.append([(f, rows_of(f)) for f in new])
         for f in found:
             f.unlink(missing_ok=True)
         return len(new)

@@ -85,6 +85,11 @@ def parquet():
     return pyarrow.parquet
 
 
+def rows_of(path: Path) -> int:
+    """A Parquet file's rows, from its footer."""
+    return parquet().read_metadata(path).num_rows
+
+
 def write_ingested(df: pl.DataFrame, f: BinaryIO) -> None:
     """An ingest segment (the stored layout) to ``f``: fast."""
     _write(df, f, INGEST_LEVELS, INGEST_DICTIONARY)

@@ -117,10 +117,6 @@ class Table:
                 self._dt = None  # read the log again
                 time.sleep(0.05 * (attempt + 1))
 
-    def live(self) -> list[str]:
-        """The live files, relative to the table's directory."""
-        return self.snapshot()[1]
-
     def snapshot(self) -> tuple[int, list[str]]:
         """The latest version and its live files (relative paths); (-1, []) with no table yet.
 
