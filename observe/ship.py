@@ -16,6 +16,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from observe.store import Store, atomic_file, open_nofollow, regular_names, subdirs
+from observe.store.place import place_of
 
 
 class Destination:
@@ -31,13 +32,10 @@ class Destination:
     def from_url(url: str) -> Destination:
         """A local directory (path or ``file://``) or any filesystem URL pyarrow knows (``s3://``,
         ``gs://``, ``hdfs://``; S3 options such as ``endpoint_override`` go in the query string)."""
-        if "://" not in url or url.startswith("file://"):
+        placed = place_of(url)
+        if placed is None:
             return LocalDir(Store(url))
-        try:
-            fs, root = pafs.FileSystem.from_uri(url)
-        except (pafs.ArrowInvalid, OSError, ValueError) as exc:
-            raise ValueError(f"store {url!r}: {exc}") from None
-        return ArrowDir(fs, root.rstrip("/"))
+        return ArrowDir(placed[0].fs, str(placed[1]))
 
 
 @dataclass

@@ -276,7 +276,7 @@ def explain(store: Store, job_id: str, at: datetime | None = None, before: timed
     run = failed_run(runs, at)
     if run is None:
         when = f" running at {at.isoformat()}" if at and runs else ""
-        raise ExplainError(f"job {job_id}: no Slurm record of a run{when} in {store.root} (ingest slurmctld "
+        raise ExplainError(f"job {job_id}: no Slurm record of a run{when} in {store.name} (ingest slurmctld "
                            "logs, jobcomp or sacct output)")
     causes = load_causes()
     events = run_events(store, run, before, after)

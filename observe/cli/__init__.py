@@ -9,10 +9,11 @@ from __future__ import annotations
 import os
 import sys
 
+import polars as pl
 from rich.markup import escape
 
 from observe.cli import analyses, checkpoint, data, exporter, health, slurm
-from observe.cli.base import OPENED, app, damaged_segments, err
+from observe.cli.base import OPENED, app, damaged_segments, err, one_line
 from observe.store import LegacyLayout, UnsafeStore
 
 # the order `observe --help` lists them in: the main job first
@@ -36,9 +37,16 @@ def main() -> None:
     except Exception as exc:  # a bug, not bad input: say so in one line and exit non-zero
         if os.environ.get("OBSERVE_DEBUG"):
             raise
-        damaged = [f for s in OPENED for f in s.damaged()]  # the likeliest cause: a segment cut short outside observe
+        try:
+            damaged = [f for s in OPENED for f in s.damaged()]  # the likeliest cause: a segment cut short outside observe
+        except Exception:  # noqa: BLE001 - the store cannot even be listed: said below
+            damaged = []
         if damaged:
-            more = f" and {len(damaged) - 1} more" if len(damaged) > 1 else ""
             damaged_segments(damaged)
+        remote = [s for s in OPENED if s.place is not None]
+        if remote and isinstance(exc, (OSError, pl.exceptions.PolarsError)):  # the object store, not observe
+            err.print(f"[red]error:[/red] store {escape(remote[0].name)}: {escape(one_line(str(exc)))}",
+                      highlight=False, soft_wrap=True)
+            sys.exit(2)
         err.print(f"[red]internal error:[/red] {type(exc).__name__}: {escape(str(exc))} (set OBSERVE_DEBUG=1 for the traceback)")
         sys.exit(1)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -37,7 +38,10 @@ class SafeConsole(Console):
 out = SafeConsole(emoji=False, highlight=False, soft_wrap=True)
 err = SafeConsole(stderr=True, emoji=False, highlight=False, soft_wrap=True)
 
-StoreOpt = Annotated[Optional[str], typer.Option("--store", help="Store directory (default $OBSERVE_STORE or ./observe-store).")]
+StoreOpt = Annotated[Optional[str], typer.Option("--store", help="Store: a directory or an object store URL, s3://bucket/prefix (default $OBSERVE_STORE or ./observe-store).")]
+
+
+COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 
 
 OPENED: list[Store] = []  # the stores this command opened (what an unreadable file is looked for in)
@@ -64,7 +68,7 @@ def open_store(path: str | None) -> Store:
     except ValueError as exc:
         fail(str(exc))
         raise
-    if store.root.exists() and not store.root.is_dir():
+    if store.place is None and store.root.exists() and not store.root.is_dir():
         fail(f"store {store.root}: not a directory")
     if all(s.root != store.root for s in OPENED):
         OPENED.append(store)
@@ -82,9 +86,17 @@ def damaged_segments(damaged: list[Path]) -> NoReturn:
 
 def existing_store(store: Store) -> Store:
     """``store``, or a one-line error if it is not there (a mistyped path would read as empty)."""
-    if not store.root.exists():
-        fail(f"store {store.root}: no such directory (nothing ingested there yet? --store or $OBSERVE_STORE names it)")
+    if not store.exists():
+        what = "no such directory" if store.place is None else "nothing stored there"
+        fail(f"store {store.name}: {what} (nothing ingested there yet? --store or $OBSERVE_STORE names it)")
     return store
+
+
+def one_line(message: str) -> str:
+    """An object store client's error (delta-rs and polars nest causes on coloured lines, each
+    behind an arrow) as one line: its causes joined by colons."""
+    lines = [COLOUR.sub("", line).strip(" \t↳") for line in message.splitlines()]
+    return ": ".join(line for line in lines if line)
 
 
 def fail(message: str) -> None:

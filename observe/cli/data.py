@@ -14,7 +14,8 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColu
 from rich.table import Table
 
 from observe import rules
-from observe.cli.base import StoreOpt, command_table, damaged_segments, err, existing_store, fail, open_store, out
+from observe.cli.base import (StoreOpt, command_table, damaged_segments, err, existing_store, fail, one_line,
+                              open_store, out)
 from observe.ingest import InputError, Summary, ingest
 from observe.ingest.pool import WorkerError
 from observe.reader import input_files
@@ -51,7 +52,7 @@ def _index_jobs(store: Store, summary: Summary) -> None:
 
 
 def _waiting(store: Store) -> Callable[[], None]:
-    return lambda: err.print(f"waiting for another ingest into {store.root} to finish ...", style="dim", highlight=False)
+    return lambda: err.print(f"waiting for another ingest into {store.name} to finish ...", style="dim", highlight=False)
 
 
 @command("ingest")
@@ -72,7 +73,7 @@ def ingest_cmd(
     st = open_store(store)
     try:
         missing: list[str] = []
-        files = input_files(paths, skip=st.root, missing=missing)
+        files = input_files(paths, skip=st.root if st.place is None else None, missing=missing)
         if missing and not files:
             fail(f"no such file: {missing[0]}")
         tz = tz_zone(tz)
@@ -90,7 +91,7 @@ def ingest_cmd(
     except (InputError, ValueError, FileNotFoundError, rules.RuleError, WorkerError, StoreBusy) as exc:
         fail(str(exc))
     except OSError as exc:
-        fail(f"{exc.filename or ''}: {exc.strerror or exc}")
+        fail(f"{exc.filename or st.name}: {one_line(exc.strerror or str(exc))}")
     summary.failed[:0] = [f"{p}: no such file" for p in missing]
     _summary(summary)
     _index_jobs(st, summary)
@@ -132,7 +133,7 @@ def demo_cmd(
         ts = r["ts"].strftime("%Y-%m-%d %H:%M:%S") if r["ts"] else "-"
         out.print(f"  {ts}  {r['node'] or '-':8} {r['kind']:26} {first_line(r['message'])[:90]}", highlight=False, markup=False)
     out.line()
-    out.print(f"Try: observe query --store {store.root} --kind nccl_timeout --limit 5")
+    out.print(f"Try: observe query --store {store.name} --kind nccl_timeout --limit 5")
 
 
 @command("stats")
@@ -143,13 +144,13 @@ def stats_cmd(store: StoreOpt = None) -> None:
     if damaged := s.damaged():  # stats reads the log alone: look at the files too
         damaged_segments(damaged)
     if df.is_empty():
-        out.print(f"{s.root}: empty store")
+        out.print(f"{s.name}: empty store")
         return
     table = Table("source", "date", "segments", "rows", "MB", box=None, pad_edge=False)
     for r in df.iter_rows(named=True):
         table.add_row(r["source"], r["date"], str(r["segments"]), str(r["rows"]), f"{r['bytes'] / 1e6:.2f}")
     out.print(table)
-    out.print(f"{s.root}: {df['rows'].sum()} events, {df['segments'].sum()} segments, {df['bytes'].sum() / 1e6:.2f} MB")
+    out.print(f"{s.name}: {df['rows'].sum()} events, {df['segments'].sum()} segments, {df['bytes'].sum() / 1e6:.2f} MB")
 
 
 @command("compact")

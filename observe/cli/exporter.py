@@ -51,9 +51,9 @@ def central_cmd(
 
     serving = _serving(listen, interval)
     s = open_store(store)
-    if not s.events.is_dir():
-        fail(f"{s.root}: no store here (no events/ directory); give --store or set $OBSERVE_STORE")
-    err.print(f"reading {s.root} ...", highlight=False)
+    if not s.has_events():
+        fail(f"{s.name}: no store here (no events/ directory); give --store or set $OBSERVE_STORE")
+    err.print(f"reading {s.name} ...", highlight=False)
     _run(StoreMetrics(s, max_series=max_series), serving, textfile, once)
 
 

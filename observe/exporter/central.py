@@ -25,7 +25,6 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import polars as pl
-import pyarrow.parquet as pq
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from observe.exporter import MAX_SERIES
@@ -34,7 +33,7 @@ from observe.health import slurm
 from observe.health.drain import KINDS as DRAIN_KINDS
 from observe.job_states import BAD_ENDS, FAULT_ENDS
 from observe.schema import FIELDS, POLARS_SCHEMA, SEVERITIES
-from observe.store import Store, scan_segments
+from observe.store import Store
 from queries import jobs
 from queries.causes import CATEGORIES, load_causes
 from queries.explain import ExplainError, explain
@@ -148,14 +147,17 @@ class StoreMetrics:
             if added is None:
                 raise _Missed(f"{self.store.events}: the log no longer holds the commits after version {self.version}")
             new = [self.store.events / rel for rel in added]
-            if not all(p.exists() for p in new):  # added and vacuumed away while the exporter was down
+            if not all(self.store.has_file(p) for p in new):  # added and vacuumed away while the exporter was down
                 raise _Missed(f"{self.store.events}: a segment went before the exporter read it")
         current = set(paths)
         for gone in set(self.files) - current:  # compacted or expired
             del self.files[gone]
+        if current - set(self.files):
+            committed = {self.store.events / rel: Segment(size, rows, mtime / 1000)
+                         for rel, size, rows, mtime in self.store.table.files()}
         for path in paths:
-            if path not in self.files:
-                seg = self.files[path] = _segment(path)
+            if path not in self.files and path in committed:  # else a commit since the snapshot removed it
+                seg = self.files[path] = committed[path]
                 if not path.name.startswith("c-"):
                     source = _source(path)
                     self.written[source] = max(seg.mtime, self.written.get(source, 0.0))
@@ -165,7 +167,7 @@ class StoreMetrics:
         return len(new)
 
     def _count(self, files: list[Path]) -> None:
-        lf = scan_segments(files)
+        lf = self.store.scan_files(files)
         groups = (lf.group_by("source", "node", "kind", "severity")
                   .agg(pl.len().alias("n"), pl.col("ts").max().alias("last"))
                   .collect(engine="streaming"))
@@ -385,7 +387,3 @@ def _latest(groups: pl.DataFrame, by: str) -> list[tuple[str, float]]:
 def _source(segment: Path) -> str:
     return segment.parent.parent.name.removeprefix("source=")
 
-
-def _segment(path: Path) -> Segment:
-    st = path.stat()
-    return Segment(st.st_size, pq.read_metadata(path).num_rows, st.st_mtime)

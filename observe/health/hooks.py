@@ -101,7 +101,7 @@ def run(hook: Hook, budget_s: float) -> int:
             try:
                 _probe(hook.store)
             except OSError as exc:
-                hook.say(f"store {hook.store.root} unreachable ({exc.strerror or exc}): nothing done")
+                hook.say(f"store {hook.store.name} unreachable ({exc.strerror or exc}): nothing done")
                 return 0
             {"epilog": _epilog, "prolog": _prolog, "healthcheck": _healthcheck}[hook.kind](hook)
     except BudgetSpent:
@@ -189,7 +189,7 @@ def _checks(hook: Hook, section: str, names: list[str] | None = None) -> list[Re
     names = list(hook.policy.hook(section).checks) if names is None else names
     if not names:
         return []
-    overrides = {"node": hook.node, "store": str(hook.store.root), "device": "auto"}
+    overrides = {"node": hook.node, "store": hook.store.location, "device": "auto"}
     if hook.kind == "epilog":
         overrides["job"] = hook.job  # gpu_procs: this job's processes must be gone
     results = run_checks(names, hook.policy, max(1.0, hook.left() - 5), overrides)
@@ -274,7 +274,11 @@ def _artifacts(hook: Hook, info: dict[str, str], script: str):
 def _probe(store: Store) -> None:
     """Raise unless the store takes writes: a hook that cannot record what it does does nothing.
     The probe is a new file of a random name (mkstemp: O_EXCL, O_NOFOLLOW): a link planted at a
-    name it could guess never makes it write another file, nor can a planted file stop it."""
+    name it could guess never makes it write another file, nor can a planted file stop it. A store in
+    an object store is refused: the drain budget needs a lock every node shares (a shared directory's)."""
+    if store.place is not None:
+        raise OSError(f"hooks need a local or shared directory as their store (the drain budget's lock), "
+                      f"not {store.name}")
     store.make_dirs(store.root)
     fd, probe = tempfile.mkstemp(prefix=".probe-", dir=store.root)
     os.close(fd)

@@ -135,7 +135,7 @@ class _Workers:
             res_r, res_w = os.pipe()
             self.procs.append(subprocess.Popen(
                 [sys.executable, "-c", "import sys; from observe.ingest.pool import serve; serve(*sys.argv[1:])",
-                 str(cmd_r), str(res_w), str(store.root)], pass_fds=(cmd_r, res_w), env=env))
+                 str(cmd_r), str(res_w), store.location], pass_fds=(cmd_r, res_w), env=env))
             os.close(cmd_r)
             os.close(res_w)
             self.commands.append(Connection(cmd_w, readable=False))

@@ -1,5 +1,6 @@
 """The event store: a Delta Lake table of Parquet segments,
-``<root>/events/source=<s>/date=<YYYY-MM-DD|unknown>/<segment>.parquet`` and ``<root>/events/_delta_log``.
+``<root>/events/source=<s>/date=<YYYY-MM-DD|unknown>/<segment>.parquet`` and ``<root>/events/_delta_log``,
+in a local or shared directory or in an object store (:mod:`observe.store.place`).
 
 Every write is a new uniquely named segment written to a hidden temporary name, fsync'd and renamed
 into place, then committed to the table's log (:mod:`observe.store.table`): a file is part of the
@@ -14,6 +15,12 @@ The store holds every user's job output and root-only log lines, and root writes
 is root's and its group's alone (directories DIR_MODE, files FILE_MODE, the group OBSERVE_STORE_GROUP
 names); as root it refuses a store that anyone else can write, and it follows no symlink inside one
 (a link planted there would have root write, read or ship whatever it points to).
+
+In an object store a segment is written under its final name (an object appears whole when its
+upload completes, so there is nothing to rename), and the table's log takes commits by conditional
+writes (delta-rs): writers need no lock to keep the table right. The store's own locks (one ingest,
+one compaction, the drain ledger at a time) are then this host's: run ingest and compaction of an
+object store from one host, as a central committer does.
 """
 from __future__ import annotations
 
@@ -26,7 +33,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
 import polars as pl
@@ -35,9 +42,11 @@ from observe.schema import EVENT_SCHEMA, KEY, conform, from_stored, to_stored
 from observe.store.compaction import COMPACT_FILE_ROWS, COMPACT_GRACE_S, COMPACT_SLICE_BYTES, file_slices, rows_in
 from observe.store.files import (DIR_MODE, FILE_MODE, UnsafeStore, atomic_file, check_dir, create_file, create_temp,
                                  fsync_path, open_nofollow, regular_names, store_group, subdirs, write_atomic)
-from observe.store.table import EventTable, IndexTable, LegacyLayout
-from observe.store.layout import (SEGMENT_ORDER, UNKNOWN_DATE, Partition, rows_of, write_compacted, write_ingested,
-                                  buffered_parts, no_records, scan_segments, split_partitions, superseded_dropped)
+from observe.store.place import Place, place_of
+from observe.store.table import LOG_DIR, EventTable, IndexTable, LegacyLayout
+from observe.store.layout import (SEGMENT_ORDER, UNKNOWN_DATE, Partition, write_compacted, write_ingested,
+                                  buffered_parts, no_records, parquet, scan_segments, split_partitions,
+                                  superseded_dropped)
 from observe.store.writer import BUFFER_BYTES, COMMIT_SEGMENTS, SEGMENT_ROWS, WRITE_THREADS, SegmentWriter
 
 # what the rest of observe uses; the package's modules hold the parts (files, layout, compaction, writer)
@@ -45,8 +54,12 @@ __all__ = ["LegacyLayout", "Partition", "SegmentWriter", "Store", "StoreBusy", "
            "buffered_parts", "create_temp", "fsync_path", "no_records", "open_nofollow", "regular_names", "scan_segments",
            "subdirs", "write_atomic"]
 
+# lock files of a store in an object store: on this host, root's own (see the module's docstring)
+REMOTE_LOCKS = Path("~/.cache/observe/locks")
+
+
 class Store:
-    """A store rooted at a local directory (created on first write).
+    """A store rooted at a local directory (created on first write) or at a prefix of an object store.
 
     Over 300 lines: it is the one object every reader and writer holds, and its methods (write,
     publish, scan, lock, compact, expire) each keep one of the guarantees above; the parts that need
@@ -54,20 +67,25 @@ class Store:
 
     def __init__(self, root: str | os.PathLike[str]):
         text = str(root)
-        if text.startswith("file://"):
-            text = text[len("file://"):]
-        elif "://" in text:
-            raise ValueError(f"store {text!r}: only local paths and file:// URLs are supported so far")
-        # resolved once: an admin may link /var/lib/observe elsewhere; nothing inside is followed
-        self.root = Path(text).expanduser().resolve()
-        self.gid = store_group()
-        try:
-            check_dir(self.root, os.stat(self.root))
-        except (FileNotFoundError, NotADirectoryError):
-            pass  # created on first write; not a directory: writes fail, commands say so
+        self.location = text  # as given: what a worker process opens
+        placed = place_of(text)
+        self.place: Place | None = placed[0] if placed else None
+        self.root: Path | PurePosixPath
+        if placed is not None:
+            self.root, self.gid = placed[1], None
+            self.name = self.place.uri(self.root)  # without the query string's options
+        else:
+            # resolved once: an admin may link /var/lib/observe elsewhere; nothing inside is followed
+            self.root = Path(text.removeprefix("file://")).expanduser().resolve()
+            self.name = str(self.root)
+            self.gid = store_group()
+            try:
+                check_dir(self.root, os.stat(self.root))
+            except (FileNotFoundError, NotADirectoryError):
+                pass  # created on first write; not a directory: writes fail, commands say so
         self.events = self.root / "events"
         self.inputs = self.root / "inputs"
-        self.table = EventTable(self.events, COMPACT_GRACE_S, self._creating)
+        self.table = EventTable(self.events, COMPACT_GRACE_S, self._creating, self.place)
         self._indexes: dict[str, IndexTable] = {}
         self._made: set[Path] = set()  # directories made or checked by this process
         self._marked: set[str] = set()  # inputs this process has marked
@@ -78,7 +96,35 @@ class Store:
         self._rows: dict[Path, int] = {}  # rows of the segments written and not yet committed (the commit's statistics)
 
     def __repr__(self) -> str:
-        return f"Store({str(self.root)!r})"
+        return f"Store({self.name!r})"
+
+    def exists(self) -> bool:
+        """Whether anything is stored here yet (a mistyped location reads as an empty store)."""
+        if self.place is not None:
+            return self.table.exists() or bool(self.place.files(self.root, recursive=True))
+        return self.root.exists()
+
+    def has_events(self) -> bool:
+        """Whether events were written here (a table, or the directory of a store from before one)."""
+        return self.table.exists() if self.place is not None else self.events.is_dir()
+
+    def uri(self, path: Path | PurePosixPath) -> str:
+        """A file of the store as polars and delta-rs open it."""
+        return str(path) if self.place is None else self.place.uri(path)
+
+    def scan_files(self, files: list[Path]) -> pl.LazyFrame:
+        """Segment files of this store, in the stored layout (:func:`scan_segments`)."""
+        return scan_segments([self.uri(f) for f in files], self.table.options)
+
+    def has_file(self, path: Path | PurePosixPath) -> bool:
+        return path.exists() if self.place is None else self.place.exists(path)
+
+    def footer(self, path: Path | PurePosixPath):
+        """A segment's Parquet metadata."""
+        if self.place is None:
+            return parquet().read_metadata(path)
+        with self.place.fs.open_input_file(str(path)) as f:
+            return parquet().read_metadata(f)
 
     # -- writing -------------------------------------------------------------------------------
     def make_dirs(self, directory: Path) -> None:
@@ -86,7 +132,10 @@ class Store:
         DIR_MODE, the store's group, setgid where it is set (as the kernel does below a setgid
         directory) so that what is created below inherits the group. Existing ones are checked as
         they are passed (:func:`check_dir`); one made or checked before by this process only has to
-        be a directory still (one lstat: expired meanwhile, it is made again)."""
+        be a directory still (one lstat: expired meanwhile, it is made again). An object store has
+        no directories."""
+        if self.place is not None:
+            return
         if directory in self._made:
             try:
                 if stat.S_ISDIR(os.lstat(directory).st_mode):
@@ -113,6 +162,8 @@ class Store:
 
     def create(self, path: Path) -> BinaryIO:
         """A new file of the store (FILE_MODE, its group), open for writing: see :func:`create_file`."""
+        if self.place is not None:
+            return self.place.fs.open_output_stream(str(path))
         return create_file(path, FILE_MODE, self.gid)
 
     def write(self, df: pl.DataFrame) -> list[Path]:
@@ -148,7 +199,7 @@ class Store:
         spool's segments, a compaction's outputs), with their rows."""
         with self._mark_lock:
             rows = [self._rows.pop(t) for t in temps]
-        return list(zip(make_durable(temps), rows))
+        return list(zip(temps if self.place is not None else make_durable(temps), rows))
 
     def note_inputs(self, file_ids: Iterable[str]) -> None:
         """Inputs whose records are about to be written: marked together with the next segment."""
@@ -164,7 +215,11 @@ class Store:
             new = (file_ids | self._noted) - self._marked
             if new:
                 self.make_dirs(self.inputs)
-                write_atomic(self.inputs / f"{uuid.uuid4().hex}.ids", "".join(f"{i}\n" for i in sorted(new)).encode(), self)
+                marker, text = self.inputs / f"{uuid.uuid4().hex}.ids", "".join(f"{i}\n" for i in sorted(new)).encode()
+                if self.place is not None:
+                    self.place.put(marker, text)
+                else:
+                    write_atomic(marker, text, self)
                 self._marked |= new
             self._noted.clear()
 
@@ -172,6 +227,8 @@ class Store:
         """Whether records of the input ``file_id`` may be in the store (its marker exists)."""
         if file_id in self._marked:
             return True
+        if self.place is not None:
+            return file_id in self._remote_inputs()
         try:
             mtime = os.stat(self.inputs).st_mtime_ns
         except FileNotFoundError:
@@ -191,14 +248,25 @@ class Store:
             self._listed = (mtime, read, ids)
         return file_id in ids
 
+    def _remote_inputs(self) -> set[str]:
+        """The inputs marked in an object store, the new markers read (listed at each call)."""
+        _, read, ids = self._listed
+        for info in self.place.files(self.inputs):
+            if info.base_name.endswith(".ids") and info.base_name not in read:
+                try:
+                    ids.update(self.place.read_bytes(PurePosixPath(info.path)).decode().split())
+                except FileNotFoundError:
+                    continue
+                read.add(info.base_name)
+        return ids
+
     def adopt(self) -> int:
         """Commit, in one commit, the segments collectors shipped to ``<root>/incoming/events/...``
         (:mod:`observe.ship`): each is linked into the table's directory under its own name,
         committed, then unlinked from ``incoming``. A crash anywhere in between is finished by the
         next call (a name already live is not committed twice). Returns the segments committed."""
         inbox = self.root / "incoming" / "events"
-        found = [Path(d) / n for _, s in subdirs(inbox, "source=") for _, d in subdirs(Path(s), "date=")
-                 for n in regular_names(Path(d)) if n.endswith(".parquet") and not n.startswith(".")]
+        found = self._shipped(inbox)
         if not found:
             return 0
         live, new = {f for _, _, f in self._live()}, []
@@ -206,16 +274,32 @@ class Store:
             target = self.events / f.relative_to(inbox)
             if target not in live:
                 self.make_dirs(target.parent)
-                try:
-                    os.link(f, target, follow_symlinks=False)
-                except FileExistsError:
-                    pass  # linked by a run that crashed before its commit: the same bytes
+                if self.place is not None:
+                    self.place.fs.copy_file(str(f), str(target))  # the same bytes if a crashed run copied it
+                else:
+                    try:
+                        os.link(f, target, follow_symlinks=False)
+                    except FileExistsError:
+                        pass  # linked by a run that crashed before its commit: the same bytes
                 new.append(target)
-        fsync_path(self.events)
-        self.table.append([(f, rows_of(f)) for f in new])
+        if self.place is None:
+            fsync_path(self.events)
+        self.table.append([(f, self.footer(f).num_rows) for f in new])
         for f in found:
-            f.unlink(missing_ok=True)
+            if self.place is not None:
+                self.place.fs.delete_file(str(f))
+            else:
+                f.unlink(missing_ok=True)
         return len(new)
+
+    def _shipped(self, inbox: Path | PurePosixPath) -> list[Path | PurePosixPath]:
+        """The segments collectors shipped to ``inbox`` (``source=*/date=*/<name>.parquet``)."""
+        if self.place is not None:
+            return sorted(PurePosixPath(i.path) for i in self.place.files(inbox, recursive=True)
+                          if i.base_name.endswith(".parquet") and PurePosixPath(i.path).parent.name.startswith("date=")
+                          and PurePosixPath(i.path).parent.parent.name.startswith("source="))
+        return [Path(d) / n for _, s in subdirs(inbox, "source=") for _, d in subdirs(Path(s), "date=")
+                for n in regular_names(Path(d)) if n.endswith(".parquet") and not n.startswith(".")]
 
     def writer(self, max_rows: int = SEGMENT_ROWS, budget_bytes: int = BUFFER_BYTES,
                threads: int = WRITE_THREADS) -> SegmentWriter:
@@ -226,7 +310,7 @@ class Store:
     def _write_file(self, df: pl.DataFrame, directory: Path, name: str, compacted: bool = False,
                     durable: bool = True) -> Path:
         self.make_dirs(directory)
-        tmp = directory / f".{name}.tmp"
+        tmp = directory / (name if self.place is not None else f".{name}.tmp")  # an object appears whole
         with self.create(tmp) as f:
             (write_compacted if compacted else write_ingested)(df, f)
         with self._mark_lock:
@@ -240,7 +324,7 @@ class Store:
     def index(self, name: str) -> IndexTable:
         """The derived table ``<root>/index/<name>`` (a Delta table, rewritten whole: the job index)."""
         if name not in self._indexes:
-            self._indexes[name] = IndexTable(self.root / "index" / name, COMPACT_GRACE_S, self._creating)
+            self._indexes[name] = IndexTable(self.root / "index" / name, COMPACT_GRACE_S, self._creating, self.place)
         return self._indexes[name]
 
     def _live(self) -> list[tuple[str, str, Path]]:
@@ -291,12 +375,18 @@ class Store:
     def lock(self, name: str, wait_s: float = 0.0, waiting: Callable[[], None] | None = None) -> Iterator[None]:
         """Hold the advisory lock ``<root>/.<name>.lock`` (flock; across hosts where the shared file
         system supports it, as NFSv4 and Lustre with -o flock do); StoreBusy if still held after
-        ``wait_s``. ``waiting`` is called once if the lock is held when asked for."""
-        self.make_dirs(self.root)
+        ``wait_s``. ``waiting`` is called once if the lock is held when asked for. A store in an object
+        store is locked on this host only (the module's docstring says why that is enough)."""
+        if self.place is not None:
+            locks = REMOTE_LOCKS.expanduser()
+            locks.mkdir(mode=0o700, parents=True, exist_ok=True)
+            path = locks / f"{uuid.uuid5(uuid.NAMESPACE_URL, self.name).hex}.{name}.lock"
+        else:
+            self.make_dirs(self.root)
+            path = self.root / f".{name}.lock"
         end = time.monotonic() + wait_s
-        path = self.root / f".{name}.lock"
         try:
-            f = self.create(path)
+            f = create_file(path, FILE_MODE, self.gid) if self.place is not None else self.create(path)
         except FileExistsError:
             f = open_nofollow(path, write=True)  # for writing: NFS locks only files open for writing
         with f:
@@ -306,7 +396,7 @@ class Store:
                     break
                 except BlockingIOError:
                     if time.monotonic() >= end:
-                        raise StoreBusy(f"{self.root}: another process holds the {name} lock") from None
+                        raise StoreBusy(f"{self.name}: another process holds the {name} lock") from None
                     if waiting is not None:
                         waiting()
                         waiting = None
@@ -325,7 +415,7 @@ class Store:
         files = self.files(sources, since, until, undated)
         if not files:
             return pl.LazyFrame(schema=pl.from_arrow(EVENT_SCHEMA.empty_table()).schema)
-        lf = from_stored(scan_segments(files))
+        lf = from_stored(self.scan_files(files))
         keep = pl.col("ts").is_null() if undated else pl.lit(False)
         if since is not None:
             lf = lf.filter(keep | (pl.col("ts") >= since))
@@ -346,7 +436,7 @@ class Store:
         files = self.files() if ids else []
         if not files:
             return {}
-        lf = from_stored(scan_segments(files).filter(pl.col("file_id").is_in(ids)))
+        lf = from_stored(self.scan_files(files).filter(pl.col("file_id").is_in(ids)))
         found = lf.select("file_id", "offset", pl.col("raw").hash().alias("text")).unique().collect()
         return {fid: part.drop("file_id") for (fid,), part in found.partition_by("file_id", as_dict=True).items()}
 
@@ -397,8 +487,8 @@ class Store:
 
     def _rewrite(self, directory: Path, segs: list[Path], file_rows: int) -> tuple[list[tuple[Path, int]], int]:
         """One partition's compacted files, durable and not committed, with their rows; and all its rows."""
-        scan = scan_segments(segs)
-        slices = file_slices(scan, min(file_rows, rows_in(segs, COMPACT_SLICE_BYTES)))
+        scan = self.scan_files(segs)
+        slices = file_slices(scan, min(file_rows, rows_in([self.footer(s) for s in segs], COMPACT_SLICE_BYTES)))
         name = f"c-{time.time_ns():016x}-{uuid.uuid4().hex[:8]}"  # names sort in time order
         rows, written = 0, []
         for i, where in enumerate(slices):
@@ -415,11 +505,17 @@ class Store:
         """Delete the files commits removed more than ``grace_s`` ago (a query planned before the
         commit may still read them until then), and files no commit names once they are a day old
         (a crash between writing and committing); how many went."""
-        index = self.root / "index"
-        tables = [self.table, *(self.index(d.name) for d in (index.iterdir() if index.is_dir() else ())
-                               if (d / "_delta_log").is_dir())]
+        tables = [self.table, *(self.index(name) for name in self._index_names())]
         with self.lock("compact"):
             return sum(t.vacuum(grace_s) for t in tables)
+
+    def _index_names(self) -> list[str]:
+        """The derived tables the store holds (``index/<name>`` with a log)."""
+        index = self.root / "index"
+        if self.place is not None:
+            return sorted({PurePosixPath(i.path).relative_to(index).parts[0]
+                           for i in self.place.files(index, recursive=True) if f"/{LOG_DIR}/" in i.path})
+        return [d.name for d in (index.iterdir() if index.is_dir() else ()) if (d / LOG_DIR).is_dir()]
 
     def expire(self, before: str, dry_run: bool = False) -> list[Partition]:
         """Delete every dated partition older than ``before`` (``YYYY-MM-DD``); undated ones stay.
@@ -443,7 +539,10 @@ class Store:
             for f in self.damaged():
                 target = self.root / "damaged" / f.relative_to(self.events)
                 self.make_dirs(target.parent)
-                os.replace(f, target)
+                if self.place is not None:
+                    self.place.fs.move(str(f), str(target))
+                else:
+                    os.replace(f, target)
                 aside.append(f)
             dropped = {self.events / rel for rel in self.table.drop_missing()}
             return sorted(dropped | set(aside))
@@ -454,11 +553,11 @@ class Store:
         bad = []
         for f in self.files(undated=True):
             try:
-                with open(f, "rb") as fh:
+                with open(f, "rb") if self.place is None else self.place.fs.open_input_file(str(f)) as fh:
                     head = fh.read(4)
                     fh.seek(-4, os.SEEK_END)
                     whole = head == b"PAR1" and fh.read(4) == b"PAR1"
-            except OSError:  # shorter than 4 bytes, or unreadable
+            except (OSError, ValueError):  # shorter than 4 bytes, or unreadable
                 whole = False
             if not whole:
                 bad.append(f)
@@ -466,8 +565,8 @@ class Store:
 
     def stats(self) -> pl.DataFrame:
         """Per partition: segments, rows, bytes (from the table's log: no file is opened)."""
-        files = pl.DataFrame(self.table.files(), schema={"path": pl.String, "bytes": pl.Int64, "rows": pl.Int64},
-                             orient="row")
+        files = pl.DataFrame(self.table.files(), schema={"path": pl.String, "bytes": pl.Int64, "rows": pl.Int64,
+                                                         "mtime": pl.Int64}, orient="row")
         part = pl.col("path").str.extract_groups(r"^source=([^/]*)/date=([^/]*)/").struct
         return (files.group_by(part.field("1").alias("source"), part.field("2").alias("date"))
                 .agg(pl.len().cast(pl.Int64).alias("segments"), pl.col("rows").sum(), pl.col("bytes").sum())

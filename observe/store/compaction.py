@@ -2,10 +2,7 @@
 bounded rows and memory."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import polars as pl
-from observe.store.layout import parquet
 
 
 COMPACT_FILE_ROWS = 1_000_000  # rows per compacted file at most
@@ -17,11 +14,11 @@ COMPACT_SLICE_BYTES = 32 << 20  # and at most this much uncompressed data: one s
 COMPACT_GRACE_S = 600.0  # replaced segments outlive a compaction this long, for queries already planned
 
 
-def rows_in(segs: list[Path], nbytes: int) -> int:
-    """How many of ``segs``' rows hold about ``nbytes`` uncompressed (Parquet metadata; at least 10,000)."""
+def rows_in(footers: list, nbytes: int) -> int:
+    """How many rows of the segments whose Parquet metadata are ``footers`` hold about ``nbytes``
+    uncompressed (at least 10,000)."""
     rows = size = 0
-    for seg in segs:
-        md = parquet().read_metadata(seg)
+    for md in footers:
         rows += md.num_rows
         size += sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
     return max(10_000, int(nbytes * rows / size)) if size else nbytes

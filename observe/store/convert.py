@@ -25,6 +25,8 @@ class ConvertError(RuntimeError):
 def convert(store: Store) -> tuple[int, int]:
     """Convert ``store``; returns (segments, events) committed. A store that already has its table:
     ConvertError."""
+    if store.place is not None:
+        raise ConvertError(f"{store.name}: a store in an object store has always been a Delta table")
     if store.table.exists():
         raise ConvertError(f"{store.root}: already a Delta table")
     dirs = [Path(d) for _, s in subdirs(store.events, "source=") for _, d in subdirs(Path(s), "date=")]

@@ -123,11 +123,11 @@ class Partition:
 STORED_COLUMNS = pl.Schema(pl.from_arrow(STORED_SCHEMA.empty_table()).schema)
 
 
-def scan_segments(paths: Iterable[Path]) -> pl.LazyFrame:
-    """Segments in the stored layout; a column a segment predates (``route``, from before routes
-    were kept) reads as null, which no check trusts."""
+def scan_segments(paths: Iterable[Path | str], storage_options: dict[str, str] | None = None) -> pl.LazyFrame:
+    """Segments (paths or URLs) in the stored layout; a column a segment predates (``route``, from
+    before routes were kept) reads as null, which no check trusts."""
     return pl.scan_parquet([str(p) for p in paths], schema=STORED_COLUMNS, missing_columns="insert",
-                           hive_partitioning=False)
+                           hive_partitioning=False, storage_options=storage_options or None)
 
 
 @cache

@@ -17,12 +17,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import polars as pl
 import pyarrow as pa
 
 from observe.schema import STORED_SCHEMA
+from observe.store.place import Place
 
 PARTITION_BY = ["source", "date"]
 LOG_DIR = "_delta_log"
@@ -49,10 +50,15 @@ def partition_of(rel: str) -> dict[str, str]:
 
 
 class Table:
-    """A Delta table in a local directory of the store: its log read at most once per change."""
+    """A Delta table of the store, in a local directory (its log read at most once per change) or
+    in an object store (``place``; its log listed at each look: no directory time to go by)."""
 
-    def __init__(self, root: Path, grace_s: float, creating: Callable[[], AbstractContextManager]):
+    def __init__(self, root: Path | PurePosixPath, grace_s: float, creating: Callable[[], AbstractContextManager],
+                 place: Place | None = None):
         self.root = root
+        self.place = place
+        self.uri = str(root) if place is None else place.uri(root)  # what delta-rs and polars open
+        self.options = None if place is None else place.options
         self.grace_s = grace_s
         self.creating = creating  # held across processes while the table is created (the store's lock)
         self._dt = None
@@ -72,19 +78,40 @@ class Table:
                 os.umask(old)
 
     def exists(self) -> bool:
+        if self.place is not None:
+            return bool(self.place.files(self.root / LOG_DIR))
         return (self.root / LOG_DIR).is_dir()
+
+    def _stat(self, path: Path | PurePosixPath) -> tuple[int, int]:
+        """A file's size and modification time (ms)."""
+        if self.place is None:
+            st = Path(path).stat()
+            return st.st_size, int(st.st_mtime * 1000)
+        return self.place.stat(path)
+
+    def _read(self, path: Path | PurePosixPath) -> bytes:
+        return Path(path).read_bytes() if self.place is None else self.place.read_bytes(path)
+
+    def _delete(self, path: Path | PurePosixPath) -> None:
+        if self.place is None:
+            Path(path).unlink(missing_ok=True)
+        else:
+            self.place.fs.delete_file(str(path))
+
+    def _load(self):
+        from deltalake import DeltaTable
+
+        return DeltaTable(self.uri, storage_options=self.options)
 
     def _table(self, create: bool = False):
         """The table at its latest version (None: no table yet)."""
-        from deltalake import DeltaTable
-
         if self._dt is None:
             if not self.exists():
                 if not create:
                     self._without_log()
                     return None
                 self._create_once()
-            self._dt = DeltaTable(str(self.root))
+            self._dt = self._load()
         else:
             self._dt.update_incremental()
         return self._dt
@@ -125,10 +152,10 @@ class Table:
         explain scans the store several times, and each listing costs 10 ms on a store of 1,000 files."""
         with self._lock:
             try:
-                seen = os.stat(self.root / LOG_DIR).st_mtime_ns
+                seen = -1 if self.place is not None else os.stat(self.root / LOG_DIR).st_mtime_ns
             except FileNotFoundError:
                 seen = -1
-            if self._snap is not None and seen == self._seen and time.time_ns() - seen > SETTLED_NS:
+            if self._snap is not None and seen == self._seen and seen >= 0 and time.time_ns() - seen > SETTLED_NS:
                 return self._snap
             dt = self._table()
             if dt is None:
@@ -149,19 +176,17 @@ class Table:
     def vacuum(self, grace_s: float | None = None) -> int:
         """Delete the files commits removed more than ``grace_s`` (the table's grace) ago, and files no
         commit names that are older than ORPHAN_HOURS; returns how many."""
-        from deltalake import DeltaTable
-
         with self._writing():
             if self._table() is None:
                 return 0
-            dt = DeltaTable(str(self.root))  # loaded afresh: a stale state would take live files for strays
+            dt = self._load()  # loaded afresh: a stale state would take live files for strays
             hours = None if grace_s is None else math.ceil(grace_s / 3600)
             done = dt.vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=False)
             stray = dt.vacuum(retention_hours=max(ORPHAN_HOURS, hours or 0), dry_run=True,
                               enforce_retention_duration=False, full=True)
             for rel in stray:  # not vacuum's own delete: a hidden name is a writer's file still being written
-                if not Path(rel).name.startswith("."):
-                    (self.root / rel).unlink(missing_ok=True)
+                if not PurePosixPath(rel).name.startswith("."):
+                    self._delete(self.root / rel)
             return len(done) + len(stray)
 
 
@@ -171,7 +196,7 @@ class EventTable(Table):
     def _without_log(self) -> None:
         """Segments and no log: a store from before the table. Not directories alone, nor hidden
         files: a first writer makes those before it creates the table (ahead of its first rename)."""
-        if any(not f.name.startswith(".") for f in self.root.glob("source=*/date=*/*.parquet")):
+        if self.place is None and any(not f.name.startswith(".") for f in Path(self.root).glob("source=*/date=*/*.parquet")):
             raise LegacyLayout(f"{self.root.parent}: a store written before observe kept a Delta table; "
                                f"convert it once with: observe convert --store {self.root.parent}")
 
@@ -187,18 +212,20 @@ class EventTable(Table):
         from deltalake.transaction import create_table_with_add_actions
 
         create_table_with_add_actions(
-            str(self.root), Schema.from_arrow(table_schema()), [], mode="ignore", partition_by=PARTITION_BY,
+            self.uri, Schema.from_arrow(table_schema()), [], mode="ignore", partition_by=PARTITION_BY,
             name="observe_events", description="observe's events (observe schema for the columns)",
-            configuration={"delta.deletedFileRetentionDuration": f"interval {math.ceil(self.grace_s)} seconds"})
+            configuration={"delta.deletedFileRetentionDuration": f"interval {math.ceil(self.grace_s)} seconds"},
+            storage_options=self.options)
 
-    def files(self) -> list[tuple[str, int, int]]:
-        """Each live file: (relative path, bytes, rows)."""
+    def files(self) -> list[tuple[str, int, int, int]]:
+        """Each live file: (relative path, bytes, rows, modification time in ms), as its commit says."""
         with self._lock:
             dt = self._table()
             if dt is None:
                 return []
             adds = pa.table(dt.get_add_actions(flatten=True))
-            return list(zip(*(adds.column(c).to_pylist() for c in ("path", "size_bytes", "num_records"))))
+            cols = ("path", "size_bytes", "num_records", "modification_time")
+            return list(zip(*(adds.column(c).to_pylist() for c in cols)))
 
     def added(self, after: int, upto: int) -> list[str] | None:
         """Files the commits after version ``after`` up to ``upto`` added as new data (a compaction's
@@ -207,7 +234,7 @@ class EventTable(Table):
         out: list[str] = []
         for v in range(after + 1, upto + 1):
             try:
-                text = (self.root / LOG_DIR / f"{v:020d}.json").read_text()
+                text = self._read(self.root / LOG_DIR / f"{v:020d}.json").decode()
             except FileNotFoundError:
                 return None
             for line in filter(None, text.splitlines()):
@@ -232,14 +259,13 @@ class EventTable(Table):
             if dt is not None:
                 dt.delete(f"date < '{day}' AND date <> 'unknown'")  # day: checked as a date by the caller
 
-    def _add(self, path: Path, rows: int, data_change: bool):
+    def _add(self, path: Path | PurePosixPath, rows: int, data_change: bool):
         """An add action; its statistics hold the row count, which engines answer count(*) from."""
         from deltalake.transaction import AddAction
 
         rel = path.relative_to(self.root).as_posix()
-        st = path.stat()
-        return AddAction(rel, st.st_size, partition_of(rel), int(st.st_mtime * 1000), data_change,
-                         json.dumps({"numRecords": rows}))
+        size, mtime = self._stat(path)
+        return AddAction(rel, size, partition_of(rel), mtime, data_change, json.dumps({"numRecords": rows}))
 
     def _commit(self, adds: list, removed: list[Path], data_change: bool) -> None:
         from deltalake.transaction import RemoveAction
@@ -250,8 +276,7 @@ class EventTable(Table):
         removes = []
         for path in removed:
             rel = path.relative_to(self.root).as_posix()
-            removes.append(RemoveAction(rel, data_change, now,
-                                        path.stat().st_size, partition_of(rel)))
+            removes.append(RemoveAction(rel, data_change, now, self._stat(path)[0], partition_of(rel)))
         def commit() -> None:
             dt = self._dt or self._table(create=True)  # as it is: the commit itself resolves what came since
             dt.create_write_transaction([*adds, *removes], mode="append", schema=table_schema(),
@@ -271,10 +296,11 @@ class IndexTable(Table):
         table = df.to_arrow()
         with self._writing(), self.creating():  # the first write creates the table
             self._committing(lambda: write_deltalake(
-                str(self.root), table, mode="overwrite", schema_mode="overwrite",
+                self.uri, table, mode="overwrite", schema_mode="overwrite", storage_options=self.options,
                 configuration={"delta.deletedFileRetentionDuration": f"interval {math.ceil(self.grace_s)} seconds"}))
 
     def scan(self) -> pl.LazyFrame | None:
         """The rows; None while there is no table."""
         version, rels = self.snapshot()
-        return pl.scan_parquet([str(self.root / rel) for rel in rels]) if version >= 0 and rels else None
+        return (pl.scan_parquet([f"{self.uri}/{rel}" for rel in rels], storage_options=self.options)
+                if version >= 0 and rels else None)
