@@ -38,7 +38,7 @@ STORED_SCHEMA = EVENT_SCHEMA.append(pa.field(
     "header", pa.string(), metadata={"description": "raw = header || message, where raw is null"}))
 FIELDS: tuple[str, ...] = tuple(n for n, _, _ in _FIELDS)
 DESCRIPTIONS: dict[str, str] = {n: d for n, _, d in _FIELDS}
-POLARS_SCHEMA: dict[str, pl.DataType] = dict(pl.Schema(pl.from_arrow(EVENT_SCHEMA.empty_table()).schema))
+POLARS_SCHEMA: dict[str, pl.DataType] = dict(pl.Schema(EVENT_SCHEMA))  # through the C schema: an empty pyarrow table imports pandas where it is installed
 KEY = ("file_id", "offset")
 
 

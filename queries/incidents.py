@@ -59,7 +59,9 @@ def incidents(events: pl.LazyFrame, gap: timedelta = GAP, linger: timedelta = LI
 
 def grouped_sessions(df: pl.DataFrame, by: list[str], ts: str, gap: timedelta):
     """``df`` grouped by ``by`` plus session: rows within ``gap`` of the previous one stay together."""
-    keyed = df.sort(*by, ts).with_columns(sessions.numbered(ts, by, gap, undated_starts=True).alias("_session"))
+    # ties stay as they came: a group's first row is the same however the rows were read
+    keyed = df.sort(*by, ts, maintain_order=True).with_columns(
+        sessions.numbered(ts, by, gap, undated_starts=True).alias("_session"))
     return keyed.group_by(*by, "_session", maintain_order=True)
 
 

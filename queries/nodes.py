@@ -7,7 +7,13 @@ import polars as pl
 from observe.health.policy import Drain, load
 from queries.causes import load_causes
 from queries.drains import history
+from queries.engine import Order
 from queries.incidents import LINGER, faults, grouped_sessions
+
+
+# worst first; ties by name, so that the order is total (the same whichever engine computed it)
+NODE_ORDER = Order(("episodes", "events", "drains", "last", "node"), (True, True, True, True, False))
+GPU_ORDER = Order(("episodes", "last", "node", "gpu"), (True, True, False, False))
 
 
 def _episodes(events: pl.LazyFrame, by: list[str]) -> pl.DataFrame:
@@ -44,7 +50,7 @@ def rank_nodes(events: pl.LazyFrame, drain_rules: Drain | None = None) -> pl.Dat
             .join(drained, on="node", how="full", coalesce=True)
             .with_columns(pl.col("episodes", "events", "days", "drains").fill_null(0), pl.col("repeat").fill_null(False),
                           pl.col("advice").fill_null("watch"))
-            .sort(["episodes", "events", "drains", "last"], descending=True, nulls_last=True))
+            .pipe(NODE_ORDER.apply))
 
 
 def rank_gpus(events: pl.LazyFrame) -> pl.DataFrame:
@@ -57,4 +63,4 @@ def rank_gpus(events: pl.LazyFrame) -> pl.DataFrame:
                 pl.col("kind").unique().sort().str.join(",").alias("kinds"), pl.col("start").max().alias("last")))
     rma = pl.col("episodes") >= limits["rma_gpu_episodes"]
     return (out.with_columns(rma.alias("repeat"), pl.when(rma).then(pl.lit("rma")).otherwise(pl.lit("watch")).alias("advice"))
-            .sort(["episodes", "last"], descending=True))
+            .pipe(GPU_ORDER.apply))

@@ -1,6 +1,7 @@
 """Search: events filtered by time, node (Slurm hostlist), source, kind, job and a message regex."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 
 import polars as pl
@@ -24,6 +25,57 @@ def check_regex(pattern: str) -> str:
     return pattern
 
 
+@dataclass(frozen=True)
+class Match:
+    """What a search asks for: the filters and whether copies of a record are kept. Split in two so
+    that an engine can read a share of the store at a time (:meth:`rows`) and put a node's rows
+    together before the rest (:meth:`events`)."""
+
+    since: datetime | None = None
+    until: datetime | None = None
+    nodes: list[str] | None = None
+    sources: list[str] | None = None
+    kinds: list[str] | None = None
+    job: str | None = None
+    grep: str | None = None
+    undated: bool = False
+    copies: bool = False
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.sources or ()) - set(SOURCES))
+        if unknown:
+            raise ValueError(f"unknown source {unknown[0]!r}: stored sources are {', '.join(SOURCES)} "
+                             "(nvidia-smi and DCGM output are stored as gpu, Slurm job records as slurm)")
+        if self.grep:
+            check_regex(self.grep)
+
+    def files(self, store: Store) -> list:
+        """The live segments that can hold matching events (partition pruning)."""
+        return store.files(self.sources, self.since, self.until, self.undated)
+
+    def rows(self, store: Store, files: list) -> pl.LazyFrame:
+        """The matching rows of ``files`` (row groups outside the filters are not read), copies and all."""
+        lf = store.events_in(files, self.since, self.until, self.undated)
+        if self.nodes:
+            lf = lf.filter(pl.col("node").is_in(self.nodes))
+        if self.kinds:
+            lf = lf.filter(pl.col("kind").is_in(self.kinds))
+        if self.job:
+            lf = lf.filter(pl.col("job_id") == self.job)
+        if self.grep:
+            lf = lf.filter(pl.col("message").str.contains(self.grep))
+        return lf
+
+    def events(self, rows: pl.LazyFrame) -> pl.LazyFrame:
+        """Matching rows as events, oldest first, each record once unless ``copies`` (a node's copies
+        are all among its own rows: rows of whole nodes give the events of those nodes)."""
+        return (rows if self.copies else one_per_record(rows)).sort(*ORDER, nulls_last=True)
+
+
+ORDER = ("ts", "node", "offset", "file_id", "kind")  # events' order: oldest first, and total (rows of one
+# node at one time from several inputs, or two events of one line, come out the same way whichever engine read them)
+
+
 def search(store: Store, since: datetime | None = None, until: datetime | None = None,
            nodes: list[str] | None = None, sources: list[str] | None = None, kinds: list[str] | None = None,
            job: str | None = None, grep: str | None = None, undated: bool = False, copies: bool = False) -> pl.LazyFrame:
@@ -34,17 +86,10 @@ def search(store: Store, since: datetime | None = None, until: datetime | None =
     a record two inputs hold is there twice: for what only asks whether something happened, which a
     copy does not change, and costs less to read.
     """
-    unknown = sorted(set(sources or ()) - set(SOURCES))
-    if unknown:
-        raise ValueError(f"unknown source {unknown[0]!r}: stored sources are {', '.join(SOURCES)} "
-                         "(nvidia-smi and DCGM output are stored as gpu, Slurm job records as slurm)")
-    lf = store.scan(sources=sources, since=since, until=until, undated=undated)
-    if nodes:
-        lf = lf.filter(pl.col("node").is_in(nodes))
-    if kinds:
-        lf = lf.filter(pl.col("kind").is_in(kinds))
-    if job:
-        lf = lf.filter(pl.col("job_id") == job)
-    if grep:
-        lf = lf.filter(pl.col("message").str.contains(check_regex(grep)))
-    return (lf if copies else one_per_record(lf)).sort("ts", "node", "offset", nulls_last=True)
+    match = Match(since, until, nodes, sources, kinds, job, grep, undated, copies)
+    return match.events(match.rows(store, match.files(store)))
+
+
+def first(events: pl.LazyFrame, rows: int | None = None) -> pl.DataFrame:
+    """The first ``rows`` events (all with None): a search as an analysis an engine runs."""
+    return (events.head(rows) if rows else events).collect()

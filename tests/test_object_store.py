@@ -93,6 +93,8 @@ def test_every_reading_command_gives_what_it_gives_on_a_local_store(stores: tupl
         here, there = observe(*args, "--store", local), observe(*args, "--store", remote)
         strip = (lambda t: t.replace(local, "STORE").replace("s3://observe/fleet", "STORE")) if args == ["stats"] else str
         assert strip(there.stdout) == strip(here.stdout), args
+    on_ray = observe("nodes", "--since", "30d", "--format", "json", "--store", remote, "--engine", "ray")
+    assert on_ray.stdout == observe("nodes", "--since", "30d", "--format", "json", "--store", local).stdout
 
 
 def test_other_engines_count_from_the_object_store_what_observe_counts(stores: tuple[str, str], server: str) -> None:

@@ -4,17 +4,20 @@ from __future__ import annotations
 import json
 import sys
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Optional
 
 import polars as pl
 import typer
 
-from observe.cli.base import StoreOpt, command_table, err, existing_store, fail, open_store, out, when
+from observe.cli.base import (EngineOpt, RayAddressOpt, StoreOpt, command_table, err, existing_store, fail, open_store,
+                              out, when)
 from observe.printable import printable
 from observe.hostlists import expand_nodes
 from observe.spans import parse_span
-from queries.search import first_line, search
+from queries.engine import EngineError, Order, engine
+from queries.search import ORDER, Match, first, first_line, search
 
 COMMANDS, command = command_table()
 
@@ -31,6 +34,8 @@ def query_cmd(
     limit: Annotated[int, typer.Option(help="Most rows to print (0 = all); stderr says when more matched.", min=0, max=10**12)] = 100,
     fmt: Annotated[str, typer.Option("--format", help="table, json (one object per line) or csv.")] = "table",
     store: StoreOpt = None,
+    engine_name: EngineOpt = None,
+    ray_address: RayAddressOpt = None,
 ) -> None:
     """Search events.
 
@@ -43,9 +48,11 @@ def query_cmd(
         if start and end and end <= start:
             fail(f"--until {until} is not after --since {since}")
         st = open_store(store)
-        lf = search(st, since=start, until=end, nodes=nodes, sources=source, kinds=kind, job=job, grep=grep)
+        match = Match(since=start, until=end, nodes=nodes, sources=source, kinds=kind, job=job, grep=grep)
         existing_store(st)
-        df = (lf.head(limit + 1) if limit else lf).collect()
+        rows = limit + 1 if limit else None
+        df = engine(engine_name, ray_address).by_node(st, match, partial(first, rows=rows), Order(ORDER))
+        df = df.head(rows) if rows else df
     except ValueError as exc:
         fail(str(exc))
     more = bool(limit) and df.height > limit
@@ -171,6 +178,8 @@ def nodes_cmd(
     gpus: Annotated[bool, typer.Option("--gpus", help="Rank GPUs (node and PCI id) instead of nodes.")] = False,
     fmt: Annotated[str, typer.Option("--format", help="table or json (one object per line).")] = "table",
     store: StoreOpt = None,
+    engine_name: EngineOpt = None,
+    ray_address: RayAddressOpt = None,
 ) -> None:
     """Flaky nodes (or GPUs): fault history, repeat offenders flagged, advice watch / drain / rma,
     and how often each node was drained, by anyone (observe health drains lists them).
@@ -179,16 +188,21 @@ def nodes_cmd(
 
     Example: observe nodes --since 30d --gpus
     """
-    from queries.nodes import rank_gpus, rank_nodes
+    from queries.nodes import GPU_ORDER, NODE_ORDER, rank_gpus, rank_nodes
 
     if fmt not in ("table", "json"):
         fail(f"unknown format {fmt!r}: use table or json")
-    lf = search(existing_store(open_store(store)), since=when(since), until=when(until))
+    st, match = existing_store(open_store(store)), Match(since=when(since), until=when(until))
+    try:
+        run = engine(engine_name, ray_address)
+        ranked = run.by_node(st, match, rank_gpus, GPU_ORDER) if gpus else run.by_node(st, match, rank_nodes, NODE_ORDER)
+    except EngineError as exc:
+        fail(str(exc))
     if gpus:
-        _print_frame(rank_gpus(lf), fmt, [("node", 10), ("gpu", 12), ("episodes", 8), ("xids", 10), ("advice", 6),
+        _print_frame(ranked, fmt, [("node", 10), ("gpu", 12), ("episodes", 8), ("xids", 10), ("advice", 6),
                                            ("last", 19), ("kinds", 0)])
     else:
-        _print_frame(rank_nodes(lf), fmt, [("node", 10), ("episodes", 8), ("events", 6), ("days", 4), ("advice", 6),
+        _print_frame(ranked, fmt, [("node", 10), ("episodes", 8), ("events", 6), ("days", 4), ("advice", 6),
                                             ("drains", 6), ("drained_by", 12), ("last", 19), ("kinds", 30),
                                             ("last_message", 0)])
 

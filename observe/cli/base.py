@@ -41,6 +41,12 @@ err = SafeConsole(stderr=True, emoji=False, highlight=False, soft_wrap=True)
 StoreOpt = Annotated[Optional[str], typer.Option("--store", help="Store: a directory or an object store URL, s3://bucket/prefix (default $OBSERVE_STORE or ./observe-store).")]
 
 
+EngineOpt = Annotated[Optional[str], typer.Option(
+    "--engine", help="polars (here, the default) or ray (a Ray cluster; needs observe[ray]); default $OBSERVE_ENGINE.")]
+RayAddressOpt = Annotated[Optional[str], typer.Option(
+    "--ray-address", help="A running Ray cluster (ray://head:10001, or auto); default $RAY_ADDRESS, else a local one.")]
+
+
 COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 
 

@@ -412,9 +412,13 @@ class Store:
 
         With ``undated``, events without a time pass the time filter too.
         """
-        files = self.files(sources, since, until, undated)
+        return self.events_in(self.files(sources, since, until, undated), since, until, undated)
+
+    def events_in(self, files: list[Path], since: datetime | None = None, until: datetime | None = None,
+                  undated: bool = False) -> pl.LazyFrame:
+        """:meth:`scan` of some of the live segments (:meth:`files` names them): a share of a scan."""
         if not files:
-            return pl.LazyFrame(schema=pl.from_arrow(EVENT_SCHEMA.empty_table()).schema)
+            return pl.LazyFrame(schema=pl.Schema(EVENT_SCHEMA))
         lf = from_stored(self.scan_files(files))
         keep = pl.col("ts").is_null() if undated else pl.lit(False)
         if since is not None:

@@ -120,7 +120,7 @@ class Partition:
     path: Path
 
 
-STORED_COLUMNS = pl.Schema(pl.from_arrow(STORED_SCHEMA.empty_table()).schema)
+STORED_COLUMNS = pl.Schema(STORED_SCHEMA)
 
 
 def scan_segments(paths: Iterable[Path | str], storage_options: dict[str, str] | None = None) -> pl.LazyFrame:

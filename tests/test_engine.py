@@ -1,0 +1,83 @@
+"""The analyses on Ray (a local ``ray.init`` with this machine's cores) give what the embedded polars
+engine gives, frame for frame, on the same generated store; Ray Data counts the table as observe does."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from observe.ingest import ingest_inputs
+from observe.simulate import generate
+from observe.store import Store
+from queries.engine import Engine, EngineError, Order, engine
+from queries.nodes import GPU_ORDER, NODE_ORDER, rank_gpus, rank_nodes
+from queries.search import ORDER, Match, first
+
+ray = pytest.importorskip("ray")
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
+    """A week of a 12-node demo cluster (faults on several nodes and GPUs), and a local Ray."""
+    root = tmp_path_factory.mktemp("engine")
+    start = (datetime.now(timezone.utc) - timedelta(days=7)).replace(minute=0, second=0, microsecond=0)
+    manifest = generate(root / "logs", nodes=12, hours=7 * 24, seed=4, start=start)
+    s = Store(root / "store")
+    ingest_inputs([(str(f.path), {"source": f.format, "node": f.node, "job": f.job}) for f in manifest.files], s)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield s
+    ray.shutdown()
+
+
+MATCHES = [Match(), Match(kinds=["gpu_xid", "ib_link_down", "oom_kill"]), Match(sources=["kernel"], undated=True),
+           Match(grep="(?i)error"), Match(copies=True, sources=["syslog", "kernel"])]
+
+
+@pytest.mark.parametrize("match", MATCHES, ids=["all", "kinds", "kernel-undated", "grep", "copies"])
+def test_a_search_on_ray_is_the_embedded_search(store: Store, match: Match) -> None:
+    here = Engine("polars").by_node(store, match, first, Order(ORDER))
+    there = Engine("ray").by_node(store, match, first, Order(ORDER))
+    assert here.height > 0
+    assert_frame_equal(there, here)
+
+
+@pytest.mark.parametrize("buckets", [0, 1, 5])
+def test_flaky_nodes_and_gpus_on_ray_are_the_embedded_ones(store: Store, buckets: int) -> None:
+    for analysis, order in ((rank_nodes, NODE_ORDER), (rank_gpus, GPU_ORDER)):
+        here = Engine("polars").by_node(store, Match(), analysis, order)
+        there = Engine("ray", buckets=buckets).by_node(store, Match(), analysis, order)
+        assert here.height >= 2
+        assert_frame_equal(there, here)
+
+
+def test_ray_data_counts_the_table_as_observe_does(store: Store) -> None:
+    import ray.data
+
+    assert ray.data.read_delta(str(store.events)).count() == store.scan().select(pl.len()).collect().item()
+
+
+def test_the_engine_is_chosen_by_option_then_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OBSERVE_ENGINE", "ray")
+    monkeypatch.setenv("RAY_ADDRESS", "ray://head:10001")
+    assert engine() == Engine("ray", "ray://head:10001")
+    assert engine("polars") == Engine("polars", "ray://head:10001")
+    with pytest.raises(EngineError, match="unknown engine 'spark'"):
+        engine("spark")
+
+
+def test_the_cli_prints_the_same_on_either_engine(store: Store) -> None:
+    def run(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "observe.cli", *args, "--store", str(store.root)],
+                              capture_output=True, text=True, env={**os.environ, "OBSERVE_ENGINE": "polars"})
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    for args in (["nodes", "--since", "30d", "--format", "json"], ["query", "--kind", "gpu_xid", "--format", "csv"]):
+        assert run(*args, "--engine", "ray") == run(*args) and run(*args).count("\n") > 1
