@@ -43,7 +43,7 @@ def main() -> None:
             damaged = []
         if damaged:
             damaged_segments(damaged)
-        remote = [s for s in OPENED if s.place is not None]
+        remote = [s for s in OPENED if not s.place.local]
         if remote and isinstance(exc, (OSError, pl.exceptions.PolarsError)):  # the object store, not observe
             err.print(f"[red]error:[/red] store {escape(remote[0].name)}: {escape(one_line(str(exc)))}",
                       highlight=False, soft_wrap=True)

@@ -74,7 +74,7 @@ def open_store(path: str | None) -> Store:
     except ValueError as exc:
         fail(str(exc))
         raise
-    if store.place is None and store.root.exists() and not store.root.is_dir():
+    if store.place.local and store.root.exists() and not store.root.is_dir():
         fail(f"store {store.root}: not a directory")
     if all(s.root != store.root for s in OPENED):
         OPENED.append(store)
@@ -93,7 +93,7 @@ def damaged_segments(damaged: list[Path]) -> NoReturn:
 def existing_store(store: Store) -> Store:
     """``store``, or a one-line error if it is not there (a mistyped path would read as empty)."""
     if not store.exists():
-        what = "no such directory" if store.place is None else "nothing stored there"
+        what = "no such directory" if store.place.local else "nothing stored there"
         fail(f"store {store.name}: {what} (nothing ingested there yet? --store or $OBSERVE_STORE names it)")
     return store
 

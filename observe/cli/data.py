@@ -73,7 +73,7 @@ def ingest_cmd(
     st = open_store(store)
     try:
         missing: list[str] = []
-        files = input_files(paths, skip=st.root if st.place is None else None, missing=missing)
+        files = input_files(paths, skip=st.root if st.place.local else None, missing=missing)
         if missing and not files:
             fail(f"no such file: {missing[0]}")
         tz = tz_zone(tz)

@@ -276,7 +276,7 @@ def _probe(store: Store) -> None:
     The probe is a new file of a random name (mkstemp: O_EXCL, O_NOFOLLOW): a link planted at a
     name it could guess never makes it write another file, nor can a planted file stop it. A store in
     an object store is refused: the drain budget needs a lock every node shares (a shared directory's)."""
-    if store.place is not None:
+    if not store.place.local:
         raise OSError(f"hooks need a local or shared directory as their store (the drain budget's lock), "
                       f"not {store.name}")
     store.make_dirs(store.root)

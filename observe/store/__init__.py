@@ -42,10 +42,10 @@ from observe.schema import EVENT_SCHEMA, KEY, conform, from_stored, to_stored
 from observe.store.compaction import COMPACT_FILE_ROWS, COMPACT_GRACE_S, COMPACT_SLICE_BYTES, file_slices, rows_in
 from observe.store.files import (DIR_MODE, FILE_MODE, UnsafeStore, atomic_file, check_dir, create_file, create_temp,
                                  fsync_path, open_nofollow, regular_names, store_group, subdirs, write_atomic)
-from observe.store.place import Place, place_of
+from observe.store.place import LocalPlace, Place, place_of
 from observe.store.table import LOG_DIR, EventTable, IndexTable, LegacyLayout
 from observe.store.layout import (SEGMENT_ORDER, UNKNOWN_DATE, Partition, write_compacted, write_ingested,
-                                  buffered_parts, no_records, parquet, scan_segments, split_partitions,
+                                  buffered_parts, no_records, scan_segments, split_partitions,
                                   superseded_dropped)
 from observe.store.writer import BUFFER_BYTES, COMMIT_SEGMENTS, SEGMENT_ROWS, WRITE_THREADS, SegmentWriter
 
@@ -69,20 +69,20 @@ class Store:
         text = str(root)
         self.location = text  # as given: what a worker process opens
         placed = place_of(text)
-        self.place: Place | None = placed[0] if placed else None
+        self.place: LocalPlace | Place
         self.root: Path | PurePosixPath
         if placed is not None:
-            self.root, self.gid = placed[1], None
-            self.name = self.place.uri(self.root)  # without the query string's options
+            (self.place, self.root), self.gid = placed, None
         else:
             # resolved once: an admin may link /var/lib/observe elsewhere; nothing inside is followed
             self.root = Path(text.removeprefix("file://")).expanduser().resolve()
-            self.name = str(self.root)
             self.gid = store_group()
+            self.place = LocalPlace(self.gid)
             try:
                 check_dir(self.root, os.stat(self.root))
             except (FileNotFoundError, NotADirectoryError):
                 pass  # created on first write; not a directory: writes fail, commands say so
+        self.name = self.place.uri(self.root)  # an object store's without the query string's options
         self.events = self.root / "events"
         self.inputs = self.root / "inputs"
         self.table = EventTable(self.events, COMPACT_GRACE_S, self._creating, self.place)
@@ -100,31 +100,26 @@ class Store:
 
     def exists(self) -> bool:
         """Whether anything is stored here yet (a mistyped location reads as an empty store)."""
-        if self.place is not None:
-            return self.table.exists() or bool(self.place.files(self.root, recursive=True))
-        return self.root.exists()
+        return self.place.exists(self.root) if self.place.local else self.place.has_dir(self.root)
 
     def has_events(self) -> bool:
         """Whether events were written here (a table, or the directory of a store from before one)."""
-        return self.table.exists() if self.place is not None else self.events.is_dir()
+        return self.place.has_dir(self.events)
 
     def uri(self, path: Path | PurePosixPath) -> str:
         """A file of the store as polars and delta-rs open it."""
-        return str(path) if self.place is None else self.place.uri(path)
+        return self.place.uri(path)
 
     def scan_files(self, files: list[Path]) -> pl.LazyFrame:
         """Segment files of this store, in the stored layout (:func:`scan_segments`)."""
         return scan_segments([self.uri(f) for f in files], self.table.options)
 
     def has_file(self, path: Path | PurePosixPath) -> bool:
-        return path.exists() if self.place is None else self.place.exists(path)
+        return self.place.exists(path)
 
     def footer(self, path: Path | PurePosixPath):
         """A segment's Parquet metadata."""
-        if self.place is None:
-            return parquet().read_metadata(path)
-        with self.place.fs.open_input_file(str(path)) as f:
-            return parquet().read_metadata(f)
+        return self.place.footer(path)
 
     # -- writing -------------------------------------------------------------------------------
     def make_dirs(self, directory: Path) -> None:
@@ -134,7 +129,7 @@ class Store:
         they are passed (:func:`check_dir`); one made or checked before by this process only has to
         be a directory still (one lstat: expired meanwhile, it is made again). An object store has
         no directories."""
-        if self.place is not None:
+        if not self.place.local:
             return
         if directory in self._made:
             try:
@@ -162,9 +157,7 @@ class Store:
 
     def create(self, path: Path) -> BinaryIO:
         """A new file of the store (FILE_MODE, its group), open for writing: see :func:`create_file`."""
-        if self.place is not None:
-            return self.place.fs.open_output_stream(str(path))
-        return create_file(path, FILE_MODE, self.gid)
+        return self.place.create(path)
 
     def write(self, df: pl.DataFrame) -> list[Path]:
         """Write ``df`` (conformed to the schema) as one new segment per partition it touches."""
@@ -199,7 +192,7 @@ class Store:
         spool's segments, a compaction's outputs), with their rows."""
         with self._mark_lock:
             rows = [self._rows.pop(t) for t in temps]
-        return list(zip(temps if self.place is not None else make_durable(temps), rows))
+        return list(zip(self.place.durable(temps), rows))
 
     def note_inputs(self, file_ids: Iterable[str]) -> None:
         """Inputs whose records are about to be written: marked together with the next segment."""
@@ -215,11 +208,7 @@ class Store:
             new = (file_ids | self._noted) - self._marked
             if new:
                 self.make_dirs(self.inputs)
-                marker, text = self.inputs / f"{uuid.uuid4().hex}.ids", "".join(f"{i}\n" for i in sorted(new)).encode()
-                if self.place is not None:
-                    self.place.put(marker, text)
-                else:
-                    write_atomic(marker, text, self)
+                self.place.put(self.inputs / f"{uuid.uuid4().hex}.ids", "".join(f"{i}\n" for i in sorted(new)).encode())
                 self._marked |= new
             self._noted.clear()
 
@@ -227,7 +216,7 @@ class Store:
         """Whether records of the input ``file_id`` may be in the store (its marker exists)."""
         if file_id in self._marked:
             return True
-        if self.place is not None:
+        if not self.place.local:
             return file_id in self._remote_inputs()
         try:
             mtime = os.stat(self.inputs).st_mtime_ns
@@ -274,27 +263,17 @@ class Store:
             target = self.events / f.relative_to(inbox)
             if target not in live:
                 self.make_dirs(target.parent)
-                if self.place is not None:
-                    self.place.fs.copy_file(str(f), str(target))  # the same bytes if a crashed run copied it
-                else:
-                    try:
-                        os.link(f, target, follow_symlinks=False)
-                    except FileExistsError:
-                        pass  # linked by a run that crashed before its commit: the same bytes
+                self.place.link(f, target)  # or linked by a run that crashed before its commit: the same bytes
                 new.append(target)
-        if self.place is None:
-            fsync_path(self.events)
+        self.place.sync_dir(self.events)
         self.table.append([(f, self.footer(f).num_rows) for f in new])
         for f in found:
-            if self.place is not None:
-                self.place.fs.delete_file(str(f))
-            else:
-                f.unlink(missing_ok=True)
+            self.place.delete(f)
         return len(new)
 
     def _shipped(self, inbox: Path | PurePosixPath) -> list[Path | PurePosixPath]:
         """The segments collectors shipped to ``inbox`` (``source=*/date=*/<name>.parquet``)."""
-        if self.place is not None:
+        if not self.place.local:
             return sorted(PurePosixPath(i.path) for i in self.place.files(inbox, recursive=True)
                           if i.base_name.endswith(".parquet") and PurePosixPath(i.path).parent.name.startswith("date=")
                           and PurePosixPath(i.path).parent.parent.name.startswith("source="))
@@ -310,7 +289,7 @@ class Store:
     def _write_file(self, df: pl.DataFrame, directory: Path, name: str, compacted: bool = False,
                     durable: bool = True) -> Path:
         self.make_dirs(directory)
-        tmp = directory / (name if self.place is not None else f".{name}.tmp")  # an object appears whole
+        tmp = self.place.temp_name(directory, name)
         with self.create(tmp) as f:
             (write_compacted if compacted else write_ingested)(df, f)
         with self._mark_lock:
@@ -377,7 +356,7 @@ class Store:
         system supports it, as NFSv4 and Lustre with -o flock do); StoreBusy if still held after
         ``wait_s``. ``waiting`` is called once if the lock is held when asked for. A store in an object
         store is locked on this host only (the module's docstring says why that is enough)."""
-        if self.place is not None:
+        if not self.place.local:
             locks = REMOTE_LOCKS.expanduser()
             locks.mkdir(mode=0o700, parents=True, exist_ok=True)
             path = locks / f"{uuid.uuid5(uuid.NAMESPACE_URL, self.name).hex}.{name}.lock"
@@ -386,7 +365,7 @@ class Store:
             path = self.root / f".{name}.lock"
         end = time.monotonic() + wait_s
         try:
-            f = create_file(path, FILE_MODE, self.gid) if self.place is not None else self.create(path)
+            f = self.create(path) if self.place.local else create_file(path, FILE_MODE)
         except FileExistsError:
             f = open_nofollow(path, write=True)  # for writing: NFS locks only files open for writing
         with f:
@@ -516,7 +495,7 @@ class Store:
     def _index_names(self) -> list[str]:
         """The derived tables the store holds (``index/<name>`` with a log)."""
         index = self.root / "index"
-        if self.place is not None:
+        if not self.place.local:
             return sorted({PurePosixPath(i.path).relative_to(index).parts[0]
                            for i in self.place.files(index, recursive=True) if f"/{LOG_DIR}/" in i.path})
         return [d.name for d in (index.iterdir() if index.is_dir() else ()) if (d / LOG_DIR).is_dir()]
@@ -543,10 +522,7 @@ class Store:
             for f in self.damaged():
                 target = self.root / "damaged" / f.relative_to(self.events)
                 self.make_dirs(target.parent)
-                if self.place is not None:
-                    self.place.fs.move(str(f), str(target))
-                else:
-                    os.replace(f, target)
+                self.place.move(f, target)
                 aside.append(f)
             dropped = {self.events / rel for rel in self.table.drop_missing()}
             return sorted(dropped | set(aside))
@@ -557,7 +533,7 @@ class Store:
         bad = []
         for f in self.files(undated=True):
             try:
-                with open(f, "rb") if self.place is None else self.place.fs.open_input_file(str(f)) as fh:
+                with self.place.open_input(f) as fh:
                     head = fh.read(4)
                     fh.seek(-4, os.SEEK_END)
                     whole = head == b"PAR1" and fh.read(4) == b"PAR1"
@@ -575,20 +551,6 @@ class Store:
         return (files.group_by(part.field("1").alias("source"), part.field("2").alias("date"))
                 .agg(pl.len().cast(pl.Int64).alias("segments"), pl.col("rows").sum(), pl.col("bytes").sum())
                 .sort("source", "date"))
-
-
-def make_durable(temps: list[Path]) -> list[Path]:
-    """Segments written under hidden temporary names, durable under their final names: each fsync'd,
-    renamed into place, then each directory fsync'd once. One journal commit serves many files
-    (measured: 0.8 s of a 9 s ingest went to a commit per segment)."""
-    for tmp in temps:
-        fsync_path(tmp)
-    finals = [tmp.with_name(tmp.name[1:-len(".tmp")]) for tmp in temps]
-    for tmp, final in zip(temps, finals):
-        os.replace(tmp, final)
-    for directory in {f.parent for f in finals}:
-        fsync_path(directory)
-    return finals
 
 
 class StoreBusy(RuntimeError):

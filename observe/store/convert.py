@@ -25,7 +25,7 @@ class ConvertError(RuntimeError):
 def convert(store: Store) -> tuple[int, int]:
     """Convert ``store``; returns (segments, events) committed. A store that already has its table:
     ConvertError."""
-    if store.place is not None:
+    if not store.place.local:
         raise ConvertError(f"{store.name}: a store in an object store has always been a Delta table")
     if store.table.exists():
         raise ConvertError(f"{store.root}: already a Delta table")

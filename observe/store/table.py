@@ -23,7 +23,7 @@ import polars as pl
 import pyarrow as pa
 
 from observe.schema import STORED_SCHEMA
-from observe.store.place import Place
+from observe.store.place import LocalPlace, Place
 
 PARTITION_BY = ["source", "date"]
 LOG_DIR = "_delta_log"
@@ -60,11 +60,11 @@ class Table:
     in an object store (``place``; its log listed at each look: no directory time to go by)."""
 
     def __init__(self, root: Path | PurePosixPath, grace_s: float, creating: Callable[[], AbstractContextManager],
-                 place: Place | None = None):
+                 place: LocalPlace | Place):
         self.root = root
         self.place = place
-        self.uri = str(root) if place is None else place.uri(root)  # what delta-rs and polars open
-        self.options = None if place is None else place.options
+        self.uri = place.uri(root)  # what delta-rs and polars open
+        self.options = place.options
         self.grace_s = grace_s
         self.creating = creating  # held across processes while the table is created (the store's lock)
         self._dt = None
@@ -84,25 +84,7 @@ class Table:
                 os.umask(old)
 
     def exists(self) -> bool:
-        if self.place is not None:
-            return bool(self.place.files(self.root / LOG_DIR))
-        return (self.root / LOG_DIR).is_dir()
-
-    def _stat(self, path: Path | PurePosixPath) -> tuple[int, int]:
-        """A file's size and modification time (ms)."""
-        if self.place is None:
-            st = Path(path).stat()
-            return st.st_size, int(st.st_mtime * 1000)
-        return self.place.stat(path)
-
-    def _read(self, path: Path | PurePosixPath) -> bytes:
-        return Path(path).read_bytes() if self.place is None else self.place.read_bytes(path)
-
-    def _delete(self, path: Path | PurePosixPath) -> None:
-        if self.place is None:
-            Path(path).unlink(missing_ok=True)
-        else:
-            self.place.fs.delete_file(str(path))
+        return self.place.has_dir(self.root / LOG_DIR)
 
     def _load(self):
         from deltalake import DeltaTable
@@ -158,7 +140,7 @@ class Table:
         explain scans the store several times, and each listing costs 10 ms on a store of 1,000 files."""
         with self._lock:
             try:
-                seen = -1 if self.place is not None else os.stat(self.root / LOG_DIR).st_mtime_ns
+                seen = os.stat(self.root / LOG_DIR).st_mtime_ns if self.place.local else -1
             except FileNotFoundError:
                 seen = -1
             if self._snap is not None and seen == self._seen and seen >= 0 and time.time_ns() - seen > SETTLED_NS:
@@ -192,7 +174,7 @@ class Table:
                               enforce_retention_duration=False, full=True)
             for rel in stray:  # not vacuum's own delete: a hidden name is a writer's file still being written
                 if not PurePosixPath(rel).name.startswith("."):
-                    self._delete(self.root / rel)
+                    self.place.delete(self.root / rel)
             return len(done) + len(stray)
 
 
@@ -202,7 +184,7 @@ class EventTable(Table):
     def _without_log(self) -> None:
         """Segments and no log: a store from before the table. Not directories alone, nor hidden
         files: a first writer makes those before it creates the table (ahead of its first rename)."""
-        if self.place is None and any(not f.name.startswith(".") for f in Path(self.root).glob("source=*/date=*/*.parquet")):
+        if self.place.local and any(not f.name.startswith(".") for f in Path(self.root).glob("source=*/date=*/*.parquet")):
             raise LegacyLayout(f"{self.root.parent}: a store written before observe kept a Delta table; "
                                f"convert it once with: observe convert --store {self.root.parent}")
 
@@ -238,7 +220,7 @@ class EventTable(Table):
         out: list[str] = []
         for v in range(after + 1, upto + 1):
             try:
-                text = self._read(self.root / LOG_DIR / f"{v:020d}.json").decode()
+                text = self.place.read_bytes(self.root / LOG_DIR / f"{v:020d}.json").decode()
             except FileNotFoundError:
                 return None
             for line in filter(None, text.splitlines()):
@@ -268,7 +250,7 @@ class EventTable(Table):
         from deltalake.transaction import AddAction
 
         rel = path.relative_to(self.root).as_posix()
-        size, mtime = self._stat(path)
+        size, mtime = self.place.stat(path)
         return AddAction(rel, size, partition_of(rel), mtime, data_change, json.dumps({"numRecords": rows}))
 
     def _commit(self, adds: list, removed: list[Path], data_change: bool) -> None:
@@ -280,7 +262,7 @@ class EventTable(Table):
         removes = []
         for path in removed:
             rel = path.relative_to(self.root).as_posix()
-            removes.append(RemoveAction(rel, data_change, now, self._stat(path)[0], partition_of(rel)))
+            removes.append(RemoveAction(rel, data_change, now, self.place.stat(path)[0], partition_of(rel)))
         def commit() -> None:
             dt = self._dt or self._table(create=True)  # as it is: the commit itself resolves what came since
             dt.create_write_transaction([*adds, *removes], mode="append", schema=table_schema(),
