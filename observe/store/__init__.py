@@ -54,6 +54,9 @@ __all__ = ["LegacyLayout", "Partition", "SegmentWriter", "Store", "StoreBusy", "
            "buffered_parts", "create_temp", "fsync_path", "no_records", "open_nofollow", "regular_names", "scan_segments",
            "subdirs", "write_atomic"]
 
+SETTLED_S = 2.0  # an object store's input markers are listed again after this long
+
+
 # lock files of a store in an object store: on this host, root's own (see the module's docstring)
 REMOTE_LOCKS = Path("~/.cache/observe/locks")
 
@@ -91,7 +94,8 @@ class Store:
         self._marked: set[str] = set()  # inputs this process has marked
         self._noted: set[str] = set()  # inputs about to be written, marked with the next segment
         self._mark_lock = threading.Lock()
-        self._listed: tuple[int, set[str], set[str]] = (-1, set(), set())  # inputs/ mtime, marker files read, ids
+        # inputs/ mtime (an object store's: when listed), marker files read, ids
+        self._listed: tuple[float, set[str], set[str]] = (-1, set(), set())
         self._parsed: tuple[int, list[tuple[str, str, Path]]] = (-1, [])  # _live's, by table version
         self._rows: dict[Path, int] = {}  # rows of the segments written and not yet committed (the commit's statistics)
 
@@ -238,8 +242,12 @@ class Store:
         return file_id in ids
 
     def _remote_inputs(self) -> set[str]:
-        """The inputs marked in an object store, the new markers read (listed at each call)."""
-        _, read, ids = self._listed
+        """The inputs marked in an object store, the new markers read: listed again once the last
+        listing is SETTLED_S old (a run asks for each of its inputs at once; one listing serves them,
+        and this process's own markers are known without one)."""
+        listed, read, ids = self._listed
+        if time.monotonic() - listed < SETTLED_S:
+            return ids
         for info in self.place.files(self.inputs):
             if info.base_name.endswith(".ids") and info.base_name not in read:
                 try:
@@ -247,6 +255,7 @@ class Store:
                 except FileNotFoundError:
                     continue
                 read.add(info.base_name)
+        self._listed = (time.monotonic(), read, ids)
         return ids
 
     def adopt(self) -> int:
