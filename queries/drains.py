@@ -22,6 +22,8 @@ from observe.health.policy import Drain
 
 COLUMNS = ["ts", "node", "what", "by", "user", "reason", "record"]
 SAME_MOMENT = timedelta(seconds=5)  # slurmctld logs a node's state and its reason as two lines
+KINDS = ("node_drain", "node_resume", "node_drain_seen", "node_resume_seen",  # every kind :func:`history` reads
+         "slurm_node_drain", "slurm_node_down", "slurm_node_resume", "slurm_node_reason")
 
 
 def _attr(name: str) -> pl.Expr:

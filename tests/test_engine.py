@@ -17,7 +17,7 @@ from observe.ingest import ingest_inputs
 from observe.simulate import generate
 from observe.store import Store
 from queries.engine import Engine, EngineError, Order, engine
-from queries.nodes import GPU_ORDER, NODE_ORDER, rank_gpus, rank_nodes
+from queries.nodes import GPU_ORDER, NODE_ORDER, kinds_read, rank_gpus, rank_nodes
 from queries.search import ORDER, Match, first
 
 ray = pytest.importorskip("ray")
@@ -55,6 +55,19 @@ def test_flaky_nodes_and_gpus_on_ray_are_the_embedded_ones(store: Store, buckets
         there = Engine("ray", buckets=buckets).by_node(store, Match(), analysis, order)
         assert here.height >= 2
         assert_frame_equal(there, here)
+
+
+def test_flaky_nodes_from_their_kinds_alone_are_those_from_every_event(store: Store) -> None:
+    """What `observe nodes` reads (the causes' and drains' kinds) ranks as every event would,
+    copies of one record and all (one_per_record then sees fewer rows)."""
+    narrow = Match(kinds=kinds_read())
+    assert narrow.rows(store, narrow.files(store)).select(pl.len()).collect().item() \
+        < store.scan().select(pl.len()).collect().item() / 20
+    for analysis, order in ((rank_nodes, NODE_ORDER), (rank_gpus, GPU_ORDER)):
+        everything = Engine("polars").by_node(store, Match(), analysis, order)
+        assert everything.height >= 2
+        assert_frame_equal(Engine("polars").by_node(store, narrow, analysis, order), everything)
+        assert_frame_equal(Engine("ray").by_node(store, narrow, analysis, order), everything)
 
 
 def test_ray_data_counts_the_table_as_observe_does(store: Store) -> None:

@@ -188,11 +188,11 @@ def nodes_cmd(
 
     Example: observe nodes --since 30d --gpus
     """
-    from queries.nodes import GPU_ORDER, NODE_ORDER, rank_gpus, rank_nodes
+    from queries.nodes import GPU_ORDER, NODE_ORDER, kinds_read, rank_gpus, rank_nodes
 
     if fmt not in ("table", "json"):
         fail(f"unknown format {fmt!r}: use table or json")
-    st, match = existing_store(open_store(store)), Match(since=when(since), until=when(until))
+    st, match = existing_store(open_store(store)), Match(since=when(since), until=when(until), kinds=kinds_read())
     try:
         run = engine(engine_name, ray_address)
         ranked = run.by_node(st, match, rank_gpus, GPU_ORDER) if gpus else run.by_node(st, match, rank_nodes, NODE_ORDER)
