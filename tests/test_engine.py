@@ -17,6 +17,7 @@ from observe.ingest import ingest_inputs
 from observe.simulate import generate
 from observe.store import Store
 from queries.engine import Engine, EngineError, Order, engine
+from queries.incidents import incidents, kinds_read as incident_kinds
 from queries.nodes import GPU_ORDER, NODE_ORDER, kinds_read, rank_gpus, rank_nodes
 from queries.search import ORDER, Match, first
 
@@ -70,6 +71,14 @@ def test_flaky_nodes_from_their_kinds_alone_are_those_from_every_event(store: St
         assert_frame_equal(Engine("ray").by_node(store, narrow, analysis, order), everything)
 
 
+def test_incidents_from_their_kinds_alone_on_either_engine_are_those_from_every_event(store: Store) -> None:
+    everything = Engine("polars").together(store, Match(), incidents)
+    assert everything.height >= 2 and everything.get_column("jobs").list.len().sum() > 0
+    narrow = Match(kinds=incident_kinds())
+    assert_frame_equal(Engine("polars").together(store, narrow, incidents), everything)
+    assert_frame_equal(Engine("ray").together(store, narrow, incidents), everything)
+
+
 def test_ray_data_counts_the_table_as_observe_does(store: Store) -> None:
     import ray.data
 
@@ -92,5 +101,6 @@ def test_the_cli_prints_the_same_on_either_engine(store: Store) -> None:
         assert done.returncode == 0, done.stderr
         return done.stdout
 
-    for args in (["nodes", "--since", "30d", "--format", "json"], ["query", "--kind", "gpu_xid", "--format", "csv"]):
+    for args in (["nodes", "--since", "30d", "--format", "json"], ["query", "--kind", "gpu_xid", "--format", "csv"],
+                 ["incidents", "--since", "30d", "--format", "json"]):
         assert run(*args, "--engine", "ray") == run(*args) and run(*args).count("\n") > 1

@@ -151,6 +151,8 @@ def incidents_cmd(
     until: Annotated[Optional[str], typer.Option(help="End: ISO time or span before now (default now).")] = None,
     fmt: Annotated[str, typer.Option("--format", help="table or json (one object per line).")] = "table",
     store: StoreOpt = None,
+    engine_name: EngineOpt = None,
+    ray_address: RayAddressOpt = None,
 ) -> None:
     """Cluster incidents: faults that belong together across nodes, their blast radius and the jobs they hit.
 
@@ -160,11 +162,15 @@ def incidents_cmd(
 
     Example: observe incidents --since 7d
     """
-    from queries.incidents import incidents
+    from queries.incidents import incidents, kinds_read
 
     if fmt not in ("table", "json"):
         fail(f"unknown format {fmt!r}: use table or json")
-    found = incidents(search(existing_store(open_store(store)), since=when(since), until=when(until)))
+    st, match = existing_store(open_store(store)), Match(since=when(since), until=when(until), kinds=kinds_read())
+    try:
+        found = engine(engine_name, ray_address).together(st, match, incidents)
+    except EngineError as exc:
+        fail(str(exc))
     _print_frame(found.with_columns(pl.when("shared_cause").then(pl.lit("shared?")).otherwise(pl.lit("")).alias("note"))
                  if fmt == "table" else found, fmt,
                  [("incident", 8), ("start", 19), ("category", 8), ("nodes", 5), ("nodelist", 22), ("events", 6),
