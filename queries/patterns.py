@@ -15,13 +15,14 @@ import hashlib
 import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import cache
 from pathlib import Path
 
 import polars as pl
 
 from observe.config import rule_dirs
+from queries.search import ORDER
 
 PATTERNS = Path(__file__).with_name("patterns.toml")
 WILDCARD = "<*>"
@@ -189,10 +190,15 @@ def template_id(template: str) -> str:
 
 def template_map(masked_messages: pl.Series, config: Config | None = None) -> pl.DataFrame:
     """One row per distinct masked message: ``masked``, ``template_id``, ``template``."""
+    return _templates(masked_messages.rename("masked").value_counts(name="n"), config)
+
+
+def _templates(counts: pl.DataFrame, config: Config | None = None) -> pl.DataFrame:
+    """``template_id`` and ``template`` of each distinct masked message of ``counts`` (``masked``, its
+    rows ``n``): clustered most frequent first, so the same counts give the same templates."""
     config = config or load_config()
     keep = "|".join(f"(?:{p})" for _, p in config.keep) or "$^"
-    uniq = (masked_messages.rename("masked").value_counts(name="n")
-            .sort(["n", "masked"], descending=[True, False])
+    uniq = (counts.select("masked", "n").sort(["n", "masked"], descending=[True, False])
             .with_columns(tokens=pl.col("masked").str.split(" ")))
     uniq = uniq.with_columns(kept=pl.col("tokens").list.eval(pl.element().str.contains(keep)))
     rows = zip(uniq["tokens"].to_list(), uniq["kept"].to_list())
@@ -211,52 +217,77 @@ def template_ids(messages: pl.Series, config: Config | None = None) -> pl.DataFr
     return m.join(mapping, on="masked", how="left", maintain_order="left").drop("masked")
 
 
-def with_templates(lf: pl.LazyFrame, column: str = "message", config: Config | None = None) -> pl.LazyFrame:
-    """``lf`` with ``template_id`` and ``template`` columns (the distinct masked messages are collected)."""
-    config = config or load_config()
-    lf = lf.with_columns(masked(pl.col(column), config).alias("_masked"))
-    distinct = lf.select(pl.col("_masked").alias("masked")).collect().get_column("masked")
-    mapping = template_map(distinct, config).rename({"masked": "_masked"}).lazy()
-    return lf.join(mapping, on="_masked", how="left", maintain_order="left").drop("_masked")
+def masked_counts(events: pl.LazyFrame, start: datetime | None = None, config: Config | None = None) -> pl.DataFrame:
+    """Per distinct masked message of ``events`` (oldest first): its rows in the window (``ts`` from
+    ``start``; every row without one) and before it, the window's first and last time, nodes and first
+    message (with its place in the events' order). The part of mining that adds up: pieces of the
+    events (a node's, a day's) give pieces that :func:`mine` and :func:`compare` take together."""
+    window = (pl.col("ts") >= start).fill_null(False) if start else pl.lit(True)
+    return _counts(events.with_columns(window.alias("_w")), config)
 
 
-def _summary(lf: pl.LazyFrame) -> list[pl.Expr]:
-    return [pl.len().alias("count"), pl.col("ts").min().alias("first_ts"), pl.col("ts").max().alias("last_ts"),
-            pl.col("node").drop_nulls().n_unique().alias("nodes"), pl.col("message").first().alias("example")]
+def _counts(lf: pl.LazyFrame, config: Config | None) -> pl.DataFrame:
+    names = lf.collect_schema().names()
+    w, b = pl.col("_w"), ~pl.col("_w")
+    return lf.with_columns(masked(pl.col("message"), config).alias("masked")).group_by("masked").agg(
+        w.sum().alias("count"), b.sum().alias("baseline_count"),
+        pl.col("ts").filter(w).min().alias("first_ts"), pl.col("ts").filter(w).max().alias("last_ts"),
+        pl.col("ts").filter(b).min().alias("_b_first"), pl.col("ts").filter(b).max().alias("_b_last"),
+        pl.col("node").filter(w).drop_nulls().unique().alias("_nodes"),
+        pl.col("message").filter(w).first().alias("example"),
+        pl.struct([c for c in ORDER if c in names]).filter(w).first().alias("_key"),
+    ).collect()
 
 
-def mine(events: pl.LazyFrame, config: Config | None = None) -> pl.DataFrame:
-    """Templates of the events' messages: count, first/last ts, distinct nodes, an example; most frequent first."""
-    return (with_templates(events.select("ts", "node", "message"), config=config)
-            .group_by("template_id", "template").agg(_summary(events))
-            .sort(["count", "template"], descending=[True, False]).collect())
+def _stats(pieces: list[pl.DataFrame], config: Config | None) -> tuple[pl.DataFrame, tuple]:
+    """Per template, the pieces' counts added up; and the time ranges of the window and the baseline."""
+    merged = pl.concat(pieces, how="vertical_relaxed")
+    key = [pl.col("_key").struct.field(c) for c in merged.schema["_key"].to_schema()] if merged.height else []
+    first = merged.sort(key, nulls_last=True) if key else merged  # the example: the first in the events' order
+    ranges = merged.select(pl.col("first_ts").min(), pl.col("last_ts").max(), pl.col("_b_first").min(),
+                           pl.col("_b_last").max()).row(0)
+    counts = merged.group_by("masked").agg((pl.col("count") + pl.col("baseline_count")).sum().alias("n"))
+    stats = (first.join(_templates(counts, config), on="masked", how="left", maintain_order="left")
+             .group_by("template_id", "template", maintain_order=True).agg(
+                 pl.col("count").sum(), pl.col("baseline_count").sum(),
+                 pl.col("example").drop_nulls().first(),
+                 pl.col("_nodes").list.explode(keep_nulls=False, empty_as_null=False).n_unique().cast(pl.UInt32).alias("nodes"),
+                 pl.col("first_ts").min(), pl.col("last_ts").max()))
+    return stats, ranges
 
 
-def _span_s(lf: pl.LazyFrame) -> float | None:
-    lo, hi = lf.select(pl.col("ts").min().alias("lo"), pl.col("ts").max().alias("hi")).collect().row(0)
+def mine(events: pl.LazyFrame | list[pl.DataFrame], config: Config | None = None) -> pl.DataFrame:
+    """Templates of the events' messages (or of :func:`masked_counts`' pieces of them): count, first
+    and last ts, distinct nodes, an example; most frequent first."""
+    pieces = events if isinstance(events, list) else [masked_counts(events, config=config)]
+    stats, _ = _stats(pieces, config)
+    return (stats.select("template_id", "template", "count", "first_ts", "last_ts", "nodes", "example")
+            .sort(["count", "template"], descending=[True, False]))
+
+
+def _span_s(lo: datetime | None, hi: datetime | None) -> float | None:
     return (hi - lo).total_seconds() if lo is not None and hi is not None and hi > lo else None
 
 
-def compare(window: pl.LazyFrame, baseline: pl.LazyFrame, *, window_span: timedelta | None = None,
-            baseline_span: timedelta | None = None, min_count: int = 3, min_ratio: float = 5.0,
-            config: Config | None = None) -> pl.DataFrame:
+def compare(window: pl.LazyFrame | list[pl.DataFrame], baseline: pl.LazyFrame | None = None, *,
+            window_span: timedelta | None = None, baseline_span: timedelta | None = None, min_count: int = 3,
+            min_ratio: float = 5.0, config: Config | None = None) -> pl.DataFrame:
     """Templates new in ``window`` (absent from ``baseline``) or at least ``min_ratio`` times as frequent
     (per second of each span, else per event) with at least ``min_count`` events; most surprising first.
+    ``window`` may instead be :func:`masked_counts`' pieces of the events of both (no ``baseline``).
 
     Spans default to each frame's ts range. ``score`` is (count + 1) / (expected + 1), expected being the
     baseline's rate over the window's span. Both frames are mined together, so ids agree between them.
     """
-    cols = ["ts", "node", "message"]
-    both = pl.concat([window.select(cols).with_columns(pl.lit(True).alias("_w")),
-                      baseline.select(cols).with_columns(pl.lit(False).alias("_w"))])
-    stats = (with_templates(both, config=config).group_by("template_id", "template").agg(
-        pl.col("_w").sum().alias("count"), (~pl.col("_w")).sum().alias("baseline_count"),
-        pl.col("message").filter("_w").first().alias("example"),
-        pl.col("node").filter("_w").drop_nulls().n_unique().alias("nodes"),
-        pl.col("ts").filter("_w").min().alias("first_ts"), pl.col("ts").filter("_w").max().alias("last_ts"),
-    ).filter(pl.col("count") > 0).collect())
-    ws = window_span.total_seconds() if window_span else _span_s(window)
-    bs = baseline_span.total_seconds() if baseline_span else _span_s(baseline)
+    if isinstance(window, list):
+        pieces = window
+    else:
+        pieces = [_counts(pl.concat([window.with_columns(pl.lit(True).alias("_w")),
+                                     baseline.with_columns(pl.lit(False).alias("_w"))], how="diagonal_relaxed"), config)]
+    stats, (w_lo, w_hi, b_lo, b_hi) = _stats(pieces, config)
+    stats = stats.filter(pl.col("count") > 0)
+    ws = window_span.total_seconds() if window_span else _span_s(w_lo, w_hi)
+    bs = baseline_span.total_seconds() if baseline_span else _span_s(b_lo, b_hi)
     if not ws or not bs:
         ws = float(stats.get_column("count").sum() or 1)
         bs = float(stats.get_column("baseline_count").sum() or 1)

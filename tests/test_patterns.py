@@ -9,12 +9,14 @@ import tomllib
 from datetime import UTC, datetime, timedelta
 
 import polars as pl
+from polars.testing import assert_frame_equal
 import pytest
 from conftest import CORPUS
 
 from queries.patterns import (
     PATTERNS,
     compare,
+    masked_counts,
     grouping_accuracy,
     masked,
     mine,
@@ -125,3 +127,18 @@ def test_cli_patterns_reports_a_new_template(store) -> None:
     found = [json.loads(line) for line in out.output.splitlines()]
     assert [(f["status"], f["count"]) for f in found] == [("new", 5)]
     assert "Link DOWN" in found[0]["template"]
+
+
+def test_pieces_of_the_events_mine_and_compare_as_the_whole() -> None:
+    """What an engine does with a fleet: count masked messages per node bucket, add the pieces up."""
+    rows = sorted(steady(0, 200) + [(150 + i, "gpu003", f"NVRM: Xid (PCI:0000:3b:00): 79, pid={i}, GPU has fallen off "
+                                                     "the bus.") for i in range(3)]
+                  + [(s, "gpu002", f"link flap on port {s % 3}") for s in [*range(0, 100, 25), *range(100, 200, 2)]])
+    whole, start = events(rows), T0 + timedelta(seconds=100)
+    nodes = [["gpu000", "gpu003"], ["gpu001"], ["gpu002"]]
+    pieces = [masked_counts(whole.filter(pl.col("node").is_in(n)), start=start) for n in nodes]
+    expected = compare(whole.filter(pl.col("ts") >= start), whole.filter(pl.col("ts") < start))
+    assert expected.height >= 2
+    assert_frame_equal(compare(pieces), expected)
+    assert_frame_equal(compare(pieces[::-1]), expected)
+    assert_frame_equal(mine([masked_counts(whole.filter(pl.col("node").is_in(n))) for n in nodes]), mine(whole))

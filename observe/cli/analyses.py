@@ -17,7 +17,7 @@ from observe.printable import printable
 from observe.hostlists import expand_nodes
 from observe.spans import parse_span
 from queries.engine import EngineError, Order, engine
-from queries.search import ORDER, Match, first, first_line, search
+from queries.search import ORDER, Match, first, first_line
 
 COMMANDS, command = command_table()
 
@@ -226,6 +226,8 @@ def patterns_cmd(
     limit: Annotated[int, typer.Option(help="Most rows to print (0 = all).")] = 50,
     fmt: Annotated[str, typer.Option("--format", help="table or json (one object per line).")] = "table",
     store: StoreOpt = None,
+    engine_name: EngineOpt = None,
+    ray_address: RayAddressOpt = None,
 ) -> None:
     """Message templates that are new or unusually frequent in a window against a baseline.
 
@@ -237,7 +239,7 @@ def patterns_cmd(
     """
     from datetime import timezone
 
-    from queries.patterns import compare, mine
+    from queries.patterns import compare, masked_counts, mine
 
     if fmt not in ("table", "json"):
         fail(f"unknown format {fmt!r}: use table or json")
@@ -245,15 +247,20 @@ def patterns_cmd(
     try:
         span = parse_span(baseline)
         nodes = expand_nodes(node) if node else None
-    except ValueError as exc:
+        run = engine(engine_name, ray_address)
+        # the window and its baseline read as one search; messages counted per node bucket, then added up
+        match = Match(since=start if all_ else start - span, until=end, nodes=nodes, sources=source)
+    except (ValueError, EngineError) as exc:
         fail(str(exc))
     st = existing_store(open_store(store))
-    window = search(st, since=start, until=end, nodes=nodes, sources=source)
+    try:
+        pieces = run.by_node(st, match, partial(masked_counts, start=None if all_ else start), Order(("masked",)))
+    except EngineError as exc:
+        fail(str(exc))
     if all_:
-        found = mine(window)
+        found = mine([pieces])
         columns = [("count", 8), ("nodes", 5), ("last_ts", 19), ("template", 0)]
     else:
-        found = compare(window, search(st, since=start - span, until=start, nodes=nodes, sources=source),
-                        window_span=end - start, baseline_span=span, min_count=min_count, min_ratio=min_ratio)
+        found = compare([pieces], window_span=end - start, baseline_span=span, min_count=min_count, min_ratio=min_ratio)
         columns = [("status", 8), ("count", 7), ("baseline_count", 14), ("nodes", 5), ("last_ts", 19), ("template", 0)]
     _print_frame(found.head(limit) if limit else found, fmt, columns)
