@@ -14,8 +14,9 @@ nodes (incidents) gets every row the readers found in one task: it reads only th
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from typing import Any
 
 import polars as pl
 
@@ -64,6 +65,20 @@ class Engine:
             return analysis(match.events(match.rows(store, match.files(store))))
         return _on_ray(replace(self, buckets=1), store, match, analysis)
 
+    def map_files(self, store: Store, files: list, read: Callable[..., Any], *args: Any, share: int = 256) -> Iterator[Any]:
+        """``read(store, some_files, *args)`` for ``files`` in shares of at most ``share``, in the files'
+        order: here one share after another (memory bounded by a share), on Ray every share at once.
+        For reads whose results add up (counts per key, a few kept rows)."""
+        shares = [files[i:i + share] for i in range(0, len(files), share)]
+        if self.name == "polars":
+            yield from (read(store, s, *args) for s in shares)
+            return
+        ray = _ray(self)
+        task = ray.remote(_read_files)
+        pending = [task.remote(store.location, read, s, args) for s in shares]
+        for ref in pending:
+            yield ray.get(ref)
+
 
 def engine(name: str | None = None, address: str | None = None) -> Engine:
     """The engine the user asked for (``name``, else $OBSERVE_ENGINE, else polars)."""
@@ -73,7 +88,8 @@ def engine(name: str | None = None, address: str | None = None) -> Engine:
     return Engine(chosen, address or os.environ.get("RAY_ADDRESS") or None)
 
 
-def _on_ray(eng: Engine, store: Store, match: Match, analysis: Analysis) -> pl.DataFrame:
+def _ray(eng: Engine):
+    """Ray, connected to the engine's cluster (or a new local one)."""
     try:
         import ray
     except ImportError:
@@ -85,6 +101,11 @@ def _on_ray(eng: Engine, store: Store, match: Match, analysis: Analysis) -> pl.D
             ray.init(address=eng.address, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise EngineError(f"Ray at {eng.address or 'a new local cluster'}: {exc}") from None
+    return ray
+
+
+def _on_ray(eng: Engine, store: Store, match: Match, analysis: Analysis) -> pl.DataFrame:
+    ray = _ray(eng)
     files = match.files(store)
     if not files:
         return analysis(match.events(match.rows(store, [])))
@@ -108,6 +129,11 @@ def _read_share(location: str, files: list, match: Match, buckets: int) -> list[
     parts = rows.partition_by("_bucket", as_dict=True, include_key=False)
     split = [parts.get((b,), rows.clear().drop("_bucket")) for b in range(buckets)]
     return split if buckets > 1 else split[0]
+
+
+def _read_files(location: str, read: Callable[..., Any], files: list, args: tuple) -> Any:
+    """A task of :meth:`Engine.map_files`: ``read`` of a share of the store's files."""
+    return read(Store(location), files, *args)
 
 
 def _run_bucket(match: Match, analysis: Analysis, *pieces: pl.DataFrame) -> pl.DataFrame:

@@ -79,6 +79,23 @@ def test_incidents_from_their_kinds_alone_on_either_engine_are_those_from_every_
     assert_frame_equal(Engine("ray").together(store, narrow, incidents), everything)
 
 
+def test_the_exporters_full_count_on_ray_is_the_embedded_one(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    from observe.exporter import central
+
+    monkeypatch.setattr(central, "READ_FILES", 3)  # shares of 3 segments: several tasks
+    later = store.scan().select(pl.col("ts").max()).collect().item().timestamp() + 86400
+
+    def samples(engine: Engine) -> list:
+        metrics = central.StoreMetrics(store, clock=lambda: later, known_nodes=lambda: None, engine=engine)
+        metrics.refresh()
+        return sorted((s.name, tuple(sorted(s.labels.items())), s.value) for f in metrics.collect() for s in f.samples)
+
+    assert len(store.files(undated=True)) > 3
+    here = samples(Engine("polars"))
+    assert any(name == "observe_gpu_xid_total" and value > 0 for name, _, value in here)
+    assert samples(Engine("ray")) == here
+
+
 def test_ray_data_counts_the_table_as_observe_does(store: Store) -> None:
     import ray.data
 

@@ -121,7 +121,7 @@ def test_a_failed_refresh_is_followed_by_a_full_count(tmp_path, monkeypatch):
     m.refresh()
     kernel(store, "gpu001", xid(79))
     real = StoreMetrics._count
-    monkeypatch.setattr(StoreMetrics, "_count", lambda self, files: (_ for _ in ()).throw(OSError("file gone")))
+    monkeypatch.setattr(StoreMetrics, "_count", lambda self, *_: (_ for _ in ()).throw(OSError("file gone")))
     with pytest.raises(OSError):
         m.refresh()  # the new segment is listed but not counted
     monkeypatch.setattr(StoreMetrics, "_count", real)

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from observe.cli.base import StoreOpt, err, fail, open_store
+from observe.cli.base import EngineOpt, RayAddressOpt, StoreOpt, err, fail, open_store
 from observe.exporter import MAX_SERIES
 from observe.hostname import this_node
 from observe.spans import parse_span
@@ -32,13 +32,15 @@ def central_cmd(
     textfile: TextfileOpt = None, once: OnceOpt = False,
     max_series: Annotated[int, typer.Option(help="Most series of one per-node metric; the rest, and nodes Slurm does "
                                             "not know, are shown as node=\"other\".", min=1)] = MAX_SERIES,
+    engine_name: EngineOpt = None, ray_address: RayAddressOpt = None,
 ) -> None:
     """Cluster-wide metrics from the store (run one, next to the store).
 
     Events by kind, node and severity, Xids by code, drains and refusals,
     open incidents, job failures by Slurm state and by explain's cause
     category, store size and ingest lag. Start-up counts the whole store
-    once; after that each refresh reads only new segments.
+    once (with --engine ray, on a Ray cluster: every share of the
+    segments at once); after that each refresh reads only new segments.
 
     Node labels are for the nodes `scontrol show node` lists (any valid
     node name when Slurm cannot be asked from here), so made-up host names
@@ -48,13 +50,18 @@ def central_cmd(
     Example: observe exporter central --store /shared/observe --listen :9847
     """
     from observe.exporter.central import StoreMetrics
+    from queries.engine import EngineError, engine
 
+    try:
+        run = engine(engine_name, ray_address)
+    except EngineError as exc:
+        fail(str(exc))
     serving = _serving(listen, interval)
     s = open_store(store)
     if not s.has_events():
         fail(f"{s.name}: no store here (no events/ directory); give --store or set $OBSERVE_STORE")
     err.print(f"reading {s.name} ...", highlight=False)
-    _run(StoreMetrics(s, max_series=max_series), serving, textfile, once)
+    _run(StoreMetrics(s, max_series=max_series, engine=run), serving, textfile, once)
 
 
 @GROUP.command("node")

@@ -36,6 +36,7 @@ from observe.schema import FIELDS, POLARS_SCHEMA, SEVERITIES
 from observe.store import Store
 from queries import jobs
 from queries.causes import CATEGORIES, load_causes
+from queries.engine import Engine
 from queries.explain import ExplainError, explain
 from queries.incidents import LINGER, incidents
 
@@ -77,8 +78,9 @@ class StoreMetrics:
     the Xid counter's own memory is in xids.py, what needs no state is in the module's functions."""
 
     def __init__(self, store: Store, clock=time.time, max_series: int = MAX_SERIES,
-                 known_nodes: Callable[[], set[str] | None] = slurm_nodes):
+                 known_nodes: Callable[[], set[str] | None] = slurm_nodes, engine: Engine = Engine()):
         self.store = store
+        self.engine = engine  # what reads the segments (on Ray: the whole store's count at start-up)
         self.clock = clock
         self.max_series = max_series
         self.known_nodes = known_nodes
@@ -161,20 +163,15 @@ class StoreMetrics:
                 if not path.name.startswith("c-"):
                     source = _source(path)
                     self.written[source] = max(seg.mtime, self.written.get(source, 0.0))
-        for i in range(0, len(new), READ_FILES):
-            self._count(new[i:i + READ_FILES])
+        cutoff = datetime.fromtimestamp(self.clock(), timezone.utc) - WINDOW
+        engine = self.engine if len(new) > READ_FILES else Engine()  # a refresh's few new segments: here
+        for groups, special in engine.map_files(self.store, new, read_counts, cutoff, self.always, self.fault_kinds,
+                                                share=READ_FILES):
+            self._count(groups, special, cutoff)
         self.version = version
         return len(new)
 
-    def _count(self, files: list[Path]) -> None:
-        lf = self.store.scan_files(files)
-        groups = (lf.group_by("source", "node", "kind", "severity")
-                  .agg(pl.len().alias("n"), pl.col("ts").max().alias("last"))
-                  .collect(engine="streaming"))
-        cutoff = datetime.fromtimestamp(self.clock(), timezone.utc) - WINDOW
-        special = (lf.filter(pl.col("kind").is_in(self.always)
-                             | (pl.col("kind").is_in(self.fault_kinds) & (pl.col("ts") >= cutoff)))
-                   .select(COLUMNS).collect(engine="streaming"))
+    def _count(self, groups: pl.DataFrame, special: pl.DataFrame, cutoff: datetime) -> None:
         _add(self.events, groups.group_by("source", "kind", "severity").agg(pl.col("n").sum()))
         problems = groups.filter(pl.col("node").is_not_null(), pl.col("severity").is_in(PROBLEMS),
                                  ~pl.col("kind").is_in(PLAIN_KINDS))
@@ -353,6 +350,19 @@ class StoreMetrics:
                       f"Series of each per-node metric shown as node {OTHER!r}: nodes Slurm does not know (any valid "
                       "node name while it cannot be asked) and nodes past the --max-series cap.",
                       ("metric",), folded)
+
+
+def read_counts(store: Store, files: list[Path], cutoff: datetime, always: list[str],
+                fault_kinds: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Some segments' events counted per source, node, kind and severity (with the newest time), and
+    the rows kept whole (``always`` kinds; ``fault_kinds`` from ``cutoff``): what adds up across shares."""
+    lf = store.scan_files(files)
+    groups = (lf.group_by("source", "node", "kind", "severity")
+              .agg(pl.len().alias("n"), pl.col("ts").max().alias("last"))
+              .collect(engine="streaming"))
+    special = (lf.filter(pl.col("kind").is_in(always) | (pl.col("kind").is_in(fault_kinds) & (pl.col("ts") >= cutoff)))
+               .select(COLUMNS).collect(engine="streaming"))
+    return groups, special
 
 
 class _Missed(Exception):
