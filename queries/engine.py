@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from itertools import repeat
 from typing import Any
 
 import polars as pl
@@ -70,14 +71,28 @@ class Engine:
         order: here one share after another (memory bounded by a share), on Ray every share at once.
         For reads whose results add up (counts per key, a few kept rows)."""
         shares = [files[i:i + share] for i in range(0, len(files), share)]
-        if self.name == "polars":
+        pool = self.pool()
+        if pool is None:
             yield from (read(store, s, *args) for s in shares)
-            return
-        ray = _ray(self)
-        task = ray.remote(_read_files)
-        pending = [task.remote(store.location, read, s, args) for s in shares]
-        for ref in pending:
-            yield ray.get(ref)
+        else:
+            yield from pool.map(_read_files, repeat(store.location), repeat(read), shares, repeat(args))
+
+    def pool(self) -> RayPool | None:
+        """Where work in many independent parts runs (a compaction's partitions): None for here, one
+        after another; on Ray, every part at once."""
+        return None if self.name == "polars" else RayPool(_ray(self))
+
+
+class RayPool:
+    """An executor's ``map`` on Ray: one task per call, all submitted at once, results in order."""
+
+    def __init__(self, ray) -> None:
+        self.ray = ray
+
+    def map(self, fn: Callable, *iterables) -> Iterator:
+        task = self.ray.remote(fn)
+        refs = [task.remote(*args) for args in zip(*iterables)]
+        return (self.ray.get(ref) for ref in refs)
 
 
 def engine(name: str | None = None, address: str | None = None) -> Engine:

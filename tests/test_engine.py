@@ -96,6 +96,28 @@ def test_the_exporters_full_count_on_ray_is_the_embedded_one(store: Store, monke
     assert samples(Engine("ray")) == here
 
 
+def test_compaction_on_ray_writes_what_the_embedded_compaction_writes(tmp_path: Path) -> None:
+    """Two stores of the same logs; one compacted here, the other by `observe compact --engine ray`."""
+    start = datetime(2026, 11, 20, 22, tzinfo=timezone.utc)  # across a midnight: partitions of two days
+    manifest = generate(tmp_path / "logs", nodes=3, hours=4, seed=5, start=start)
+    inputs = [(str(f.path), {"source": f.format, "node": f.node, "job": f.job}) for f in manifest.files]
+    here, there = Store(tmp_path / "here"), Store(tmp_path / "there")
+    for s in (here, there):
+        ingest_inputs(inputs, s, workers=2)
+    assert len(here.partitions()) >= 6
+    here.compact_many(here.partitions())
+    here.vacuum(grace_s=0)
+    done = subprocess.run([sys.executable, "-m", "observe.cli", "compact", "--engine", "ray", "--grace", "0s",
+                           "--store", str(there.root)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    key = ["file_id", "offset", "kind"]
+    for s in (here, there):
+        assert all(f.name.startswith("c-") for f in s.files(undated=True))
+    assert sorted(f.relative_to(there.root).parent for f in there.files(undated=True)) == \
+        sorted(f.relative_to(here.root).parent for f in here.files(undated=True))
+    assert_frame_equal(there.scan(undated=True).collect().sort(key), here.scan(undated=True).collect().sort(key))
+
+
 def test_ray_data_counts_the_table_as_observe_does(store: Store) -> None:
     import ray.data
 

@@ -14,8 +14,8 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColu
 from rich.table import Table
 
 from observe import rules
-from observe.cli.base import (StoreOpt, command_table, damaged_segments, err, existing_store, fail, one_line,
-                              open_store, out)
+from observe.cli.base import (EngineOpt, RayAddressOpt, StoreOpt, command_table, damaged_segments, err, existing_store,
+                              fail, one_line, open_store, out)
 from observe.ingest import InputError, Summary, ingest
 from observe.ingest.pool import WorkerError
 from observe.reader import input_files
@@ -157,13 +157,21 @@ def stats_cmd(store: StoreOpt = None) -> None:
 def compact_cmd(
     store: StoreOpt = None,
     grace: Annotated[str, typer.Option(help="Keep replaced segments this long for queries already running (10m, 0s).")] = "10m",
+    engine_name: EngineOpt = None,
+    ray_address: RayAddressOpt = None,
 ) -> None:
     """Commit the segments collectors shipped; merge each partition's segments into files sorted by
     time (committed in batches, duplicates dropped, memory bounded); delete segments replaced longer than
-    --grace ago; refresh the job index. Run it centrally every few minutes (cron or a timer)."""
+    --grace ago; refresh the job index. Run it centrally every few minutes (cron or a timer).
+
+    With --engine ray the partitions are rewritten by Ray tasks at once (every worker must reach the
+    store at the same location); this process commits."""
+    from queries.engine import EngineError, engine
+
     try:
         grace_s = parse_span(grace).total_seconds()
-    except ValueError as exc:
+        run = engine(engine_name, ray_address)
+    except (ValueError, EngineError) as exc:
         fail(str(exc))
     s = open_store(store)
     try:
@@ -177,9 +185,9 @@ def compact_cmd(
         def said(part, done: tuple[int, int]) -> None:
             out.print(f"[{order[part]}/{len(parts)}] {part.source}/{part.date}: {done[0]} segments, {done[1]} rows")
 
-        merged = sum(n for n, _ in s.compact_many(parts, progress=said))
+        merged = sum(n for n, _ in s.compact_many(parts, progress=said, pool=run.pool()))
         gone = s.vacuum(grace_s)
-    except StoreBusy as exc:
+    except (StoreBusy, EngineError) as exc:
         fail(str(exc))
     out.print(f"compacted {merged} segment(s); deleted {gone} file(s) replaced over {grace} ago or never committed")
     from queries import jobs

@@ -33,8 +33,9 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
+from itertools import repeat
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 import polars as pl
 
@@ -441,7 +442,8 @@ class Store:
         return done[0] if done else None
 
     def compact_many(self, partitions: list[Partition], min_segments: int = 2, file_rows: int = COMPACT_FILE_ROWS,
-                     progress: Callable[[Partition, tuple[int, int]], None] | None = None) -> list[tuple[int, int]]:
+                     progress: Callable[[Partition, tuple[int, int]], None] | None = None,
+                     pool: Pool | None = None) -> list[tuple[int, int]]:
         """Merge each partition's segments into files of consecutive time slices, dropping duplicate
         records, every column compressed harder than at ingest. Within a file, rows are in input order
         (each input's lines together, in file order: 15% smaller than in time order, as neighbouring
@@ -453,19 +455,26 @@ class Store:
         more than a small partition's rewrite; segments committed meanwhile are left for the next
         run); :meth:`vacuum` deletes the replaced ones after the grace period. Returns (segments
         replaced, rows written) of each partition compacted; ``progress`` hears of each.
+
+        Partitions are rewritten one after another, or by ``pool`` (an executor's ``map``: Ray
+        tasks) all at once, each by a store opened at this store's location; this process commits.
         """
         out: list[tuple[int, int]] = []
         with self.lock("compact"):
             live: dict[tuple[str, str], list[Path]] = {}
             for source, day, f in self._live():  # one listing: only this lock's holder removes files
                 live.setdefault((source, day), []).append(f)
+            work = [(p, live.get((p.source, p.date), [])) for p in partitions]
+            work = [(p, segs) for p, segs in work  # already compacted: nothing (a lone ingest segment is recompressed)
+                    if segs and not (len(segs) < min_segments and all(s.name.startswith("c-") for s in segs))]
+            dirs, segments = [p.path for p, _ in work], [segs for _, segs in work]
+            if pool is None:
+                done = map(self._rewrite, dirs, segments, repeat(file_rows))
+            else:
+                done = pool.map(rewrite, repeat(self.location), dirs, segments, repeat(file_rows))
             replaced: list[Path] = []
             outputs: list[tuple[Path, int]] = []
-            for partition in partitions:
-                segs = live.get((partition.source, partition.date), [])
-                if not segs or (len(segs) < min_segments and all(s.name.startswith("c-") for s in segs)):
-                    continue  # already compacted (a lone ingest segment is still recompressed)
-                written, rows = self._rewrite(partition.path, segs, file_rows)
+            for (partition, segs), (written, rows) in zip(work, done):
                 replaced += segs
                 outputs += written
                 out.append((len(segs), rows))
@@ -560,6 +569,17 @@ class Store:
         return (files.group_by(part.field("1").alias("source"), part.field("2").alias("date"))
                 .agg(pl.len().cast(pl.Int64).alias("segments"), pl.col("rows").sum(), pl.col("bytes").sum())
                 .sort("source", "date"))
+
+
+class Pool(Protocol):
+    """What can rewrite partitions elsewhere: an executor's ``map`` (results in order)."""
+
+    def map(self, fn: Callable, *iterables: Iterable) -> Iterator: ...
+
+
+def rewrite(location: str, directory: Path, segs: list[Path], file_rows: int) -> tuple[list[tuple[Path, int]], int]:
+    """A partition's compaction outputs written by a store opened at ``location`` (in a pool's worker)."""
+    return Store(location)._rewrite(directory, segs, file_rows)
 
 
 class StoreBusy(RuntimeError):
