@@ -17,7 +17,10 @@ on 80%, but for the last day, whose failed jobs are the ones explained. Then it 
 The fleet query is `observe nodes` over the month (repeat offenders: episodes per node from every
 catalogued fault and drain); a second, `observe query --grep` over every kernel and syslog message
 of the month, is the scan-bound case. Each is run three times per engine; the median is reported,
-Ray's start-up apart. Both engines must give the same frame (checked).
+Ray's start-up apart, in four configurations, each in its own process: embedded polars on one
+thread and on two (this machine's cores), Ray with 1 and with 2 workers of one polars thread each
+(a worker is one core: the per-worker figures and the scaling are per core). Every configuration
+must give the same frame (checked).
 """
 from __future__ import annotations
 
@@ -112,35 +115,54 @@ def timed(fn, runs: int = 3) -> tuple[float, object]:
     return statistics.median(took), out
 
 
-def fleet_queries(store: Store, meta: dict, workers: list[int]) -> list[dict]:
-    """The two fleet queries on each engine; rows of the table printed and returned."""
-    from polars.testing import assert_frame_equal
+CONFIGS = [("polars", 1, 1), ("polars", 1, 2), ("ray", 1, 1), ("ray", 2, 1)]  # engine, workers, threads each
 
+
+def measure(dir_: Path, engine: str, workers: int) -> None:
+    """One configuration, in its own process (POLARS_MAX_THREADS is read when polars loads): the two
+    fleet queries three times each; timings as JSON on stdout, results under dir_/results."""
     from queries.engine import Engine, Order
     from queries.nodes import NODE_ORDER, kinds_read, rank_nodes
     from queries.search import ORDER, Match, first
 
+    meta, store = json.loads((dir_ / "meta.json").read_text()), Store(dir_ / "store")
     since, until = datetime.fromisoformat(meta["start"]), datetime.fromisoformat(meta["end"])
     queries = {"nodes": (Match(since, until, kinds=kinds_read()), rank_nodes, NODE_ORDER),
                "grep": (Match(since, until, sources=["kernel", "syslog"], grep=GREP), first, Order(ORDER))}
-    rows, expected = [], {}
-    for name, (match, analysis, order) in queries.items():
-        took, out = timed(lambda: Engine("polars").by_node(store, match, analysis, order))
-        expected[name] = out
-        rows.append({"query": name, "engine": "polars", "workers": 1, "start_s": 0.0, "s": took, "rows": out.height})
-    import logging
+    started = 0.0
+    if engine == "ray":
+        import logging
 
-    import ray
+        import ray
 
-    for w in workers:
         t = time.perf_counter()
-        ray.init(num_cpus=w, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+        ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR,
+                 runtime_env={"env_vars": {"POLARS_MAX_THREADS": os.environ["POLARS_MAX_THREADS"]}})
         started = time.perf_counter() - t
-        for name, (match, analysis, order) in queries.items():
-            took, out = timed(lambda: Engine("ray").by_node(store, match, analysis, order))
-            assert_frame_equal(out, expected[name])
-            rows.append({"query": name, "engine": "ray", "workers": w, "start_s": started, "s": took, "rows": out.height})
-        ray.shutdown()
+    rows = []
+    for name, (match, analysis, order) in queries.items():
+        took, out = timed(lambda: Engine(engine).by_node(store, match, analysis, order))
+        out.write_parquet(dir_ / "results" / f"{name}-{engine}-{workers}-{os.environ['POLARS_MAX_THREADS']}.parquet")
+        rows.append({"query": name, "s": took, "start_s": started, "rows": out.height})
+    print(json.dumps(rows))
+
+
+def fleet_queries(dir_: Path) -> list[dict]:
+    """The two fleet queries in each configuration, side by side; each result checked against the first."""
+    from polars.testing import assert_frame_equal
+
+    (dir_ / "results").mkdir(exist_ok=True)
+    rows = []
+    for engine, workers, threads in CONFIGS:
+        env = {**os.environ, "POLARS_MAX_THREADS": str(threads)}
+        done = subprocess.run([sys.executable, __file__, "--dir", str(dir_), "--measure", engine, str(workers)],
+                              capture_output=True, text=True, env=env)
+        if done.returncode:
+            sys.exit(f"{engine} with {workers} worker(s) failed:\n{done.stderr[-3000:]}")
+        for row in json.loads(done.stdout.splitlines()[-1]):
+            rows.append({**row, "engine": engine, "workers": workers, "threads": threads})
+            result = pl.read_parquet(dir_ / "results" / f"{row['query']}-{engine}-{workers}-{threads}.parquet")
+            assert_frame_equal(result, pl.read_parquet(dir_ / "results" / f"{row['query']}-polars-1-1.parquet"))
     return rows
 
 
@@ -209,9 +231,7 @@ def estimate(store: Store, meta: dict, rows: list[dict]) -> None:
     print(f"a 10,000-GPU year ({10_000 // GPUS_PER_NODE:,} nodes of {GPUS_PER_NODE} GPUs, at this density): "
           f"{year / 1e9:.1f} billion events, {year * size / events / 1e12:.2f} TB")
     for query in ("nodes", "grep"):
-        best = max((r for r in rows if r["query"] == query and r["engine"] == "ray"), key=lambda r: r["workers"], default=None)
-        if best is None:
-            continue
+        best = max((r for r in rows if r["query"] == query and r["engine"] == "ray"), key=lambda r: r["workers"])
         per_worker = events / best["s"] / best["workers"]
         for workers in (1, 16, 64):
             print(f"  {query} over the year on {workers:>2} Ray workers: {year / per_worker / workers / 60:8.1f} min "
@@ -223,12 +243,14 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=1024, help="cluster size, a multiple of 16 (default 1024)")
     ap.add_argument("--days", type=int, default=30, help="days of events (default 30)")
     ap.add_argument("--dir", type=Path, default=None, help="where the store is kept (default /var/tmp/observe-scale-N-D)")
-    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="Ray workers (CPUs) to run with (default 1 2)")
     ap.add_argument("--no-old", action="store_true", help="skip explain on the old layout")
+    ap.add_argument("--measure", nargs=2, metavar=("ENGINE", "WORKERS"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.nodes % GROUP:
         sys.exit(f"--nodes must be a multiple of {GROUP}")
     dir_ = args.dir or Path(f"/var/tmp/observe-scale-{args.nodes}-{args.days}")
+    if args.measure:
+        return measure(dir_, args.measure[0], int(args.measure[1]))
     store = Store(dir_ / "store")
     if (dir_ / "meta.json").exists():
         meta = json.loads((dir_ / "meta.json").read_text())
@@ -237,17 +259,19 @@ def main() -> None:
         meta = build(dir_, args.nodes, args.days)
     print(f"store {store.root}: {meta['nodes']} nodes, {meta['days']} days (built in {meta['build_s']} s); "
           f"{os.cpu_count()} cores here")
-    rows = fleet_queries(store, meta, args.workers)
+    rows = fleet_queries(dir_)
     events = int(store.stats()["rows"].sum())
-    base = {r["query"]: r["s"] for r in rows if r["engine"] == "polars"}
+    base = {r["query"]: r["s"] for r in rows if r["engine"] == "polars" and r["threads"] == 1}
     one = {r["query"]: r["s"] for r in rows if r["engine"] == "ray" and r["workers"] == 1}
-    print(f"\n{'query':6} {'engine':7} {'workers':>7} {'start s':>8} {'median s':>9} {'M ev/s/worker':>14} "
-          f"{'vs polars':>9} {'scaling':>8} {'rows':>7}")
+    print(f"\n{'query':6} {'engine':7} {'workers':>7} {'threads':>7} {'start s':>8} {'median s':>9} "
+          f"{'M ev/s/core':>12} {'vs polars':>9} {'scaling':>8} {'rows':>6}")
     for r in rows:
-        scaling = f"{one[r['query']] / r['s'] / r['workers']:7.0%}" if r["engine"] == "ray" and r["query"] in one else "       -"
-        print(f"{r['query']:6} {r['engine']:7} {r['workers']:7} {r['start_s']:8.1f} {r['s']:9.2f} "
-              f"{events / r['s'] / r['workers'] / 1e6:14.1f} {r['s'] / base[r['query']]:8.2f}x {scaling} {r['rows']:7}")
-    print("(goals: Ray at 1 worker within 1.5x of polars; scaling = efficiency against Ray at 1 worker)")
+        cores = r["workers"] * r["threads"]
+        scaling = f"{one[r['query']] / r['s'] / r['workers']:7.0%}" if r["engine"] == "ray" else "       -"
+        print(f"{r['query']:6} {r['engine']:7} {r['workers']:7} {r['threads']:7} {r['start_s']:8.1f} {r['s']:9.2f} "
+              f"{events / r['s'] / cores / 1e6:12.1f} {r['s'] / base[r['query']]:8.2f}x {scaling} {r['rows']:6}")
+    print("(every result equal to embedded polars' on one thread; goals: Ray at 1 worker within 1.5x of\n"
+          " polars on one core; scaling = efficiency at 2 workers against 1; a worker is one core)")
     explain_side_by_side(dir_, store, meta, not args.no_old)
     estimate(store, meta, rows)
 
