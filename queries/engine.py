@@ -61,7 +61,7 @@ class Engine:
         """``analysis`` of every event ``match`` finds at once, for analyses across nodes (incidents
         join episodes of many nodes by time). On Ray the readers scan in parallel and one task runs
         the analysis on all they found: for searches that keep few rows (a kind filter keeps a
-        fleet's faults, a few rows in a thousand), not for every message of a month."""
+        fleet's faults and job runs, two rows in a thousand), not for every message of a month."""
         if self.name == "polars":
             return analysis(match.events(match.rows(store, match.files(store))))
         return _on_ray(replace(self, buckets=1), store, match, analysis)

@@ -19,7 +19,7 @@ SHARED = 3  # nodes hit at once from which a shared cause (switch, power, fabric
 
 def kinds_read() -> list[str]:
     """The only kinds :func:`incidents` looks at (catalogued causes, job runs): a search for them
-    finds the same incidents, and reads a few rows in a thousand of a fleet's store."""
+    finds the same incidents, and reads two rows in a thousand of a fleet's store."""
     return sorted(set(load_causes().kinds()) | set(jobs.RUN_KINDS))
 
 

@@ -18,7 +18,7 @@ GPU_ORDER = Order(("episodes", "last", "node", "gpu"), (True, True, False, False
 
 def kinds_read() -> list[str]:
     """The only kinds :func:`rank_nodes` and :func:`rank_gpus` look at (catalogued causes, drains):
-    a search for them ranks the same, and reads a few rows in a thousand of a fleet's store."""
+    a search for them ranks the same, and reads a few rows in ten thousand of a fleet's store."""
     return sorted(set(load_causes().kinds()) | set(DRAIN_KINDS))
 
 
