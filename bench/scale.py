@@ -1,9 +1,9 @@
-"""Fleet-scale benchmark: one fleet query on a store of a month of a 1,024-node cluster (about 250
+"""Fleet-scale benchmark: two fleet queries on a store of a month of a 1,024-node cluster (226
 million events), run by the embedded polars engine and by Ray with 1 and 2 workers side by side;
 `explain` on that Delta store against the layout before it (the code of the last commit before the
 table, run on hard links to the same segments); and what a 10,000-GPU year would take.
 
-    python bench/scale.py                        # generates the store once into --dir (about 40 min)
+    python bench/scale.py                        # builds the store once into --dir (about an hour), runs ~8 min
     python bench/scale.py --nodes 128 --days 7   # a quick run (its own store)
     python bench/scale.py --no-old               # without the old layout's explain
 
