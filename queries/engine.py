@@ -54,7 +54,7 @@ class Engine:
         """``analysis`` of the events ``match`` finds in ``store`` (as :meth:`Match.events` gives
         them), computed here or in node buckets on Ray: the same frame either way."""
         if self.name == "polars":
-            return analysis(match.events(match.rows(store, match.files(store))))
+            return _here(store, match, analysis)
         return order.apply(_on_ray(self, store, match, analysis))
 
     def together(self, store: Store, match: Match, analysis: Analysis) -> pl.DataFrame:
@@ -63,7 +63,7 @@ class Engine:
         the analysis on all they found: for searches that keep few rows (a kind filter keeps a
         fleet's faults and job runs, two rows in a thousand), not for every message of a month."""
         if self.name == "polars":
-            return analysis(match.events(match.rows(store, match.files(store))))
+            return _here(store, match, analysis)
         return _on_ray(replace(self, buckets=1), store, match, analysis)
 
     def map_files(self, store: Store, files: list, read: Callable[..., Any], *args: Any, share: int = 256) -> Iterator[Any]:
@@ -101,6 +101,10 @@ def engine(name: str | None = None, address: str | None = None) -> Engine:
     if chosen not in ENGINES:
         raise EngineError(f"unknown engine {chosen!r}: use {' or '.join(ENGINES)}")
     return Engine(chosen, address or os.environ.get("RAY_ADDRESS") or None)
+
+
+def _here(store: Store, match: Match, analysis: Analysis) -> pl.DataFrame:
+    return analysis(match.events(match.rows(store, match.files(store))))
 
 
 def _ray(eng: Engine):
