@@ -59,3 +59,12 @@ def shipped(path: Path) -> Store:
     store = Store(path)
     store.adopt()
     return store
+
+
+def committed(store: Store | Path) -> Store:
+    """``store`` once the central ``observe compact`` committed what hooks and collectors delivered to
+    its ``incoming/`` (:meth:`Store.adopt`)."""
+    store = store if isinstance(store, Store) else Store(store)
+    with store.lock("compact", wait_s=30):
+        store.adopt()
+    return store

@@ -5,7 +5,9 @@ checks are real (``disk``, failing on a floor no file system meets), run by the 
 - a slow artifact capture (redaction) cannot keep the epilog's checks, drain and requeue from running;
 - a requeue reads the job's checkpoint directory as the job's user, within a time bound;
 - links planted where a hook writes (the store's probe, its log, the bug report's directory) are not followed;
-- an internal error exits 0, is logged, and drains nothing."""
+- an internal error exits 0, is logged, and drains nothing;
+- what every node's hooks record at every job (check results, GPUs, artifacts) waits in ``incoming/``
+  for the central commit; the drain ledger is committed at once."""
 from __future__ import annotations
 
 import json
@@ -23,6 +25,7 @@ from observe import redact
 from observe.cli import app
 from observe.health import bugreport, hooks, policy, requeue, slurm
 from observe.store import Store
+from conftest import committed
 from test_checkpoint_security import NOBODY, as_root, dense, safetensors, within
 
 
@@ -57,7 +60,7 @@ def epilog(site: dict, budget_s: float = 30, **rules) -> hooks.Hook:
 
 
 def ledger(site: dict, kind: str) -> list[dict]:
-    found = site["store"].scan(sources=["health"]).filter(pl.col("kind") == kind).collect()
+    found = committed(site["store"]).scan(sources=["health"]).filter(pl.col("kind") == kind).collect()
     return [json.loads(a) for a in found["attrs"]]
 
 
@@ -73,6 +76,20 @@ def test_a_slow_capture_does_not_keep_the_checks_from_running(site: dict, monkey
     assert site["calls"]["requeue"] == ["42"]
     assert [a["status"] for a in ledger(site, "health_check")] == ["FAIL"]
     assert "stopped: the 8s budget ran out" in hook.log[-1]
+
+
+def test_check_results_wait_for_the_central_commit_and_the_drain_ledger_does_not(site: dict) -> None:
+    """A commit per node and job would have thousands of nodes contend for the table's log: the
+    results go to ``incoming/`` as a collector's segments do; a drain is in the table at once (the
+    budget and the breaker read it)."""
+    store = site["store"]
+    epilog(site)
+    version = store.table.snapshot()[0]
+    kinds = store.scan(sources=["health"]).collect().get_column("kind").to_list()
+    assert "node_drain" in kinds and "health_check" not in kinds and "job_artifacts" not in kinds
+    assert len(list(store.inbox.rglob("*.parquet"))) == 2  # the check's result, the job's artifacts
+    assert [a["status"] for a in ledger(site, "health_check")] == ["FAIL"]
+    assert store.table.snapshot()[0] == version + 1 and not list(store.inbox.rglob("*.parquet"))  # one commit
 
 
 @as_root

@@ -20,6 +20,7 @@ import polars as pl
 import pytest
 
 from observe.store import Store
+from conftest import committed
 from slurm_cluster import SlurmCluster, available
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -98,7 +99,7 @@ def _wait(what, timeout: float = 60.0, every: float = 0.2):
 
 
 def _events(site, kind: str, **eq) -> pl.DataFrame:
-    df = site["store"].scan(sources=["health", "slurm"]).filter(pl.col("kind") == kind).collect()
+    df = committed(site["store"]).scan(sources=["health", "slurm"]).filter(pl.col("kind") == kind).collect()
     for k, v in eq.items():
         df = df.filter(pl.col(k) == v)
     return df.sort("ts")
@@ -208,6 +209,7 @@ def _healthcheck(site, node: str, store: Path, policy: Path | None = None) -> No
     done = _observe("slurm", "healthcheck", "--store", str(store), "--policy", str(policy or site["policy"]),
                     "--log", str(site["log"]), env=env)
     assert done.returncode == 0, done.stderr
+    committed(store)  # the central compaction runs between health checks
 
 
 def test_healthcheck_resumes_only_once_the_failed_check_passes(fresh, tmp_path: Path) -> None:
@@ -229,7 +231,7 @@ def test_healthcheck_resumes_only_once_the_failed_check_passes(fresh, tmp_path: 
     c.scontrol("update", "NodeName=node4", "State=DRAIN", "Reason=fan replaced, burn-in pending")
     _healthcheck(site, "node4", store)  # a person's drain: checks pass, still not resumed
     assert c.state("node4") == ("IDLE+DRAIN", "fan replaced, burn-in pending [root@" + c.state("node4")[1].split("[root@")[1])
-    ledger = Store(store).scan(sources=["health"]).collect()
+    ledger = committed(store).scan(sources=["health"]).collect()
     assert ledger.filter(pl.col("kind") == "node_resume")["node"].to_list() == ["node3"]
     burn = ledger.filter((pl.col("kind") == "health_check") & pl.col("message").str.starts_with("gpu_burn"))
     assert burn["node"].to_list() == ["node3"]  # the extended re-check ran once, on the drained node only
@@ -247,7 +249,7 @@ def test_drains_by_others_reach_the_ledger_once(fresh, tmp_path: Path) -> None:
     c.scontrol("update", "NodeName=node1", "State=DRAIN", "Reason=NHC: check_fs_mount: /scratch not mounted")
     _healthcheck(site, "node1", store)
     _healthcheck(site, "node1", store)  # the same drain: not recorded again
-    seen = Store(store).scan(sources=["health"]).filter(pl.col("kind") == "node_drain_seen").collect()
+    seen = committed(store).scan(sources=["health"]).filter(pl.col("kind") == "node_drain_seen").collect()
     assert seen.height == 1 and seen["message"][0].startswith("node1 IDLE+DRAIN by nhc (root): NHC: check_fs_mount")
     reason_time = datetime.fromisoformat(c.state("node1")[1].split("@")[1].rstrip("]")).astimezone(timezone.utc)
     assert seen["ts"][0] == reason_time  # when the drain was set, not when it was noticed
@@ -258,7 +260,7 @@ def test_drains_by_others_reach_the_ledger_once(fresh, tmp_path: Path) -> None:
     _healthcheck(site, "node3", store)  # observe's own drain
     assert _observe("ingest", "--source", "slurm", "--store", str(store),
                     str(c.dir / "log" / "slurmctld.log")).returncode == 0
-    logged = Store(store).scan(sources=["slurm"]).filter(pl.col("kind").str.starts_with("slurm_node_")).collect()
+    logged = committed(store).scan(sources=["slurm"]).filter(pl.col("kind").str.starts_with("slurm_node_")).collect()
     assert {"slurm_node_drain", "slurm_node_reason", "slurm_node_resume"} <= set(logged["kind"]), logged["raw"].to_list()
     done = _observe("health", "drains", "--store", str(store), "--format", "json", "--since", start, "--node", "node[1,3]")
     rows = [json.loads(line) for line in done.stdout.splitlines()]
@@ -288,7 +290,7 @@ def test_quarantine_holds_a_node_a_person_resumed_until_its_recheck_passes(fresh
     _healthcheck(site, "node1", store, policy)  # xid_history passes, the burn passes: released
     assert "observe_quarantine_node1" not in c.scontrol("show", "reservation", "-o")
     _wait(lambda: _job(c, job)["JobState"] == "COMPLETED", timeout=30)
-    ledger = Store(store).scan(sources=["health"]).filter(pl.col("kind") == "node_resume").collect()
+    ledger = committed(store).scan(sources=["health"]).filter(pl.col("kind") == "node_resume").collect()
     assert ledger["message"].to_list() == ["node_resume node1: released from reservation observe_quarantine_node1"]
 
 
@@ -317,7 +319,7 @@ def test_drill_inject_drain_reset_recheck_return_then_the_ladder(fresh, tmp_path
     _healthcheck(site, "node2", store)
     state, reason = c.state("node2")
     assert "DRAIN" in state and "Xid 48 on 0000:3b:00: replace 3 episodes" in reason, reason
-    ledger = Store(store).scan(sources=["health"]).collect().sort("ts")
+    ledger = committed(store).scan(sources=["health"]).collect().sort("ts")
     steps = ledger.filter(pl.col("kind").is_in(["node_drain", "fault_cleared", "node_resume"]))["kind"].to_list()
     assert steps == ["node_drain", "fault_cleared", "node_resume"] * 2 + ["node_drain"]
     burns = ledger.filter((pl.col("kind") == "health_check") & pl.col("message").str.starts_with("gpu_burn PASS"))
@@ -346,14 +348,14 @@ def test_drain_budget_holds_when_every_node_fails_at_once(fresh, tmp_path: Path)
     assert [p.wait(timeout=120) for p in procs] == [0, 0, 0, 0]
     drained = [n for n in c.nodes if "DRAIN" in c.state(n)[0]]
     assert len(drained) == 1, [c.state(n) for n in c.nodes]  # 10% of 4 nodes, at least one
-    ledger = Store(store).scan(sources=["health"]).collect()
+    ledger = committed(store).scan(sources=["health"]).collect()
     kinds = ledger["kind"].value_counts()
     count = dict(kinds.iter_rows())
     assert count["node_drain"] == 1 and count["node_drain_refused"] == 3 and count["drain_budget_exhausted"] == 1
     assert ledger.filter(pl.col("message").str.contains("breaker is open")).height == 2  # tripped once, then held
     forced = _observe("resume", drained[0], "--force", "--store", str(store))  # a person's call, on the record
     assert forced.returncode == 0, forced.stdout
-    [resume] = Store(store).scan(sources=["health"]).filter(pl.col("kind") == "node_resume").collect()["attrs"]
+    [resume] = committed(store).scan(sources=["health"]).filter(pl.col("kind") == "node_resume").collect()["attrs"]
     assert json.loads(resume)["evidence"]["forced"] is True
 
 
@@ -425,7 +427,7 @@ def test_captured_artifacts_leak_no_secret(fresh, tmp_path: Path) -> None:
     done = _observe("slurm", "epilog", "--store", str(store), "--policy", str(site["policy"]), "--log", str(log), env=env)
     subprocess.run(["scancel", job], env=c.env, check=True)
     assert done.returncode == 0
-    events = Store(store).scan().collect()
+    events = committed(store).scan().collect()
     artifacts = events.filter(pl.col("kind") == "job_artifacts")
     assert artifacts.height == 1
     attrs = json.loads(artifacts["attrs"][0])

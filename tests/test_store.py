@@ -117,6 +117,83 @@ def test_compaction_in_bounded_time_slices(store: Store) -> None:
     assert all(a.max() <= b.min() for a, b in zip(times, times[1:]))  # files are consecutive time slices
 
 
+def _live_files(store: Store, part) -> set[Path]:
+    return set(store.segments(part.path))
+
+
+def test_compaction_merges_only_new_segments_and_small_files(store: Store, tmp_path: Path) -> None:
+    """A partition that keeps growing is not rewritten whole: the files a compaction wrote that hold at
+    least half a file stay as they are, and the next compaction merges the new segments with the rest."""
+    log = tmp_path / "syslog"
+    lines = [f"Nov 24 10:{m:02d}:{s:02d} gpu001 kernel: line {m} {s}\n" for m in range(10) for s in range(0, 60, 10)]
+    log.write_text("".join(lines[:40]))
+    ingest([str(log)], store)
+    [part] = store.partitions()
+    store.compact(part, min_segments=1, file_rows=10)
+    first = _live_files(store, part)
+    sizes = {f: pq.read_metadata(f).num_rows for f in first}
+    assert sorted(sizes.values()) == [10, 10, 10, 10]
+    with log.open("a") as f:
+        f.write("".join(lines[40:]))
+    ingest([str(log)], store)
+    replaced, rows = store.compact(part, file_rows=10)
+    assert (replaced, rows) == (1, 20)  # the new segment alone: no settled file was read again
+    after = _live_files(store, part)
+    assert first <= after and len(after) == 6
+    assert _rows(store).get_column("message").to_list() == [line.split(": ", 1)[1].strip() for line in lines]
+    assert store.compact(part, file_rows=10) is None  # nothing new, every file settled
+
+
+def test_a_settled_file_holding_a_cut_line_is_merged_with_the_whole_one(store: Store, tmp_path: Path) -> None:
+    """The cut last line was compacted into a file that is left as it is, then the whole line arrives in
+    a new segment: that file joins the merge, and only the whole line stays (dated and undated alike)."""
+    log, out = tmp_path / "syslog", tmp_path / "slurm-7.out"
+    log.write_text("Nov 24 10:00:00 gpu001 kernel: first\nNov 24 10:00:01 gpu001 kernel: NVRM: Xid (PCI:0000:2a:00): 79, pid=")
+    out.write_text("gpu001:11:11 [0] NCCL INFO Bootstrap : Using eth0\ngpu001:11:11 [0] NCCL INFO NET/IB : No device")
+    ingest([str(log), str(out)], store)
+    for part in store.partitions():
+        store.compact(part, min_segments=1, file_rows=2)
+    assert sorted(p.date == "unknown" for p in store.partitions()) == [False, True]
+    with log.open("a") as f:
+        f.write("2, GPU has fallen off the bus.\nNov 24 10:00:02 gpu001 kernel: next\n")
+    with out.open("a") as f:
+        f.write(" found\ngpu001:11:11 [0] NCCL INFO Using network Socket\n")
+    ingest([str(log), str(out)], store)
+    for part in store.partitions():
+        replaced, _ = store.compact(part, file_rows=2)
+        assert replaced == 2  # the new segment and the settled file holding the cut line
+    messages = _rows(store).get_column("message").to_list()
+    assert "NVRM: Xid (PCI:0000:2a:00): 79, pid=2, GPU has fallen off the bus." in messages
+    assert not any(m.endswith("pid=") for m in messages) and len(messages) == 6, messages
+    assert sum("No device found" in m for m in messages) == 1 and not any(m.endswith("No device") for m in messages)
+
+
+def test_an_undated_partition_is_compacted_in_batches_read_once(store: Store, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Job output without times (one undated partition that grows forever) is merged in batches of
+    whole segments, each segment read by one rewrite; rows are kept, duplicates across batches dropped."""
+    for job in range(12):
+        (tmp_path / f"slurm-{job}.out").write_text(
+            "".join(f"gpu{job:03d}:11:11 [{r}] NCCL INFO Channel {r:02d}/0 : 0[0] -> 1[1] via P2P\n" for r in range(8)))
+        ingest([str(tmp_path / f"slurm-{job}.out")], store)
+    rows = parse_file(tmp_path / "slurm-3.out", "nccl").with_columns(pl.lit("replayed").alias("file_id"))
+    store.write(rows)
+    store.write(rows)  # one input's rows stored twice, in two segments
+    before = _rows(store).unique(subset=["file_id", "offset"], keep="first", maintain_order=True)
+    [part] = [p for p in store.partitions() if p.date == "unknown"]
+    segments = store.segments(part.path)
+    assert len(segments) == 14
+    read: list[Path] = []
+    rewrite = Store._rewrite
+    monkeypatch.setattr(Store, "_rewrite", lambda self, d, segs, n: read.extend(segs) or rewrite(self, d, segs, n))
+    replaced, rows_written = store.compact(part, file_rows=20)
+    assert replaced == 14 and sorted(read) == sorted(segments)  # each segment read by one rewrite
+    assert rows_written == before.height == 12 * 8 + 8
+    assert _rows(store).equals(before)
+    sizes = sorted(pq.read_metadata(f).num_rows for f in store.segments(part.path))
+    assert sizes[-1] <= 24 and len(sizes) >= 5  # batches of about 20 rows (whole 8-row segments)
+
+
 def test_queries_during_compaction_see_each_record_once(store: Store) -> None:
     """Readers in another process query while compactions (re)write the store's partitions."""
     for i in range(3):

@@ -124,7 +124,7 @@ class Drainer:
             return self._record([Decision("node_resume_refused", node, target.reason,
                                           f"drained by someone else ({target.reason}): observe resumes only its own drains",
                                           self.dry_run, evidence)])
-        waiting = "" if force else self._not_passed(node)
+        waiting = "" if force else self._not_passed(node, evidence)
         if waiting:
             return self._record([Decision("node_resume_refused", node, target.reason, waiting, self.dry_run, evidence)])
         if not self.dry_run:
@@ -140,7 +140,7 @@ class Drainer:
     def _release(self, node: str, evidence: dict, force: bool) -> list[Decision]:
         """A node someone resumed while observe held it in quarantine: released once its checks pass."""
         name = slurm.quarantine_name(node)
-        waiting = "" if force else self._not_passed(node)
+        waiting = "" if force else self._not_passed(node, evidence)
         if waiting:
             return self._record([Decision("node_resume_refused", node, name, f"resumed by someone else, kept in "
                                           f"reservation {name}: {waiting}", self.dry_run, evidence)])
@@ -166,9 +166,10 @@ class Drainer:
         ts, attrs = drains.row(-1)
         return {"ts": ts, "checks": (json.loads(attrs).get("evidence") or {}).get("checks") or {}}
 
-    def _not_passed(self, node: str) -> str:
+    def _not_passed(self, node: str, evidence: dict) -> str:
         """Why the checks ``node`` was drained for, and the extended re-check (``return_checks``), do
-        not allow a resume yet ('' when they do)."""
+        not allow a resume yet ('' when they do): their latest results in the store, or those just run
+        (``evidence['checks']``: a hook's results reach the store at the next central commit)."""
         drain = self._last_drain(node)
         if not drain or not drain["checks"]:
             return ""
@@ -178,7 +179,7 @@ class Drainer:
                    .with_columns(pl.col("attrs").str.json_path_match("$.check").alias("check"),
                                  pl.col("attrs").str.json_path_match("$.status").alias("status"))
                    .sort("ts").group_by("check").agg(pl.col("status").last()).collect())
-        latest = dict(results.iter_rows())
+        latest = dict(results.iter_rows()) | {c: r.get("status") for c, r in (evidence.get("checks") or {}).items()}
         waiting = [f"{c} ({latest.get(c) or 'not run'})" for c in needed if latest.get(c) != "PASS"]
         if waiting:
             return (f"checks that have not passed since the drain: {', '.join(waiting)}; run "

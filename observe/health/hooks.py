@@ -128,7 +128,7 @@ def _epilog(hook: Hook) -> None:
     elif not results or all(r.status is not Status.FAIL for r in results):
         hook.say(f"job {hook.job} {'failed' if failed else 'ended'}; no check failed on {hook.node}")
     if capture:
-        hook.store.write(_artifacts(hook, info, script))  # captured once, on the node that ran the script
+        hook.store.write(_artifacts(hook, info, script), deliver=True)  # captured once, on the node that ran the script
 
 
 def _prolog(hook: Hook) -> None:
@@ -150,7 +150,7 @@ def _gpus(hook: Hook, kind: str) -> None:
         return
     found = allocation.events(hook.node, hook.job, kind, numbers, gpus)
     if found.height:
-        hook.store.write(found)
+        hook.store.write(found, deliver=True)
 
 
 def _healthcheck(hook: Hook) -> None:
@@ -193,7 +193,7 @@ def _checks(hook: Hook, section: str, names: list[str] | None = None) -> list[Re
     if hook.kind == "epilog":
         overrides["job"] = hook.job  # gpu_procs: this job's processes must be gone
     results = run_checks(names, hook.policy, max(1.0, hook.left() - 5), overrides)
-    hook.store.write(as_events(results, hook.node, hook.policy.version))
+    hook.store.write(as_events(results, hook.node, hook.policy.version), deliver=True)
     for r in results:
         if r.status is not Status.PASS:
             hook.say(f"{r.check} {r.status.value}{' (' + r.action + ')' if r.action else ''}: {r.summary}")

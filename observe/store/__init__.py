@@ -40,7 +40,8 @@ from typing import BinaryIO, Protocol
 import polars as pl
 
 from observe.schema import EVENT_SCHEMA, KEY, conform, from_stored, to_stored
-from observe.store.compaction import COMPACT_FILE_ROWS, COMPACT_GRACE_S, COMPACT_SLICE_BYTES, file_slices, rows_in
+from observe.store.compaction import (COMPACT_FILE_ROWS, COMPACT_GRACE_S, COMPACT_SLICE_BYTES, batches, file_slices,
+                                      rows_in, settled)
 from observe.store.files import (DIR_MODE, FILE_MODE, UnsafeStore, atomic_file, check_dir, create_file, create_temp,
                                  fsync_path, open_nofollow, regular_names, store_group, subdirs, write_atomic)
 from observe.store.place import LocalPlace, Place, place_of
@@ -88,6 +89,7 @@ class Store:
                 pass  # created on first write; not a directory: writes fail, commands say so
         self.name = self.place.uri(self.root)  # an object store's without the query string's options
         self.events = self.root / "events"
+        self.inbox = self.root / "incoming" / "events"  # shipped segments, committed by adopt
         self.inputs = self.root / "inputs"
         self.table = EventTable(self.events, COMPACT_GRACE_S, self._creating, self.place)
         self._indexes: dict[str, IndexTable] = {}
@@ -115,9 +117,10 @@ class Store:
         """A file of the store as polars and delta-rs open it."""
         return self.place.uri(path)
 
-    def scan_files(self, files: list[Path]) -> pl.LazyFrame:
-        """Segment files of this store, in the stored layout (:func:`scan_segments`)."""
-        return scan_segments([self.uri(f) for f in files], self.table.options)
+    def scan_files(self, files: list[Path], paths_as: str | None = None) -> pl.LazyFrame:
+        """Segment files of this store, in the stored layout (:func:`scan_segments`); with
+        ``paths_as``, a column of that name holds each row's file (as :meth:`uri` names it)."""
+        return scan_segments([self.uri(f) for f in files], self.table.options, paths_as)
 
     def has_file(self, path: Path | PurePosixPath) -> bool:
         return self.place.exists(path)
@@ -164,19 +167,27 @@ class Store:
         """A new file of the store (FILE_MODE, its group), open for writing: see :func:`create_file`."""
         return self.place.create(path)
 
-    def write(self, df: pl.DataFrame) -> list[Path]:
-        """Write ``df`` (conformed to the schema) as one new segment per partition it touches."""
+    def write(self, df: pl.DataFrame, deliver: bool = False) -> list[Path]:
+        """Write ``df`` (conformed to the schema) as one new segment per partition it touches, each
+        committed. With ``deliver`` they go to ``incoming/`` instead, as a collector ships, and the
+        central ``observe compact`` commits them (:meth:`adopt`): what every node writes often (its
+        hooks' check results) does not contend for the table's log, and is seen once committed."""
         parts = split_partitions(conform(df))
-        return [self.write_partition(source, day, part.sort(*SEGMENT_ORDER)) for (source, day), part in parts.items()]
+        written = [self.write_partition(source, day, part.sort(*SEGMENT_ORDER), durable=not deliver, inbox=deliver)
+                   for (source, day), part in parts.items()]
+        return [f for f, _ in self.durable(written)] if deliver else written
 
-    def write_partition(self, source: str, day: str, df: pl.DataFrame, tag: str = "s", durable: bool = True) -> Path:
+    def write_partition(self, source: str, day: str, df: pl.DataFrame, tag: str = "s", durable: bool = True,
+                        inbox: bool = False) -> Path:
         """Write the rows of one partition (conformed, or as :func:`buffered_parts` gives them), in
-        their order, as a new segment named ``<tag>-<uuid>.parquet``. With ``durable=False`` the
-        segment stays under its hidden temporary name, which is returned: :meth:`publish` it."""
+        their order, as a new segment named ``<tag>-<uuid>.parquet`` (with ``inbox``, under
+        ``incoming/``). With ``durable=False`` the segment stays under its hidden temporary name,
+        which is returned: :meth:`publish` it."""
         if "header" not in df.columns:
             df = to_stored(df)
         self._mark(set(df.get_column("file_id").unique().drop_nulls().to_list()))
-        return self._write_file(df, self.events / f"source={source}" / f"date={day}", f"{tag}-{uuid.uuid4().hex}.parquet",
+        top = self.inbox if inbox else self.events
+        return self._write_file(df, top / f"source={source}" / f"date={day}", f"{tag}-{uuid.uuid4().hex}.parquet",
                                 durable=durable)
 
     def publish(self, temps: list[Path], commit: bool = True) -> list[tuple[Path, int]]:
@@ -264,7 +275,7 @@ class Store:
         (:mod:`observe.ship`): each is linked into the table's directory under its own name,
         committed, then unlinked from ``incoming``. A crash anywhere in between is finished by the
         next call (a name already live is not committed twice). Returns the segments committed."""
-        inbox = self.root / "incoming" / "events"
+        inbox = self.inbox
         found = self._shipped(inbox)
         if not found:
             return 0
@@ -444,40 +455,48 @@ class Store:
     def compact_many(self, partitions: list[Partition], min_segments: int = 2, file_rows: int = COMPACT_FILE_ROWS,
                      progress: Callable[[Partition, tuple[int, int]], None] | None = None,
                      pool: Pool | None = None) -> list[tuple[int, int]]:
-        """Merge each partition's segments into files of consecutive time slices, dropping duplicate
-        records, every column compressed harder than at ingest. Within a file, rows are in input order
-        (each input's lines together, in file order: 15% smaller than in time order, as neighbouring
-        lines share their text); the files' time ranges do not overlap, so a time filter reads only
-        the files it needs. Memory is bounded: each file is one time slice of at most about
-        ``file_rows`` rows and COMPACT_SLICE_BYTES of data, read with row-group pruning.
+        """Merge each partition's new segments and small compacted files (:meth:`_plan`) into files of
+        at most about ``file_rows`` rows and COMPACT_SLICE_BYTES of data, dropping duplicate records,
+        every column compressed harder than at ingest. Within a file, rows are in input order (each
+        input's lines together, in file order: 15% smaller than in time order, as neighbouring lines
+        share their text). A dated partition's merge is cut into consecutive time slices, so a time
+        filter reads only the files it needs; an undated one's is read once, in batches of segments.
+        Memory is bounded by the slice (or batch) and row-group pruning.
 
         Outputs replace their segments in commits of COMMIT_SEGMENTS outputs or more (a commit costs
         more than a small partition's rewrite; segments committed meanwhile are left for the next
-        run); :meth:`vacuum` deletes the replaced ones after the grace period. Returns (segments
+        run); :meth:`vacuum` deletes the replaced ones after the grace period. Returns (files
         replaced, rows written) of each partition compacted; ``progress`` hears of each.
 
-        Partitions are rewritten one after another, or by ``pool`` (an executor's ``map``: Ray
-        tasks) all at once, each by a store opened at this store's location; this process commits.
+        Batches are rewritten one after another, or by ``pool`` (an executor's ``map``: Ray tasks)
+        all at once, each by a store opened at this store's location; this process commits.
         """
         out: list[tuple[int, int]] = []
         with self.lock("compact"):
             live: dict[tuple[str, str], list[Path]] = {}
             for source, day, f in self._live():  # one listing: only this lock's holder removes files
                 live.setdefault((source, day), []).append(f)
-            work = [(p, live.get((p.source, p.date), [])) for p in partitions]
-            work = [(p, segs) for p, segs in work  # already compacted: nothing (a lone ingest segment is recompressed)
-                    if segs and not (len(segs) < min_segments and all(s.name.startswith("c-") for s in segs))]
-            dirs, segments = [p.path for p, _ in work], [segs for _, segs in work]
+            rows = {self.events / rel: n or 0 for rel, _, n, _ in self.table.files()}
+            plans = [(p, *self._plan(p, live.get((p.source, p.date), []), rows, min_segments, file_rows))
+                     for p in partitions]
+            plans = [plan for plan in plans if plan[1]]
+            dirs = [p.path for p, todo, _ in plans for _ in todo]
+            work = [batch for _, todo, _ in plans for batch in todo]
+            sizes = [slice_rows for _, todo, slice_rows in plans for _ in todo]
             if pool is None:
-                done = map(self._rewrite, dirs, segments, repeat(file_rows))
+                done = iter(map(self._rewrite, dirs, work, sizes))
             else:
-                done = pool.map(rewrite, repeat(self.location), dirs, segments, repeat(file_rows))
+                done = iter(pool.map(rewrite, repeat(self.location), dirs, work, sizes))
             replaced: list[Path] = []
             outputs: list[tuple[Path, int]] = []
-            for (partition, segs), (written, rows) in zip(work, done):
-                replaced += segs
-                outputs += written
-                out.append((len(segs), rows))
+            for partition, todo, _ in plans:
+                written = 0
+                for batch in todo:
+                    files, n = next(done)
+                    replaced += batch
+                    outputs += files
+                    written += n
+                out.append((sum(map(len, todo)), written))
                 if progress is not None:
                     progress(partition, out[-1])
                 if len(outputs) >= COMMIT_SEGMENTS:
@@ -486,10 +505,51 @@ class Store:
             self.table.replace(replaced, outputs)
         return out
 
+    def _plan(self, partition: Partition, segs: list[Path], rows: dict[Path, int], min_segments: int,
+              file_rows: int) -> tuple[list[list[Path]], int]:
+        """What one partition's compaction rewrites, as batches of files each read once, and the rows
+        an output file holds at most: its ingest segments and the compacted files not :func:`settled`,
+        with every file that shares a record with them (stored twice, or a last line stored while it
+        was written), in one batch to be de-duplicated together. A dated partition is one batch (cut
+        into time slices). Nothing when there is no ingest segment and fewer than ``min_segments``
+        small files (a lone ingest segment is recompressed)."""
+        small = [s for s in segs if s.name.startswith("c-") and not settled(rows.get(s, 0), file_rows)]
+        fresh = [s for s in segs if not s.name.startswith("c-")]
+        if not fresh and len(small) < min_segments:
+            return [], file_rows
+        file_rows = min(file_rows, rows_in([self.footer(s) for s in fresh + small], COMPACT_SLICE_BYTES))
+        small = [s for s in small if not settled(rows.get(s, 0), file_rows)]
+        if not fresh and len(small) < min_segments:
+            return [], file_rows
+        chosen = set(fresh + small)
+        merge = [s for s in segs if s in chosen]  # in path order (compacted files first)
+        kept = [s for s in segs if s not in chosen]
+        dated = partition.date != UNKNOWN_DATE
+        if not kept and (dated or sum(rows.get(s, 0) for s in merge) <= file_rows):
+            return [merge], file_rows
+        # which files share a record: keys hashed, files as codes (a key's collisions only join files)
+        path = pl.col("_path").cast(pl.Categorical)
+        keys = pl.struct(*KEY).hash().alias("_k")
+        found, ids = pl.collect_all([self.scan_files(merge, paths_as="_path").select(keys, path),
+                                     self.scan_files(merge).select(pl.col("file_id").unique())], engine="streaming")
+        together = set(found.filter(pl.col("_k").is_duplicated()).get_column("_path").unique().to_list())
+        if kept:  # row groups of other inputs are skipped by their file_id statistics
+            hits = (self.scan_files(kept, paths_as="_path").filter(pl.col("file_id").is_in(ids.to_series().implode()))
+                    .select(keys, path).join(found.lazy().select("_k").unique(), on="_k", how="semi").collect())
+            if hits.height:
+                shared = found.filter(pl.col("_k").is_in(hits.get_column("_k").implode()))
+                together |= set(hits.get_column("_path").to_list()) | set(shared.get_column("_path").to_list())
+                merge = [s for s in segs if s in chosen or self.uri(s) in together]
+        if dated:
+            return [merge], file_rows
+        todo = batches([rows.get(s, 0) for s in merge], [self.uri(s) in together for s in merge], file_rows)
+        return [[merge[i] for i in batch] for batch in todo], file_rows
+
     def _rewrite(self, directory: Path, segs: list[Path], file_rows: int) -> tuple[list[tuple[Path, int]], int]:
-        """One partition's compacted files, durable and not committed, with their rows; and all its rows."""
+        """Files of one partition merged into compacted files of about ``file_rows`` rows at most, durable
+        and not committed, with their rows; and all their rows."""
         scan = self.scan_files(segs)
-        slices = file_slices(scan, min(file_rows, rows_in([self.footer(s) for s in segs], COMPACT_SLICE_BYTES)))
+        slices = file_slices(scan, file_rows)
         name = f"c-{time.time_ns():016x}-{uuid.uuid4().hex[:8]}"  # names sort in time order
         rows, written = 0, []
         for i, where in enumerate(slices):
@@ -578,7 +638,7 @@ class Pool(Protocol):
 
 
 def rewrite(location: str, directory: Path, segs: list[Path], file_rows: int) -> tuple[list[tuple[Path, int]], int]:
-    """A partition's compaction outputs written by a store opened at ``location`` (in a pool's worker)."""
+    """A batch's compaction outputs written by a store opened at ``location`` (in a pool's worker)."""
     return Store(location)._rewrite(directory, segs, file_rows)
 
 

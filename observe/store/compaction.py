@@ -1,5 +1,5 @@
-"""Compaction's pieces: how long replaced segments stay, and how a partition is cut into files of
-bounded rows and memory."""
+"""Compaction's pieces: how long replaced segments stay, which files of a partition a compaction
+merges, and how they are cut into files of bounded rows and memory."""
 from __future__ import annotations
 
 import polars as pl
@@ -22,6 +22,31 @@ def rows_in(footers: list, nbytes: int) -> int:
         rows += md.num_rows
         size += sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
     return max(10_000, int(nbytes * rows / size)) if size else nbytes
+
+
+def settled(rows: int, file_rows: int) -> bool:
+    """Whether a compacted file of ``rows`` is left as it is: at least half a file. Each compaction
+    merges only a partition's new segments and smaller files, so a partition that keeps growing (today's,
+    the undated one) is not rewritten whole each time: a row is rewritten a few times at most."""
+    return rows >= file_rows // 2
+
+
+def batches(rows: list[int], together: list[bool], batch_rows: int) -> list[list[int]]:
+    """Files (by index, ``rows`` each) grouped into batches of about ``batch_rows`` rows, consecutive
+    in their order, so that each file is read once; the files marked ``together`` (they share records
+    to de-duplicate) make the first batch, however large."""
+    out: list[list[int]] = []
+    size = batch_rows
+    for i, n in enumerate(rows):
+        if together[i]:
+            continue
+        if size and size + n > batch_rows:
+            out.append([])
+            size = 0
+        out[-1].append(i)
+        size += n
+    first = [i for i, t in enumerate(together) if t]
+    return [first, *out] if first else out
 
 
 def file_slices(scan: pl.LazyFrame, file_rows: int) -> list[pl.Expr]:

@@ -123,11 +123,14 @@ class Partition:
 STORED_COLUMNS = pl.Schema(STORED_SCHEMA)
 
 
-def scan_segments(paths: Iterable[Path | str], storage_options: dict[str, str] | None = None) -> pl.LazyFrame:
+def scan_segments(paths: Iterable[Path | str], storage_options: dict[str, str] | None = None,
+                  paths_as: str | None = None) -> pl.LazyFrame:
     """Segments (paths or URLs) in the stored layout; a column a segment predates (``route``, from
-    before routes were kept) reads as null, which no check trusts."""
+    before routes were kept) reads as null, which no check trusts. With ``paths_as``, a column of that
+    name holds each row's file."""
     return pl.scan_parquet([str(p) for p in paths], schema=STORED_COLUMNS, missing_columns="insert",
-                           hive_partitioning=False, storage_options=storage_options or None)
+                           hive_partitioning=False, storage_options=storage_options or None,
+                           include_file_paths=paths_as)
 
 
 @cache
