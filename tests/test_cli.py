@@ -121,6 +121,18 @@ def test_query_filters_and_json(tmp_path: Path) -> None:
     assert re.search(r"\d+ events", stats.output)
 
 
+def test_retention_drops_old_days_and_keeps_lines_without_a_time_written_since(tmp_path: Path) -> None:
+    store = str(tmp_path / "s")
+    logs = [str(CORPUS / "real" / name) for name in ("xid.log", "nccl.log")]
+    assert runner.invoke(app, ["ingest", *logs, "--store", store]).exit_code == 0
+    dry = runner.invoke(app, ["retention", "--keep", "1d", "--dry-run", "--store", store])
+    assert dry.exit_code == 0 and "would drop kernel/" in dry.output and "unknown" not in dry.output, dry.output
+    done = runner.invoke(app, ["retention", "--keep", "1d", "--store", store])
+    assert done.exit_code == 0 and "dropped kernel/" in done.output, done.output
+    left = runner.invoke(app, ["stats", "--store", store]).output  # every dated partition went; lines
+    assert re.search(r"nccl\s+unknown", left) and not re.search(r"\s\d{4}-\d\d-\d\d\s", left), left  # without a time stay
+
+
 def test_rules_check_passes() -> None:
     result = runner.invoke(app, ["rules", "--check"])
     assert result.exit_code == 0 and "0 problem(s)" in result.output

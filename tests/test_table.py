@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 import duckdb
@@ -62,10 +63,13 @@ def test_other_engines_count_what_observe_counts(store: Store) -> None:
     assert sum(1 for _ in store.events.rglob("*.parquet")) == len(store.files()) and _agree(store) == n
 
     dated = [p for p in store.partitions() if p.date != "unknown"]
-    assert dated
-    store.expire("2100-01-01")
-    left = _agree(store)
-    assert left < n and all(p.date == "unknown" for p in store.partitions())
+    undated = store.scan().filter(pl.col("ts").is_null()).select(pl.len()).collect().item()
+    assert dated and undated
+    today = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    assert store.expire(today) == dated  # undated files written today stay ...
+    assert _agree(store) == undated and all(p.date == "unknown" for p in store.partitions())
+    assert {p.date for p in store.expire("2100-01-01")} == {"unknown"}  # ... until written before the cutoff
+    assert _agree(store) == 0
     history = [h["operation"] for h in DeltaTable(str(store.events)).history()]
     assert history.count("DELETE") == 1 and "WRITE" in history
 

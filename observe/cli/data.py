@@ -22,6 +22,7 @@ from observe.reader import input_files
 from observe.schema import DESCRIPTIONS, FIELDS
 from observe.timeparse import zone as tz_zone
 from observe.store import Store, StoreBusy
+from observe.store.layout import UNKNOWN_DATE
 from observe.spans import parse_span, parse_time
 from queries.search import first_line, search
 
@@ -202,8 +203,9 @@ def retention_cmd(
     store: StoreOpt = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be dropped; drop nothing.")] = False,
 ) -> None:
-    """Drop partitions older than --keep (events without a time are kept), in one commit; their files
-    are deleted after the grace period, as compaction's are."""
+    """Drop partitions older than --keep, in one commit, and events without a time (job output's NCCL
+    lines) whose file was written before then; their files are deleted after the grace period, as
+    compaction's are."""
     try:
         span = parse_span(keep)
     except ValueError as exc:
@@ -214,7 +216,8 @@ def retention_cmd(
     except StoreBusy as exc:
         fail(f"{exc} (a compaction is running: try again when it is done)")
     for p in dropped:
-        out.print(f"{'would drop' if dry_run else 'dropped'} {p.source}/{p.date}")
+        undated = " (its files written before the cutoff)" if p.date == UNKNOWN_DATE else ""
+        out.print(f"{'would drop' if dry_run else 'dropped'} {p.source}/{p.date}{undated}")
     out.print(f"{len(dropped)} partition(s) before {cutoff} {'would be ' if dry_run else ''}dropped")
 
 

@@ -32,7 +32,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from datetime import datetime
+from datetime import datetime, timezone
 from itertools import repeat
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Protocol
@@ -579,16 +579,24 @@ class Store:
         return [d.name for d in (index.iterdir() if index.is_dir() else ()) if (d / LOG_DIR).is_dir()]
 
     def expire(self, before: str, dry_run: bool = False) -> list[Partition]:
-        """Delete every dated partition older than ``before`` (``YYYY-MM-DD``); undated ones stay.
+        """Delete every dated partition older than ``before`` (``YYYY-MM-DD``, UTC), and the files of
+        undated partitions (job output's lines without a time) last written before it: such a line's
+        age is its file's, and a file is rewritten only while it is small (:func:`settled`), so a
+        store's undated part is bounded like the rest. Returns the partitions touched.
 
-        All go in one commit (readers stop seeing them at once); their files are deleted by the
-        next vacuum after the grace period, as compaction's are.
+        Dated partitions go in one commit, undated files in a second (readers stop seeing each at
+        once); their files are deleted by the next vacuum after the grace period, as compaction's are.
         """
-        datetime.strptime(before, "%Y-%m-%d")  # a date, nothing else, goes into the delete's predicate
+        cutoff = datetime.strptime(before, "%Y-%m-%d").replace(tzinfo=timezone.utc)  # a date, nothing else
         old = [p for p in self.partitions() if p.date != UNKNOWN_DATE and p.date < before]
+        written = int(cutoff.timestamp() * 1000)
+        stale = [self.events / rel for rel, _, _, mtime in self.table.files()
+                 if rel.split("/")[1] == f"date={UNKNOWN_DATE}" and mtime < written]
+        old += [p for p in self.partitions() if p.date == UNKNOWN_DATE and any(f.parent == p.path for f in stale)]
         if old and not dry_run:
             with self.lock("compact"):  # a compaction removing the same files would conflict
                 self.table.delete_before(before)
+                self.table.remove(stale)
             self.vacuum()
         return old
 

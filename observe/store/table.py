@@ -245,6 +245,10 @@ class EventTable(Table):
             if dt is not None:
                 dt.delete(f"date < '{day}' AND date <> 'unknown'")  # day: checked as a date by the caller
 
+    def remove(self, files: list[Path]) -> None:
+        """Remove ``files`` (their data goes: retention) in one commit."""
+        self._commit([], files, True)
+
     def _add(self, path: Path | PurePosixPath, rows: int, data_change: bool):
         """An add action; its statistics hold the row count, which engines answer count(*) from."""
         from deltalake.transaction import AddAction
