@@ -194,6 +194,24 @@ def test_an_undated_partition_is_compacted_in_batches_read_once(store: Store, tm
     assert sizes[-1] <= 24 and len(sizes) >= 5  # batches of about 20 rows (whole 8-row segments)
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_what_retention_dropped_is_not_stored_again(store: Store, tmp_path: Path, workers: int) -> None:
+    """Old files read again (rotated copies kept for months, a cron's ingest of /var/log) bring back
+    nothing retention dropped: no record before its cutoff, and no record without a time from a file
+    last written before it; a file written since keeps its lines without a time."""
+    today = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    assert store.expire(today) == [] and store.expired_before().strftime("%Y-%m-%d") == today
+    old, new = tmp_path / "kern.log.4", tmp_path / "slurm-9.out"
+    old.write_bytes(Path(LOGS[0]).read_bytes())  # dated lines from past years, and lines without a time
+    os.utime(old, (0, 1_600_000_000))
+    new.write_bytes(Path(LOGS[1]).read_bytes())  # NCCL lines without a time
+    done = ingest([str(old), str(new)], Store(store.root), workers=workers)
+    kept = _rows(store)
+    assert done.records > done.stored > 0 and done.expired == done.records - done.stored
+    assert set(kept.get_column("file_id")) == {kept.filter(pl.col("source") == "nccl").item(0, "file_id")}
+    assert kept.get_column("ts").null_count() == kept.height
+
+
 def test_queries_during_compaction_see_each_record_once(store: Store) -> None:
     """Readers in another process query while compactions (re)write the store's partitions."""
     for i in range(3):

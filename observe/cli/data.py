@@ -35,7 +35,8 @@ def _summary(s: Summary) -> None:
     out.print(
         f"[bold]{s.files}[/bold] file(s), {mb:.1f} MB in {s.seconds:.1f}s ({rate:.1f} MB/s): "
         f"{s.records} records, {s.parsed_pct:.1f}% parsed, {s.unparsed} unparsed, "
-        f"{s.stored} stored, {s.duplicates} already in the store, {s.blank} blank lines skipped",
+        f"{s.stored} stored, {s.duplicates} already in the store, {s.blank} blank lines skipped"
+        + (f", {s.expired} older than the store's retention (not stored again)" if s.expired else ""),
         highlight=False,
     )
     table = Table("kind", "records", box=None, pad_edge=False)
@@ -205,7 +206,7 @@ def retention_cmd(
 ) -> None:
     """Drop partitions older than --keep, in one commit, and events without a time (job output's NCCL
     lines) whose file was written before then; their files are deleted after the grace period, as
-    compaction's are."""
+    compaction's are. The store keeps the cutoff: a later ingest of old files stores none of it again."""
     try:
         span = parse_span(keep)
     except ValueError as exc:

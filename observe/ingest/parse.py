@@ -70,11 +70,15 @@ def parse_bytes(data: bytes, source: str, ctx: Context) -> pl.DataFrame:
 
 @dataclass(frozen=True)
 class ParseInput:
-    """One input inside a parse unit: its identity, job hint and offsets already stored."""
+    """One input inside a parse unit: its identity, job hint and offsets already stored, and what the
+    store's retention dropped (records before ``kept_from``; those without a time too when ``old``:
+    the input's file was last written before it)."""
 
     file_id: str
     job: str | None
     known: pl.DataFrame = field(default_factory=no_records)  # offset, text (hash of raw) already stored
+    kept_from: datetime | None = None
+    old: bool = False
 
 
 @dataclass
@@ -86,6 +90,7 @@ class Parsed:
     records: int = 0
     unparsed: int = 0
     duplicates: int = 0
+    expired: int = 0
     stored: int = 0
     kinds: dict[str, int] = field(default_factory=dict)
     boots: dict[str, datetime] = field(default_factory=dict)
@@ -121,6 +126,12 @@ def parse_unit(recs: pl.DataFrame, inputs: list[ParseInput], c: Collector, ctx: 
         fresh = keyed.join(pl.concat(known), on=["file_id", "offset", "text"], how="anti", maintain_order="left")
         done.duplicates = out.height - fresh.height
         out, order = fresh.drop("text", "_order"), fresh.get_column("_order")
+    if inputs[0].kept_from is not None:  # a re-ingest of an old file does not bring back what retention dropped
+        old = [i.file_id for i in inputs if i.old]
+        gone = out.select((pl.col("ts") < inputs[0].kept_from).fill_null(pl.col("file_id").is_in(old))).to_series()
+        if gone.any():
+            done.expired = int(gone.sum())
+            out, order = out.filter(~gone), order.filter(~gone)
     done.stored = out.height
     learn_boot_times(out, done.boots)
     done.parts = buffered_parts(out, order)

@@ -18,6 +18,7 @@ class Summary:
     records: int = 0
     stored: int = 0
     duplicates: int = 0
+    expired: int = 0  # older than the store's retention: not stored again
     unparsed: int = 0
     blank: int = 0
     seconds: float = 0.0
@@ -33,7 +34,7 @@ class Summary:
 
     def add(self, other: Summary) -> None:
         """Count ``other`` (another worker's part of the same run) in this one."""
-        for name in ("files", "bytes", "records", "stored", "duplicates", "unparsed", "blank"):
+        for name in ("files", "bytes", "records", "stored", "duplicates", "expired", "unparsed", "blank"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.kinds.update(other.kinds)
         self.sources.update(other.sources)

@@ -25,6 +25,7 @@ object store from one host, as a central committer does.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import stat
 import threading
@@ -56,6 +57,7 @@ __all__ = ["LegacyLayout", "Partition", "SegmentWriter", "Store", "StoreBusy", "
            "buffered_parts", "create_temp", "fsync_path", "no_records", "open_nofollow", "regular_names", "scan_segments",
            "subdirs", "write_atomic"]
 
+RETENTION = "retention.json"  # the last retention's cutoff (expired_before)
 SETTLED_S = 2.0  # an object store's input markers are listed again after this long
 
 
@@ -101,6 +103,7 @@ class Store:
         self._listed: tuple[float, set[str], set[str]] = (-1, set(), set())
         self._parsed: tuple[int, list[tuple[str, str, Path]]] = (-1, [])  # _live's, by table version
         self._rows: dict[Path, int] = {}  # rows of the segments written and not yet committed (the commit's statistics)
+        self._cutoff: datetime | None | bool = False  # expired_before's, once read
 
     def __repr__(self) -> str:
         return f"Store({self.name!r})"
@@ -593,12 +596,28 @@ class Store:
         stale = [self.events / rel for rel, _, _, mtime in self.table.files()
                  if rel.split("/")[1] == f"date={UNKNOWN_DATE}" and mtime < written]
         old += [p for p in self.partitions() if p.date == UNKNOWN_DATE and any(f.parent == p.path for f in stale)]
-        if old and not dry_run:
+        if not dry_run:
             with self.lock("compact"):  # a compaction removing the same files would conflict
-                self.table.delete_before(before)
-                self.table.remove(stale)
-            self.vacuum()
+                if old:
+                    self.table.delete_before(before)
+                    self.table.remove(stale)
+                self.place.put(self.root / RETENTION, json.dumps({"before": cutoff.isoformat()}).encode())
+                self._cutoff = cutoff
+            if old:
+                self.vacuum()
         return old
+
+    def expired_before(self) -> datetime | None:
+        """The cutoff of the store's last retention (:meth:`expire`), read once: ingest does not
+        store again what it dropped (an old file read again, a rotated copy kept for months)."""
+        if self._cutoff is False:
+            try:
+                self._cutoff = datetime.fromisoformat(json.loads(self.place.read_bytes(self.root / RETENTION))["before"])
+            except FileNotFoundError:
+                self._cutoff = None
+            except (ValueError, KeyError, TypeError):  # damaged: store everything rather than lose any
+                self._cutoff = None
+        return self._cutoff
 
     def repair(self) -> list[Path]:
         """Set aside the live segments that are damaged (moved to ``<root>/damaged/``, kept for a
