@@ -88,8 +88,11 @@ def test_check_results_wait_for_the_central_commit_and_the_drain_ledger_does_not
     kinds = store.scan(sources=["health"]).collect().get_column("kind").to_list()
     assert "node_drain" in kinds and "health_check" not in kinds and "job_artifacts" not in kinds
     assert len(list(store.inbox.rglob("*.parquet"))) == 2  # the check's result, the job's artifacts
+    stats = CliRunner().invoke(app, ["stats", "--store", str(store.root)])
+    assert "2 segment(s) in incoming/ not committed yet" in stats.output, stats.output
     assert [a["status"] for a in ledger(site, "health_check")] == ["FAIL"]
     assert store.table.snapshot()[0] == version + 1 and not list(store.inbox.rglob("*.parquet"))  # one commit
+    assert "incoming" not in CliRunner().invoke(app, ["stats", "--store", str(store.root)]).output
 
 
 @as_root

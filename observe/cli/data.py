@@ -3,6 +3,7 @@ commands."""
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -140,11 +141,16 @@ def demo_cmd(
 
 @command("stats")
 def stats_cmd(store: StoreOpt = None) -> None:
-    """What the store holds, per source and day (segments, rows, bytes)."""
+    """What the store holds, per source and day (segments, rows, bytes), and what collectors and
+    Slurm hooks delivered that `observe compact` has not committed yet."""
     s = existing_store(open_store(store))
     df = s.stats()
     if damaged := s.damaged():  # stats reads the log alone: look at the files too
         damaged_segments(damaged)
+    if waiting := s.waiting():
+        age = (time.time() * 1000 - min(ms for _, ms in waiting)) / 60_000
+        out.print(f"{len(waiting)} segment(s) in incoming/ not committed yet, the oldest {age:.0f} min old: "
+                  "they are seen once `observe compact` (central, every few minutes) commits them")
     if df.is_empty():
         out.print(f"{s.name}: empty store")
         return
@@ -162,9 +168,10 @@ def compact_cmd(
     engine_name: EngineOpt = None,
     ray_address: RayAddressOpt = None,
 ) -> None:
-    """Commit the segments collectors shipped; merge each partition's segments into files sorted by
-    time (committed in batches, duplicates dropped, memory bounded); delete segments replaced longer than
-    --grace ago; refresh the job index. Run it centrally every few minutes (cron or a timer).
+    """Commit the segments collectors and Slurm hooks delivered; merge each partition's new segments
+    and small files into files sorted by time (committed in batches, duplicates dropped, memory
+    bounded); delete segments replaced longer than --grace ago; refresh the job index. Run it
+    centrally every few minutes (cron or a timer).
 
     With --engine ray the partitions are rewritten by Ray tasks at once (every worker must reach the
     store at the same location); this process commits."""
@@ -180,7 +187,7 @@ def compact_cmd(
         with s.lock("compact"):
             adopted = s.adopt()
         if adopted:
-            out.print(f"committed {adopted} segment(s) collectors shipped")
+            out.print(f"committed {adopted} segment(s) collectors and hooks delivered")
         parts = s.partitions()
         order = {p: i for i, p in enumerate(parts, 1)}
 

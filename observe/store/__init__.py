@@ -295,6 +295,16 @@ class Store:
             self.place.delete(f)
         return len(new)
 
+    def waiting(self) -> list[tuple[Path | PurePosixPath, int]]:
+        """Segments delivered to ``incoming/`` and not committed yet, with their modification times (ms)."""
+        out = []
+        for f in self._shipped(self.inbox):
+            try:
+                out.append((f, self.place.stat(f)[1]))
+            except FileNotFoundError:  # committed meanwhile
+                pass
+        return out
+
     def _shipped(self, inbox: Path | PurePosixPath) -> list[Path | PurePosixPath]:
         """The segments collectors shipped to ``inbox`` (``source=*/date=*/<name>.parquet``)."""
         if not self.place.local:
