@@ -12,6 +12,7 @@ from pathlib import Path
 
 import polars as pl
 
+from conftest import committed
 from observe.collector import Context
 from observe.health import faults, policy
 from observe.ingest import parse_bytes
@@ -52,7 +53,7 @@ def _xid(at: datetime, bus: str, code: int = 48, pid: int = 999) -> str:
 def test_prolog_and_epilog_record_the_jobs_gpus_and_faults_name_the_job(tmp_path: Path) -> None:
     _hook("prolog", tmp_path)
     _hook("epilog", tmp_path)
-    store = Store(tmp_path / "store")
+    store = committed(tmp_path / "store")  # the hooks deliver; the central compaction commits
     held = store.scan(sources=["health"]).filter(pl.col("kind").str.starts_with("gpu_")).sort("ts", "gpu").collect()
     assert held.select("kind", "gpu", "job_id").rows() == [
         ("gpu_allocated", "0000:3b:00", "4242"), ("gpu_allocated", "0000:5d:00", "4242"),  # minor 3 and minor 1
@@ -73,7 +74,7 @@ def test_prolog_and_epilog_record_the_jobs_gpus_and_faults_name_the_job(tmp_path
 def test_no_gpus_or_no_nvml_records_nothing_and_says_why(tmp_path: Path) -> None:
     _hook("prolog", tmp_path, SLURM_JOB_GPUS="")
     _hook("prolog", tmp_path, OBSERVE_NVML_READINGS=str(tmp_path / "missing.json"))
-    assert not Store(tmp_path / "store").scan(sources=["health"]).filter(
+    assert not committed(tmp_path / "store").scan(sources=["health"]).filter(
         pl.col("kind").str.starts_with("gpu_")).collect().height
     assert "job 4242's GPUs [1, 3] not recorded" in (tmp_path / "hook.log").read_text()
 
