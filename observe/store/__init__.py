@@ -601,21 +601,22 @@ class Store:
         once); their files are deleted by the next vacuum after the grace period, as compaction's are.
         """
         cutoff = datetime.strptime(before, "%Y-%m-%d").replace(tzinfo=timezone.utc)  # a date, nothing else
-        old = [p for p in self.partitions() if p.date != UNKNOWN_DATE and p.date < before]
+        dated = [p for p in self.partitions() if p.date != UNKNOWN_DATE and p.date < before]
         written = int(cutoff.timestamp() * 1000)
         stale = [self.events / rel for rel, _, _, mtime in self.table.files()
                  if rel.split("/")[1] == f"date={UNKNOWN_DATE}" and mtime < written]
-        old += [p for p in self.partitions() if p.date == UNKNOWN_DATE and any(f.parent == p.path for f in stale)]
+        undated = [p for p in self.partitions() if p.date == UNKNOWN_DATE and any(f.parent == p.path for f in stale)]
         if not dry_run:
             with self.lock("compact"):  # a compaction removing the same files would conflict
-                if old:
+                if dated:
                     self.table.delete_before(before)
+                if stale:
                     self.table.remove(stale)
                 self.place.put(self.root / RETENTION, json.dumps({"before": cutoff.isoformat()}).encode())
                 self._cutoff = cutoff
-            if old:
+            if dated or stale:
                 self.vacuum()
-        return old
+        return dated + undated
 
     def expired_before(self) -> datetime | None:
         """The cutoff of the store's last retention (:meth:`expire`), read once: ingest does not
