@@ -36,11 +36,11 @@ def batches(rows: list[int], together: list[bool], batch_rows: int) -> list[list
     in their order, so that each file is read once; the files marked ``together`` (they share records
     to de-duplicate) make the first batch, however large."""
     out: list[list[int]] = []
-    size = batch_rows
+    size = 0
     for i, n in enumerate(rows):
         if together[i]:
             continue
-        if size and size + n > batch_rows:
+        if not out or (size and size + n > batch_rows):  # a file larger than a batch makes one alone
             out.append([])
             size = 0
         out[-1].append(i)
