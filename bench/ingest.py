@@ -4,6 +4,7 @@
     python bench/ingest.py --layouts syslog      # one of demo, syslog, jobs
     python bench/ingest.py --runs 3              # alternate the parsers 3 times; medians (a noisy machine)
     python bench/ingest.py --fair                # also bench/baseline.py (every rule of observe's, same kinds)
+    python bench/ingest.py --profile             # also where observe's CPU goes, stage by stage (bench/ingest_profile.py)
 
 Layouts (generated once, reused):
 - ``demo``: ``observe.simulate``'s cluster (``--gb``, default 0.2 GB): Slurm, syslog, dmesg, nvidia-smi, job output.
@@ -159,6 +160,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--runs", type=int, default=1, help="runs of each, alternating; medians are reported")
     ap.add_argument("--fair", action="store_true", help="also run bench/baseline.py (observe's rules, per line)")
+    ap.add_argument("--profile", action="store_true",
+                    help="also print where observe's CPU goes on each layout, stage by stage (one worker)")
     args = ap.parse_args()
     layouts = [name.strip() for name in args.layouts.split(",") if name.strip()]
     unknown = sorted(set(layouts) - set(LAYOUTS))
@@ -169,6 +172,9 @@ def main() -> None:
         logs = generated(layout, args.dir, args.gb, args.seed)
         shutil.rmtree(stores, ignore_errors=True)
         bench(layout, logs, stores, args.runs, args.fair)
+        if args.profile:
+            subprocess.run([sys.executable, str(HERE / "ingest_profile.py"), str(logs)], check=True)
+            print(flush=True)
     shutil.rmtree(stores, ignore_errors=True)
 
 
