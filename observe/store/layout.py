@@ -106,11 +106,15 @@ def _write(df: pl.DataFrame, f: BinaryIO, levels: dict[str, int], dictionary: li
     table = df.to_arrow(compat_level=pl.CompatLevel.newest())
     if not table.schema.equals(WRITE_SCHEMA):  # a cast imports pyarrow.compute (0.15 s) the first time
         table = table.cast(WRITE_SCHEMA)
+    # encoded into memory, then written at once: a Python file object takes each page through the
+    # interpreter, whose lock the parse threads hold (dozens of writes a segment, each waiting for it)
+    encoded = pa.BufferOutputStream()
     parquet().write_table(
-        table, f, compression={c: "zstd" if c in levels else "none" for c in STORED_SCHEMA.names},
+        table, encoded, compression={c: "zstd" if c in levels else "none" for c in STORED_SCHEMA.names},
         compression_level=levels, row_group_size=ROW_GROUP_ROWS, use_dictionary=dictionary,
         column_encoding=COLUMN_ENCODINGS, write_statistics=STATISTICS_COLUMNS, write_batch_size=WRITE_BATCH_ROWS,
         store_schema=False)
+    f.write(encoded.getvalue())
 
 
 @dataclass(frozen=True)
