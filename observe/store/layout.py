@@ -102,8 +102,10 @@ def write_compacted(df: pl.DataFrame, f: BinaryIO) -> None:
 
 def _write(df: pl.DataFrame, f: BinaryIO, levels: dict[str, int], dictionary: list[str]) -> None:
     # polars' string views go to the encoder as they are (no conversion to Arrow's offsets layout);
-    # the file records plain Parquet types, which every reader maps to strings
-    table = df.to_arrow(compat_level=pl.CompatLevel.newest())
+    # the file records plain Parquet types, which every reader maps to strings. A segment's rows come
+    # in one chunk per parse unit: made one first (the views alone are copied), the export and the
+    # encoder take one array per column (real-shaped syslog, 360 segments: 9% less CPU)
+    table = df.rechunk().to_arrow(compat_level=pl.CompatLevel.newest())
     if not table.schema.equals(WRITE_SCHEMA):  # a cast imports pyarrow.compute (0.15 s) the first time
         table = table.cast(WRITE_SCHEMA)
     # encoded into memory, then written at once: a Python file object takes each page through the
