@@ -31,11 +31,11 @@ from observe.store import SegmentWriter, Store
 PARSE_THREADS = 4
 
 
-def _open(summary: Summary, store: Store, pipe: Pipeline, path: str, file_id: str, job: str | None,
+def _open(summary: Summary, store: Store, pipe: Pipeline, mtime: float, file_id: str, job: str | None,
           known: pl.DataFrame | None = None) -> ParseInput:
     """One input entering the run: ``known`` (its records already stored, as planned) is asked of
     the store when not given, and again when the same identity comes twice in one run; with the
-    store's retention cutoff, and whether ``path`` was last written before it."""
+    store's retention cutoff, and whether the input was last written (``mtime``) before it."""
     again = file_id in summary.file_ids
     if again:  # the same identity twice in one run: make the first one visible
         pipe.flush()
@@ -45,11 +45,7 @@ def _open(summary: Summary, store: Store, pipe: Pipeline, path: str, file_id: st
         known = store.known(file_id)
     store.note_inputs([file_id])  # marked with the next segment: one marker file for many inputs
     cutoff = store.expired_before()
-    try:
-        old = cutoff is not None and os.stat(path).st_mtime < cutoff.timestamp()
-    except OSError:  # a stream
-        old = False
-    return ParseInput(file_id, job, known, cutoff, old)
+    return ParseInput(file_id, job, known, cutoff, cutoff is not None and mtime < cutoff.timestamp())
 
 
 def ingest_file(path: str, store: Store, source: str = "auto", node: str | None = None,
@@ -92,7 +88,7 @@ def ingest_file(path: str, store: Store, source: str = "auto", node: str | None 
             file_id, job, known = planned.file_id, job or job_from_name(path), planned.known
         else:
             (file_id, job), known = identity(path, head, node, job, boot_time if c.source == "kernel" else None), None
-        one = _open(summary, store, pipe, path, file_id, job, known)
+        one = _open(summary, store, pipe, mtime, file_id, job, known)
         ctx = Context(node=node, job_id=one.job, boot_time=booted,
                       reference_time=datetime.fromtimestamp(mtime, timezone.utc), tz=tz,
                       header=sample[0] if len(sample) else None, route=route)
@@ -163,7 +159,7 @@ def _batches(planned: list[Planned], store: Store, pipe: Pipeline, summary: Summ
             yield memoryview(buf)[:used], sizes, inputs
             buf, used, sizes, inputs = _unit_buffer(n), 0, [], []
             buf[:n] = np.frombuffer(mine, np.uint8)
-        one = _open(summary, store, pipe, path, file_id, job, known)
+        one = _open(summary, store, pipe, p.mtime, file_id, job, known)
         if n:
             if buf[used + n - 1] != 10:
                 buf[used + n] = 10

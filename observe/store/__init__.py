@@ -601,11 +601,12 @@ class Store:
         once); their files are deleted by the next vacuum after the grace period, as compaction's are.
         """
         cutoff = datetime.strptime(before, "%Y-%m-%d").replace(tzinfo=timezone.utc)  # a date, nothing else
-        dated = [p for p in self.partitions() if p.date != UNKNOWN_DATE and p.date < before]
+        parts = self.partitions()
+        dated = [p for p in parts if p.date != UNKNOWN_DATE and p.date < before]
         written = int(cutoff.timestamp() * 1000)
         stale = [self.events / rel for rel, _, _, mtime in self.table.files()
                  if rel.split("/")[1] == f"date={UNKNOWN_DATE}" and mtime < written]
-        undated = [p for p in self.partitions() if p.date == UNKNOWN_DATE and any(f.parent == p.path for f in stale)]
+        undated = [p for p in parts if p.date == UNKNOWN_DATE and any(f.parent == p.path for f in stale)]
         if not dry_run:
             with self.lock("compact"):  # a compaction removing the same files would conflict
                 if dated:
@@ -624,9 +625,7 @@ class Store:
         if self._cutoff is False:
             try:
                 self._cutoff = datetime.fromisoformat(json.loads(self.place.read_bytes(self.root / RETENTION))["before"])
-            except FileNotFoundError:
-                self._cutoff = None
-            except (ValueError, KeyError, TypeError):  # damaged: store everything rather than lose any
+            except (FileNotFoundError, ValueError, KeyError, TypeError):  # none, or damaged: store everything
                 self._cutoff = None
         return self._cutoff
 
