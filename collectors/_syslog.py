@@ -313,33 +313,79 @@ def _rfc5424(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
     )
     return _common(g, tp.iso(pl.col("stamp")), _nil(pl.col("host")), severity_from_pri(pl.col("pri")))
 
+# journalctl -o json, as systemd's own code prints a field (source: systemd/systemd src/shared/logs-show.c
+#   (002951ce) update_json_data and output_json): a string when its value is printable UTF-8, else an array
+#   of its bytes (json_variant_new_array_bytes); null when name and value reach JSON_THRESHOLD (4096 bytes)
+#   and --all was not given; and a field an entry holds more than once (any sender may: ``MESSAGE=`` twice
+#   in one datagram) an array of those values. The fields read here, and whether a value is anything but a
+#   string (then the entry is decoded in Python: such entries are rare, and a user may send any of them).
+JOURNAL_FIELDS = ("__REALTIME_TIMESTAMP", "_TRANSPORT", "_UID", "_HOSTNAME", "PRIORITY", "SYSLOG_IDENTIFIER", "_COMM",
+                  "_PID", "SYSLOG_PID", "MESSAGE")
+NOT_A_STRING = r'"(?:' + "|".join(JOURNAL_FIELDS) + r')"\s*:\s*[^\s"]'
+
+
+def journal_value(value: object) -> str | None:
+    """One journal field's text from its JSON value (see JOURNAL_FIELDS): bytes decoded (invalid
+    UTF-8 replaced), several values one per line, an omitted one (null) None."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        if value and all(isinstance(b, int) and 0 <= b < 256 for b in value):
+            return bytes(value).decode("utf-8", "replace")
+        texts = [t for t in (journal_value(v) if not isinstance(v, list) or _flat(v) else None for v in value) if t is not None]
+        return "\n".join(texts) if texts else None
+    return str(value) if isinstance(value, (int, float)) else None  # no form journald prints
+
+
+def _flat(values: list) -> bool:
+    return all(not isinstance(v, (list, dict)) for v in values)
+
+
+def _journal_entry(raw: str) -> dict[str, str | None]:
+    """The fields of one entry that holds a value other than a string; a line that is no JSON
+    object gives none (the line is then unparsed)."""
+    try:
+        entry = json.loads(raw)
+    except (ValueError, RecursionError):
+        return {}
+    if not isinstance(entry, dict):
+        return {}
+    fields = {name: journal_value(entry.get(name)) for name in JOURNAL_FIELDS}
+    # journald sets "_" fields itself, each once: anything else there is no statement of journald's
+    fields.update({name: entry[name] if isinstance(entry.get(name), str) else None for name in ("_TRANSPORT", "_UID")})
+    for one in ("SYSLOG_IDENTIFIER", "_COMM", "_PID", "SYSLOG_PID", "PRIORITY", "_HOSTNAME", "__REALTIME_TIMESTAMP"):
+        fields[one] = (fields[one] or "").split("\n", 1)[0] or None  # several: the first
+    fields["omitted"] = "MESSAGE" if "MESSAGE" in entry and entry["MESSAGE"] is None else None
+    return fields
+
+
 def _json(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
     raw = pl.col("raw")
-
-    def field(name: str) -> pl.Expr:
-        return raw.str.json_path_match(f"$.{name}")
-
-    usec = field("__REALTIME_TIMESTAMP").cast(pl.Int64, strict=False)
+    odd = part.select(raw.str.contains(NOT_A_STRING).fill_null(False)).to_series().arg_true()
+    fields = part.select(raw.str.json_path_match(f"$.{name}").alias(name) for name in JOURNAL_FIELDS)
+    fields = fields.with_columns(pl.lit(None, dtype=pl.String).alias("omitted"))
+    if len(odd):
+        decoded = [_journal_entry(r) for r in part.get_column("raw").gather(odd)]
+        fixed = pl.DataFrame({name: [d.get(name) for d in decoded] for name in fields.columns},
+                             schema={name: pl.String for name in fields.columns})
+        fields = scatter_rows(fields, odd, fixed)
+    f = pl.col
+    usec = f("__REALTIME_TIMESTAMP").cast(pl.Int64, strict=False)
     ts = pl.from_epoch(usec, time_unit="us").dt.replace_time_zone("UTC")
     # journald sets the fields that start with "_" itself; SYSLOG_IDENTIFIER is whatever the sender
     # said (``logger -t kernel``): only the kernel transport makes a kernel line, only a system
     # account's entry a Slurm daemon's
-    kernel = field("_TRANSPORT") == "kernel"
-    system = field("_UID").cast(pl.Int64, strict=False) <= provenance.policy()["system_uid_max"]
+    kernel = (f("_TRANSPORT") == "kernel").fill_null(False)
+    system = (f("_UID").cast(pl.Int64, strict=False) <= provenance.policy()["system_uid_max"]).fill_null(False)
     route = pl.when(kernel).then(pl.lit("journal_kernel")).when(system).then(pl.lit("journal_system")) \
         .otherwise(pl.lit("journal_user"))
-    tag = pl.when(kernel).then(pl.lit("kernel")).otherwise(pl.coalesce(field("SYSLOG_IDENTIFIER"), field("_COMM")))
-    out = part.select(
-        "raw", "offset", ts.alias("ts"), field("_HOSTNAME").alias("node"),
-        severity_from_pri(field("PRIORITY")).alias("severity"), tag.alias("program"),
-        pl.coalesce(field("_PID"), field("SYSLOG_PID")).cast(pl.Int64, strict=False).alias("pid"),
-        field("MESSAGE").alias("message"), pl.lit(None, dtype=pl.String).alias("attrs"), route.alias("route"),
+    tag = pl.when(kernel).then(pl.lit("kernel")).otherwise(pl.coalesce(f("SYSLOG_IDENTIFIER"), f("_COMM")))
+    entry = f("__REALTIME_TIMESTAMP").is_not_null()
+    message = pl.when(f("omitted").is_not_null()).then(pl.lit("")).otherwise(f("MESSAGE"))
+    return pl.concat([part.select("raw", "offset"), fields], how="horizontal").select(
+        "raw", "offset", ts.alias("ts"), f("_HOSTNAME").alias("node"),
+        severity_from_pri(f("PRIORITY")).alias("severity"), tag.alias("program"),
+        pl.coalesce(f("_PID"), f("SYSLOG_PID")).cast(pl.Int64, strict=False).alias("pid"),
+        pl.when(entry).then(message).alias("message"), attrs_json([("omitted", f("omitted"))]).alias("attrs"),
+        pl.when(entry).then(route).alias("route"),
     )
-    # journald writes a MESSAGE that is not valid UTF-8 (or holds control characters) as an array
-    # of byte values: decoded, invalid bytes replaced (such lines are rare: a Python loop over them)
-    rows = out.select(raw.str.contains(r'"MESSAGE"\s*:\s*\[').fill_null(False)).to_series().arg_true()
-    if len(rows):
-        msgs = out.get_column("message").gather(rows)
-        decoded = [bytes(json.loads(m)).decode("utf-8", "replace") if m else m for m in msgs]
-        out = out.with_columns(out.get_column("message").scatter(rows, pl.Series(decoded, dtype=pl.String)))
-    return out

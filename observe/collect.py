@@ -20,6 +20,7 @@ from pathlib import Path
 import polars as pl
 
 from observe import collector as registry
+from observe.printable import printable
 from observe.collector import Collector, Context
 from observe.ingest import (InputError, ParseInput, choose, job_from_name, joined_records, last_record_start,
                             parse_unit, sample_of)
@@ -54,6 +55,7 @@ class Counters:
     dropped_bytes: int = 0
     source_lost: int = 0  # records a source overwrote before they were read (kmsg ring buffer)
     truncated_records: int = 0  # lines longer than max_record, stored cut
+    quarantined_records: int = 0  # records a parser failed on, stored unparsed (attrs.parse_error)
     refused_files: int = 0  # files not opened: a link or FIFO where a log was (each path once)
     command_failures: int = 0
     last_error: str = ""
@@ -308,6 +310,10 @@ class NodeCollector:
         self.counters.records += parsed.records
         self.counters.unparsed += parsed.unparsed
         self.counters.stored += parsed.stored
+        if parsed.quarantined:
+            self.counters.quarantined_records += parsed.quarantined
+            self.counters.last_error = f"{c.name}: {parsed.quarantined} record(s) stored unparsed: {parsed.error}"
+            print(f"observe collect: {printable(self.counters.last_error)}", file=sys.stderr, flush=True)
 
     def _spooled(self, source: str, day: str, part: pl.DataFrame, batch: int) -> None:
         """One durable segment of ``batch`` in the spool. The spool is no table: its commit is

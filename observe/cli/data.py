@@ -19,6 +19,7 @@ from observe.cli.base import (EngineOpt, RayAddressOpt, StoreOpt, command_table,
                               fail, one_line, open_store, out)
 from observe.ingest import InputError, Summary, ingest
 from observe.ingest.pool import WorkerError
+from observe.printable import printable
 from observe.reader import input_files
 from observe.schema import DESCRIPTIONS, FIELDS
 from observe.timeparse import zone as tz_zone
@@ -40,6 +41,9 @@ def _summary(s: Summary) -> None:
         + (f", {s.expired} older than the store's retention (not stored again)" if s.expired else ""),
         highlight=False,
     )
+    if s.quarantined:
+        err.print(f"{s.quarantined} record(s) could not be parsed and were stored unparsed (attrs.parse_error); "
+                  f"the first: {printable(s.parse_error)}", highlight=False, markup=False)
     table = Table("kind", "records", box=None, pad_edge=False)
     for kind, n in s.kinds.most_common():
         table.add_row(kind, str(n))

@@ -3,6 +3,7 @@
 with both clocks tell of a node's boot time."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -43,8 +44,8 @@ def finalize(df: pl.DataFrame, c: Collector, ctx: Context, file_id: str | None =
         short_host(pl.coalesce(pl.col("node"), given)).alias("node"),
         pl.coalesce(pl.col("job_id").cast(pl.String), job_hint).alias("job_id"),
         pl.coalesce(pl.col("source"), pl.lit(c.source)).alias("source"),
-        pl.coalesce(pl.col("route"), pl.lit(provenance.input_route(ctx.route, c.relayed), dtype=pl.String)).alias("route"),
-    )  # journald's entries have their own route
+        _route(ctx, c).alias("route"),
+    )
     if provenance.user_written(ctx.route):  # the node a user's text names is only a claim (attrs.claimed_node)
         claim = pl.when(pl.col("node") != given.fill_null("")).then(pl.col("node"))
         df = df.with_columns(given.alias("node"), merge_attrs(pl.col("attrs"), attrs_json([("claimed_node", claim)])).alias("attrs"))
@@ -56,6 +57,14 @@ def finalize(df: pl.DataFrame, c: Collector, ctx: Context, file_id: str | None =
         per_value(pl.col("gpu"), gpu_ids).alias("gpu"),
     ).drop("_ok", *(["_job"] if "_job" in df.columns else []))
     return conform(rules.enrich(df))
+
+
+def _route(ctx: Context, c: Collector) -> pl.Expr:
+    """Each record's route: the input's, or where the input itself is trusted (or is a stream of
+    entries with no route of its own) the route a record says it took (journald's entries): a file a
+    user may write cannot make its lines the kernel's."""
+    given = pl.lit(provenance.input_route(ctx.route, c.relayed), dtype=pl.String)
+    return pl.coalesce(pl.col("route"), given) if ctx.route is None or provenance.is_trusted(ctx.route) else given
 
 
 def parse_bytes(data: bytes, source: str, ctx: Context) -> pl.DataFrame:
@@ -95,6 +104,9 @@ class Parsed:
     kinds: dict[str, int] = field(default_factory=dict)
     boots: dict[str, datetime] = field(default_factory=dict)
     nbytes: int = 0  # the unit's text, which its rows (views into it) keep alive
+    quarantined: int = 0  # records no parse could read, stored unparsed (attrs.parse_error)
+    error: str = ""  # the first such record's reason
+    bisections: int = 0
 
 
 def parse_unit(recs: pl.DataFrame, inputs: list[ParseInput], c: Collector, ctx: Context) -> Parsed:
@@ -104,21 +116,12 @@ def parse_unit(recs: pl.DataFrame, inputs: list[ParseInput], c: Collector, ctx: 
         recs = recs.filter(~blank)
     if not recs.height:
         return Parsed(blank=int(blank.sum()))
-    out = c.parse(recs, ctx)
-    order = out.get_column("offset")  # file order (a batch: input by input), restored when splitting
-    if len(inputs) == 1:
-        out = out.with_columns(pl.lit(inputs[0].file_id).alias("file_id"),
-                               pl.lit(inputs[0].job, dtype=pl.String).alias("_job"))
-    else:  # the input's index rides in the offset's high bits through the collector
-        hints = pl.DataFrame({"_in": range(len(inputs)), "file_id": [i.file_id for i in inputs],
-                              "_job": [i.job for i in inputs]}, schema={"_in": pl.Int64, "file_id": pl.String, "_job": pl.String})
-        out = out.with_columns((pl.col("offset") // (1 << INPUT_BITS)).alias("_in"),
-                               (pl.col("offset") % (1 << INPUT_BITS)).alias("offset"))
-        out = out.join(hints, on="_in", how="left", maintain_order="left").drop("_in")
-    out = finalize(out, c, ctx)
-    kinds = out.get_column("kind").value_counts()
-    done = Parsed(blank=int(blank.sum()), records=out.height, kinds=dict(kinds.iter_rows()),
-                  nbytes=int(recs.get_column("raw").str.len_bytes().sum()))
+    done = Parsed(blank=int(blank.sum()))
+    out = pl.concat(contained(recs, lambda r: _events(r, inputs, c, ctx),
+                              lambda r, why: _quarantined(r, why, inputs, c, ctx), done), how="vertical_relaxed")
+    order, out = out.get_column("_order"), out.drop("_order")  # file order (a batch: input by input)
+    done.records, done.kinds = out.height, dict(out.get_column("kind").value_counts().iter_rows())
+    done.nbytes = int(recs.get_column("raw").str.len_bytes().sum())
     done.unparsed = done.kinds.get("unparsed", 0)
     known = [i.known.with_columns(pl.lit(i.file_id).alias("file_id")) for i in inputs if i.known.height]
     if known:  # a record is a duplicate only if the same input holds the same text at that offset
@@ -136,6 +139,60 @@ def parse_unit(recs: pl.DataFrame, inputs: list[ParseInput], c: Collector, ctx: 
     learn_boot_times(out, done.boots)
     done.parts = buffered_parts(out, order)
     return done
+
+
+# A parse unit's records are bisected at most this many times to find the ones a parser fails on;
+# past it, a failing part is set aside whole (a collector failing on every record costs no more).
+BISECTIONS = 256
+
+
+def contained(recs: pl.DataFrame, events: Callable[[pl.DataFrame], pl.DataFrame],
+              aside: Callable[[pl.DataFrame, str], pl.DataFrame], done: Parsed) -> list[pl.DataFrame]:
+    """``events`` of ``recs``; where it raises, of each half, down to the records it fails on alone,
+    which ``aside`` stores as unparsed with the reason (``done.quarantined`` counts them, ``done.error``
+    keeps the first reason). One record a parser cannot read never takes its neighbours, its input or
+    the run with it, and never stops a collector on the same bytes again."""
+    try:
+        return [events(recs)]
+    except (Exception, pl.exceptions.PanicException) as exc:  # polars' panics are BaseExceptions
+        why = f"{type(exc).__name__}: {exc}"[:300]
+        if recs.height == 1 or done.bisections >= BISECTIONS:
+            done.quarantined += recs.height
+            done.error = done.error or why
+            return [aside(recs, why)]
+        done.bisections += 1
+        half = recs.height // 2
+        return contained(recs[:half], events, aside, done) + contained(recs[half:], events, aside, done)
+
+
+def _events(recs: pl.DataFrame, inputs: list[ParseInput], c: Collector, ctx: Context) -> pl.DataFrame:
+    """The collector's parse, each input's hints, ``finalize``; ``_order``: the records' file order."""
+    out = c.parse(recs, ctx)
+    order = out.get_column("offset")
+    return finalize(_with_inputs(out, inputs), c, ctx).with_columns(order.alias("_order"))
+
+
+def _quarantined(recs: pl.DataFrame, why: str, inputs: list[ParseInput], c: Collector, ctx: Context) -> pl.DataFrame:
+    """Records no parse could read, as unparsed events of their input with ``attrs.parse_error``."""
+    out = recs.select("raw", "offset", pl.col("raw").alias("message"), pl.lit("unparsed").alias("kind"),
+                      pl.lit(c.source).alias("source"), pl.lit("info").alias("severity"),
+                      pl.lit(ctx.node, dtype=pl.String).alias("node"),
+                      pl.lit(provenance.input_route(ctx.route, c.relayed), dtype=pl.String).alias("route"),
+                      attrs_json([("parse_error", pl.lit(why))]).alias("attrs"))
+    out = _with_inputs(out, inputs)
+    job = pl.col("_job") if "_job" in out.columns else pl.lit(ctx.job_id, dtype=pl.String)
+    return conform(out.with_columns(job.alias("job_id")).drop("_job")).with_columns(recs.get_column("offset").alias("_order"))
+
+
+def _with_inputs(out: pl.DataFrame, inputs: list[ParseInput]) -> pl.DataFrame:
+    """``file_id`` and ``_job`` (the job hint) of each row's input."""
+    if len(inputs) == 1:
+        return out.with_columns(pl.lit(inputs[0].file_id).alias("file_id"), pl.lit(inputs[0].job, dtype=pl.String).alias("_job"))
+    # the input's index rides in the offset's high bits through the collector
+    hints = pl.DataFrame({"_in": range(len(inputs)), "file_id": [i.file_id for i in inputs],
+                          "_job": [i.job for i in inputs]}, schema={"_in": pl.Int64, "file_id": pl.String, "_job": pl.String})
+    out = out.with_columns((pl.col("offset") // (1 << INPUT_BITS)).alias("_in"), (pl.col("offset") % (1 << INPUT_BITS)).alias("offset"))
+    return out.join(hints, on="_in", how="left", maintain_order="left").drop("_in")
 
 
 def learn_boot_times(events: pl.DataFrame, known: dict[str, datetime]) -> None:

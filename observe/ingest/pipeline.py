@@ -265,6 +265,8 @@ def _store_unit(parsed: Parsed, c: Collector, ctx: Context, writer: SegmentWrite
     summary.blank += parsed.blank
     summary.records += parsed.records
     summary.unparsed += parsed.unparsed
+    summary.quarantined += parsed.quarantined
+    summary.parse_error = summary.parse_error or parsed.error
     summary.kinds.update(parsed.kinds)
     summary.duplicates += parsed.duplicates
     summary.expired += parsed.expired

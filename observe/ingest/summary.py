@@ -20,6 +20,8 @@ class Summary:
     duplicates: int = 0
     expired: int = 0  # older than the store's retention: not stored again
     unparsed: int = 0
+    quarantined: int = 0  # of them, records a parser failed on (attrs.parse_error)
+    parse_error: str = ""  # the first one's reason
     blank: int = 0
     seconds: float = 0.0
     kinds: Counter = field(default_factory=Counter)
@@ -34,8 +36,9 @@ class Summary:
 
     def add(self, other: Summary) -> None:
         """Count ``other`` (another worker's part of the same run) in this one."""
-        for name in ("files", "bytes", "records", "stored", "duplicates", "expired", "unparsed", "blank"):
+        for name in ("files", "bytes", "records", "stored", "duplicates", "expired", "unparsed", "quarantined", "blank"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.parse_error = self.parse_error or other.parse_error
         self.kinds.update(other.kinds)
         self.sources.update(other.sources)
         self.failed.extend(other.failed)
