@@ -173,23 +173,13 @@ def is_file(path: str) -> bool:
 def open_file(path: str, streams: bool = False) -> BinaryIO:
     """Open ``path`` for reading safely where untrusted users write (job output, read by root).
 
-    A symbolic link is followed only when :func:`trusted` made it (O_NOFOLLOW first), so a user
-    cannot point a job's output at a root-only file; the file must be regular (checked on the open
-    descriptor, O_NONBLOCK: a FIFO swapped in never blocks the open), or with ``streams`` a trusted
-    FIFO, pipe or device, then waited on as a blocking open would. Raises :class:`Refused`.
-    O_NOFOLLOW guards the last path component only: the directories above it are as safe as
-    whoever may write to them.
+    No symbolic link an untrusted user made is followed, in any component of the path: a user
+    cannot point a job's output, or swap their job directory for a link, at root-only files
+    (:func:`_open_beneath`). The file must be regular (checked on the open descriptor, O_NONBLOCK:
+    a FIFO swapped in never blocks the open), or with ``streams`` a trusted FIFO, pipe or device,
+    then waited on as a blocking open would. Raises :class:`Refused`.
     """
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
-    try:
-        fd = os.open(path, flags | os.O_NOFOLLOW)
-    except OSError as exc:
-        if exc.errno != errno.ELOOP:
-            raise
-        st = os.lstat(path)
-        if stat.S_ISLNK(st.st_mode) and not trusted(st):
-            raise Refused(errno.ELOOP, f"a symbolic link of uid {st.st_uid}, not followed", path) from None
-        fd = os.open(path, flags)
+    fd = _open_beneath(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -204,6 +194,83 @@ def open_file(path: str, streams: bool = False) -> BinaryIO:
     except BaseException:
         os.close(fd)
         raise
+
+
+MAX_LINKS = 40  # links followed in one path, as the kernel's own walk (ELOOP past it)
+_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+def _open_beneath(path: str, flags: int) -> int:
+    """A descriptor of ``path`` reached through no link an untrusted user made.
+
+    O_NOFOLLOW guards a path's last component only, and a check of the directories before the
+    open is a race (a user swaps their directory for a link in between). So: the path is opened
+    as it is (O_NOFOLLOW), and kept when the kernel's name for what it opened is the path itself
+    (no link anywhere on the way: nearly always); otherwise it is walked again a component at a
+    time, each directory opened O_NOFOLLOW relative to the one before (``openat``), a link followed
+    only where :func:`trusted` made it, read as the same link it was checked as."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+    else:
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == os.path.abspath(path):
+                return fd
+        except OSError:
+            pass
+        os.close(fd)
+    return _walk_open(path, flags)
+
+
+def _walk_open(path: str, flags: int) -> int:
+    parts = path.split(os.sep)
+    at = os.open(os.sep if path.startswith(os.sep) else os.curdir, _DIRECTORY)
+    links = 0
+    try:
+        while parts:
+            name = parts.pop(0)
+            if name in ("", ".") and any(p not in ("", ".") for p in parts):
+                continue
+            last = not any(p not in ("", ".") for p in parts)
+            try:
+                fd = os.open(name or os.curdir, (flags if last else _DIRECTORY) | os.O_NOFOLLOW, dir_fd=at)
+            except OSError as exc:  # a link: ELOOP, or ENOTDIR where a directory was asked for
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                target = _trusted_link(name, at, path, exc)
+                links += 1
+                if links > MAX_LINKS:
+                    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path) from None
+                parts[:0] = target.split(os.sep)
+                if target.startswith(os.sep):
+                    os.close(at)
+                    at = os.open(os.sep, _DIRECTORY)
+                continue
+            if last:
+                return fd
+            os.close(at)
+            at = fd
+        raise OSError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+    finally:
+        os.close(at)
+
+
+def _trusted_link(name: str, at: int, path: str, failed: OSError) -> str:
+    """The target of link ``name`` in directory ``at``, if :func:`trusted` made it: looked at before
+    and after reading it (a link cannot change, only be replaced), so the target read is its.
+    Raises ``failed`` (the open's error) where ``name`` is no link."""
+    before = os.stat(name, dir_fd=at, follow_symlinks=False)
+    if not stat.S_ISLNK(before.st_mode):
+        raise failed
+    if not trusted(before):
+        raise Refused(errno.ELOOP, f"a symbolic link of uid {before.st_uid}, not followed", path)
+    target = os.readlink(name, dir_fd=at)
+    after = os.stat(name, dir_fd=at, follow_symlinks=False)
+    if (after.st_dev, after.st_ino) != (before.st_dev, before.st_ino):
+        raise Refused(errno.ELOOP, "a symbolic link replaced while it was read, not followed", path)
+    return target
 
 
 def open_input(path: str) -> BinaryIO:

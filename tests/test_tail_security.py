@@ -137,6 +137,94 @@ def test_collector_does_not_follow_a_users_link_to_a_root_only_directory(tmp_pat
     assert _messages(tmp_path) == ["admin linked", "alice's job"]
 
 
+def _private(tmp: Path, name: str) -> Path:
+    """A root-only directory holding a job file named as a user's (``name``)."""
+    private = tmp / "private"
+    private.mkdir(mode=0o700)
+    (private / name).write_text(_line("SECRET root's own job output"))
+    return private
+
+
+def test_a_users_directory_swapped_for_a_link_is_not_followed_to_rotated_copies(tmp_path: Path, foreign) -> None:
+    """A known job file leaves the glob; its directory, looked in for rotated copies, is now the
+    user's link to a root-only directory holding a file of the same name: not read."""
+    private = _private(tmp_path, "slurm-1.out")
+    jobs = tmp_path / "jobs"
+    (jobs / "alice").mkdir(parents=True)
+    (jobs / "alice" / "slurm-1.out").write_text(_line("alice's job"))
+    node = _node(tmp_path, jobs / "*" / "slurm-*.out")
+    node.cycle()
+    (jobs / "alice").rename(tmp_path / "alice-moved")  # out of the glob's reach
+    (jobs / "alice").symlink_to(private)
+    foreign(jobs / "alice")
+    node.cycle()
+    node.cycle()
+    node.ship()
+    assert _messages(tmp_path) == ["alice's job"]
+    assert node.counters.refused_files == 1
+
+
+def test_a_directory_swapped_for_a_link_after_listing_is_not_followed(tmp_path: Path, foreign, monkeypatch) -> None:
+    """The glob lists ``jobs/bob/slurm-2.out``; before it is opened, bob's directory becomes his link
+    to a root-only one: the open walks the path a component at a time and refuses the link."""
+    private = _private(tmp_path, "slurm-2.out")
+    jobs = tmp_path / "jobs"
+    (jobs / "bob").mkdir(parents=True)
+    (jobs / "bob" / "slurm-2.out").write_text(_line("harmless"))
+    (jobs / "carol").mkdir()
+    (jobs / "carol" / "slurm-3.out").write_text(_line("carol's job"))
+    listed = tail.find_files
+
+    def listed_then_swapped(pattern: str) -> list[str]:
+        found = listed(pattern)
+        (jobs / "bob").rename(tmp_path / "bob-moved")
+        (jobs / "bob").symlink_to(private)
+        foreign(jobs / "bob")
+        return found
+
+    monkeypatch.setattr(tail, "find_files", listed_then_swapped)
+    node = _node(tmp_path, jobs / "*" / "slurm-*.out")
+    node.cycle()
+    node.ship()
+    assert _messages(tmp_path) == ["carol's job"]
+    assert node.counters.refused_files == 1
+
+
+def test_ingest_refuses_a_path_through_a_users_link_to_a_directory(tmp_path: Path, foreign) -> None:
+    """``observe ingest /shared/jobs/mallory/slurm-7.out`` where mallory is a user's link to a
+    root-only directory (named, or swapped in after a listing): refused in one line; an admin's
+    link on the way is followed."""
+    private = _private(tmp_path, "slurm-7.out")
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    (jobs / "mallory").symlink_to(private)
+    foreign(jobs / "mallory")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "slurm-8.out").write_text(_line("admin linked"))
+    (jobs / "admin").symlink_to(shared)
+    store = Store(tmp_path / "store")
+    summary = ingest([str(jobs / "mallory" / "slurm-7.out"), str(jobs / "admin" / "slurm-8.out")], store, workers=1)
+    assert summary.stored == 1 and len(summary.failed) == 1
+    assert "slurm-7.out: a symbolic link of uid" in summary.failed[0]
+    assert [m.endswith("admin linked") for m in store.scan().collect().get_column("message")] == [True]
+
+
+def test_the_component_walk_follows_trusted_links_and_stops_at_loops(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "f").write_text("x")
+    (tmp_path / "up").symlink_to(".")
+    (tmp_path / "abs").symlink_to(tmp_path / "d")
+    for path in ["up/up/d/f", "abs/../d/./f", "up/abs/f"]:
+        with reader.open_file(str(tmp_path / path)) as f:
+            assert f.read() == b"x"
+    with pytest.raises(OSError, match="symbolic links"):
+        reader.open_file(str(tmp_path / ("up/" * 41 + "d/f")))
+    for directory in ["d/", "up/d/."]:
+        with pytest.raises(OSError):
+            reader.open_file(str(tmp_path / directory))
+
+
 def test_read_new_reads_only_the_file_found(tmp_path: Path) -> None:
     """A file replaced between finding and reading (another inode at its path) is not read."""
     log = tmp_path / "slurm-1.out"
