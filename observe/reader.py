@@ -197,6 +197,10 @@ def open_file(path: str, streams: bool = False) -> BinaryIO:
 
 
 MAX_LINKS = 40  # links followed in one path, as the kernel's own walk (ELOOP past it)
+# What a /proc/PID/fd link names where its file has no path (a pipe, a socket): the kernel opens the
+# object itself, no path is walked (source: torvalds/linux fs/pipe.c pipefs_dname "pipe:[%lu]", net/socket.c
+# sockfs_dname "socket:[%lu]")
+PIPE_LINK = re.compile(r"^(?:pipe|socket):\[\d+\]$")
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
 
@@ -240,6 +244,8 @@ def _walk_open(path: str, flags: int) -> int:
                 if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
                     raise
                 target = _trusted_link(name, at, path, exc)
+                if last and PIPE_LINK.match(target):  # <(zcat ...): /dev/fd/N, the pipe itself
+                    return os.open(name, flags, dir_fd=at)
                 links += 1
                 if links > MAX_LINKS:
                     raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path) from None
