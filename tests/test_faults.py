@@ -25,6 +25,7 @@ XID = {
     79: "GPU has fallen off the bus.",
     13: "Graphics SM Warp Exception on (GPC 7, TPC 7, SM 0): Illegal Instruction Parameter",
     31: "Ch 00000010, intr 00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_3 faulted @ 0x17_00592000.",
+    94: "Contained: SM (0x1). RST: No, D-RST: No",
 }
 DOWN = "mlx5_core 0000:ab:00.0 mlx5_5: Port: 1 Link DOWN"
 UP = "mlx5_core 0000:ab:00.0 mlx5_5: Port: 1 Link ACTIVE"
@@ -105,15 +106,22 @@ CASES = [
          [(0, xid(31, G1)), (10, xid(31, G2)), (20, xid(31, G3)), (30, xid(31, G1))],
          expect=[(31, G1, True, "app", False), (31, G2, True, "app", False), (31, G3, True, "app", False),
                  (31, G1, True, "app", False)]),
-    Case("application Xids on one GPU alone, again and again: hardware",
-         [(0, xid(31, G1, pid=1)), (60, xid(31, G1, pid=2)), (120, xid(31, G1, pid=3))],
-         expect=[(31, G1, True, "app", False), (31, G1, True, "app", False), (31, G1, True, "drain", True)],
+    Case("application Xids on one GPU alone, again and again: still the job's (a user faults a GPU at will)",
+         [(0, xid(31, G1, pid=1)), (60, xid(31, G1, pid=2)), (120, xid(31, G1, pid=3)), (180, xid(31, G1, pid=4))],
+         expect=[(31, G1, True, "app", False)] * 4, now=190),
+    Case("one job's Xid 31, three episodes seven minutes apart on one GPU: the job's",
+         [(0, xid(31)), (7, xid(31)), (14, xid(31))], expect=[(31, G1, True, "app", False)] * 3, now=20),
+    Case("Xid 13 on the same GPC/TPC 3 times: the job's",
+         [(0, xid(13, G1)), (60, xid(13, G1)), (120, xid(13, G1))],
+         expect=[(13, G1, True, "app", False)] * 3, now=130),
+    Case("a contained ECC error (94: restart the application, catalog: memory) on one GPU alone: hardware",
+         [(0, xid(94, G1, pid=1)), (60, xid(94, G1, pid=2)), (120, xid(94, G1, pid=3))],
+         expect=[(94, G1, True, "app", False), (94, G1, True, "app", False), (94, G1, True, "drain", True)],
          now=130),
-    Case("Xid 13 on the same GPC/TPC 3 times: hardware, although another GPU saw one too",
-         [(0, xid(13, G1)), (10, xid(31, G2)), (60, xid(13, G1)), (120, xid(13, G1))],
-         expect=[(13, G1, True, "app", False), (31, G2, True, "app", False), (13, G1, True, "app", False),
-                 (13, G1, True, "drain", True)],
-         now=130),
+    Case("... spread over GPUs: the application's",
+         [(0, xid(94, G1)), (60, xid(94, G2)), (120, xid(94, G1)), (130, xid(94, G1))],
+         expect=[(94, G1, True, "app", False), (94, G2, True, "app", False), (94, G1, True, "app", False),
+                 (94, G1, True, "app", False)], now=140),
     Case("an IB port down and never up stays open",
          [(0, DOWN)],
          expect=[("ib_link_down", None, True, "drain", True)]),
@@ -156,9 +164,10 @@ def test_fault_policy(case: Case) -> None:
 def test_reasons_are_typed_and_say_why() -> None:
     got = decide(CASES[6])  # the full ladder
     assert got.get_column("reason").to_list()[-1].startswith("[hardware] Xid 48 on 0000:3b:00: replace; 3 episodes")
-    app = decide(CASES[13]).get_column("reason").to_list()
-    assert app[0].startswith("[user] Xid 31") and app[-1].startswith("[hardware] Xid 31") and "field diagnostics" in app[-1]
-    assert decide(CASES[15]).get_column("reason")[0].startswith("[node] ib_link_down")
+    assert all(r.startswith("[user] Xid 31") for r in decide(CASES[13]).get_column("reason"))
+    hw = decide(CASES[16]).get_column("reason").to_list()
+    assert hw[0].startswith("[user] Xid 94") and hw[-1].startswith("[hardware] Xid 94") and "field diagnostics" in hw[-1]
+    assert decide(CASES[18]).get_column("reason")[0].startswith("[node] ib_link_down")
 
 
 def test_dedup_folds_800k_lines_into_29_episodes() -> None:

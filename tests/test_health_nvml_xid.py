@@ -89,6 +89,17 @@ def test_xid_history_per_node_log_and_boot_window(tmp_path: Path) -> None:
     assert r.status is Status.FAIL and r.evidence["xids"][0]["code"] == 79 and r.evidence["xids"][0]["gpu"] == "0000:3b:00"
 
 
+def test_xid_history_leaves_a_jobs_own_xids_to_the_job(tmp_path: Path) -> None:
+    """One job's Xid 31, three episodes seven minutes apart on one GPU: the prolog and epilog drain nothing."""
+    boot = datetime.now(timezone.utc) - timedelta(hours=1)
+    log = tmp_path / "kern.log"
+    log.write_text("".join(f"{boot + timedelta(minutes=10 + 7 * i):%Y-%m-%dT%H:%M:%S.%f+00:00} gpu9 kernel: NVRM: Xid "
+                           "(PCI:0000:3b:00): 31, pid=4242, name=python, Ch 00000010, intr 00000000. MMU Fault: "
+                           "ENGINE GRAPHICS GPCCLIENT_T1_3 faulted @ 0x17_00592000.\n" for i in range(3)))
+    r = _xid(log, node="gpu9", from_store=False, boot_time=boot.isoformat())
+    assert r.status is Status.PASS and not r.action, r.summary
+
+
 def test_xid_history_reads_the_store(tmp_path: Path) -> None:
     """An Xid the collector shipped is found even when the local log no longer has it."""
     store = Store(tmp_path / "store")

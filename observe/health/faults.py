@@ -11,8 +11,10 @@
 - Ladder: a fault that comes back after a recovery within ``repeat_window`` climbs one rung
   (reset -> reboot -> replace); ``repeat_count`` episodes in the window, or ``remediation_count``
   remediations of the node within ``remediation_window``, call for replace (hardware inspection/RMA).
-- Application Xids (13, 31, ...) are the job's, unless they keep hitting one GPU alone or one GPC/TPC:
-  then they are hardware.
+- Application Xids (the Xid catalog's category ``application``: 13, 31, 43, ...) are the job's, however
+  often they come: a user can make their own code fault the GPU at will. An Xid the catalog files under
+  the GPU, memory or NVLink that only asks to restart the application (94, a contained ECC error) is
+  hardware once it keeps hitting one GPU alone.
 - Faults that ended before the last drain-breaker reset are stale: reported, never acted on.
 
 Every step is a polars expression over the events, so a fleet's partitions can be decided apart.
@@ -215,16 +217,15 @@ def decide(events: pl.LazyFrame, rules: Faults, now: datetime, breaker_reset: da
              .filter(pl.col("_i").is_not_null()).sort("_i").select("remediations"))
     eps = pl.concat([eps, fixed], how="horizontal")
 
-    # application Xids: hardware when one GPU alone (or one GPC/TPC) keeps getting them
+    # Xids left to the application: the job's; hardware only when the catalog files them elsewhere (no
+    # category: not known to be hardware) and one GPU alone keeps getting them
     app = pl.col("remedy") == "app"
-    app_n = rules.app_repeat_count
+    suspect = app & (_attr("category") != "application").fill_null(False)
     eps = eps.sort("_at").with_columns(
-        pl.when(app).then(1).otherwise(0).rolling_sum_by("_at", repeat).over(["node", "gpu"]).alias("_app_gpu"),
-        pl.when(app & pl.col("location").is_not_null()).then(1).otherwise(0)
-        .rolling_sum_by("_at", repeat).over(["node", "gpu", "location"]).alias("_app_loc"))
-    gpus = (eps.filter(app).group_by("node").agg(pl.col("gpu").n_unique().alias("_app_gpus")))
+        pl.when(suspect).then(1).otherwise(0).rolling_sum_by("_at", repeat).over(["node", "gpu"]).alias("_app_gpu"))
+    gpus = (eps.filter(suspect).group_by("node").agg(pl.col("gpu").n_unique().alias("_app_gpus")))
     eps = eps.join(gpus, on="node", how="left")
-    on_one = app & (((pl.col("_app_gpu") >= app_n) & (pl.col("_app_gpus") == 1)) | (pl.col("_app_loc") >= app_n))
+    on_one = suspect & (pl.col("_app_gpu") >= rules.app_repeat_count) & (pl.col("_app_gpus") == 1)
 
     ladder = list(list(rules.ladder))
     rung = pl.col("remedy").replace_strict(ladder, list(range(len(ladder))), default=None, return_dtype=pl.Int32)
@@ -263,7 +264,7 @@ def _reason() -> pl.Expr:
     what = pl.when(pl.col("kind") == "gpu_xid").then(pl.format("Xid {}", pl.col("code"))).otherwise(pl.col("kind"))
     where = pl.when(pl.col("gpu").is_not_null()).then(pl.format(" on {}", pl.col("gpu"))).otherwise(pl.lit(""))
     why = (pl.when((pl.col("remedy") == "app") & (pl.col("remedy_now") == "drain"))
-           .then(pl.lit("; application errors keep hitting this GPU alone: field diagnostics"))
+           .then(pl.lit("; keeps hitting this GPU alone: field diagnostics"))
            .when(pl.col("remedy_now") == "replace").then(
                pl.format("; {} episodes in the repeat window, {} remediations of the node: hardware inspection / RMA",
                          pl.col("episodes"), pl.col("remediations")))
