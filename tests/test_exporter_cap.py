@@ -21,10 +21,11 @@ PER_NODE = ["observe_node_events", "observe_gpu_xid", "observe_gpu_xid_last_time
 
 
 def xids(store: Store, nodes: list[str]) -> None:
-    """A fatal Xid from each of ``nodes``, as syslog lines naming them."""
+    """A fatal Xid from each of ``nodes``, as syslog lines naming them, piped to ``observe ingest`` by an
+    operator (a trusted route: the Xid families with an action count them too)."""
     text = "".join(f"Nov 24 10:00:{i % 60:02d} {n} kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', "
                    "name=<unknown>, GPU has fallen off the bus.\n" for i, n in enumerate(nodes))
-    store.write(parse_bytes(text.encode(), "syslog", Context()))
+    store.write(parse_bytes(text.encode(), "syslog", Context(route="operator")))
 
 
 def exposition(body: bytes) -> tuple[Counter, dict[tuple, float]]:

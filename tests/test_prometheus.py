@@ -2,8 +2,8 @@
 store and a node exporter over a real collector's spool, evaluates dashboards/alerts.yaml, and
 answers every PromQL expression of every dashboard panel and alert rule with at least one series.
 
-Events written while it runs (a fatal Xid, a spent drain budget, a failed job) reach Prometheus
-through the exporter's incremental refresh, as in production.
+Events written while it runs (a fatal Xid, a user's forged one, a spent drain budget, a failed job)
+reach Prometheus through the exporter's incremental refresh, as in production.
 """
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ from observe.simulate import generate
 from observe.store import Store
 from tests.test_dashboards import DASHBOARDS, expressions
 from tests.test_exporter import ALLREDUCE, BURN, kernel, slurm, stamp, xid
+from tests.test_untrusted_triggers import logger_xids
 
 PROMETHEUS = shutil.which("prometheus")
 pytestmark = pytest.mark.skipif(PROMETHEUS is None and not os.environ.get("CI"), reason="prometheus not installed")
@@ -113,7 +114,9 @@ scrape_configs:
         until("both exporters up", lambda: len([r for r in query(prom, "up == 1")]) == 2, 90)
         # live events, in two steps so that increase() sees the Xid counter go up
         kernel(store, "gpu003", xid(79), booted_s=1001)
+        logger_xids(store, [79], node="gpu001")  # a user's `logger -t kernel` in gpu001's /var/log/syslog
         until("gpu003's Xid scraped", lambda: query(prom, 'observe_gpu_xid_total{node="gpu003"}'))
+        until("gpu001's forged Xid scraped", lambda: query(prom, 'observe_gpu_xid_untrusted_total{node="gpu001"}'))
         kernel(store, "gpu003", xid(79), booted_s=1000.5)
         store.write(ledger([Decision("node_drain_refused", "gpu004", "xid_history", "budget"),
                             Decision("drain_budget_exhausted", "gpu004", "xid_history", "1 of 1 drains used")], "1"))
@@ -148,7 +151,7 @@ scrape_configs:
         assert {rule["name"] for rule in rules} == {"ObserveFatalXid", "ObserveNodeDrained", "ObserveDrainBudgetExhausted",
                                                      "ObserveCollectorSilent", "ObserveIngestLag", "ObserveDrainBreakerOpen"}
         alerts = {rule["name"]: [a["labels"] for a in rule["alerts"]] for rule in rules}
-        assert [(a["node"], a["code"]) for a in alerts["ObserveFatalXid"]] == [("gpu003", "79")]
+        assert [(a["node"], a["code"]) for a in alerts["ObserveFatalXid"]] == [("gpu003", "79")]  # not gpu001's forgery
         assert [a["node"] for a in alerts["ObserveDrainBudgetExhausted"]] == ["gpu004"]
         assert [a["node"] for a in alerts["ObserveNodeDrained"]] == ["gpu002"]
         assert len(alerts["ObserveDrainBreakerOpen"]) == 1  # gpu004's exhausted budget opened it

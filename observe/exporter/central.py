@@ -11,7 +11,13 @@ they are Prometheus counters: a restart is a reset, which ``rate`` and ``increas
 Node names come from log lines that users of the nodes write, so a job printing 20,000 made-up
 host names must not make 20,000 series: per-node metrics label only the nodes Slurm knows (any
 valid node name while Slurm cannot be asked), at most ``max_series`` series per metric, and fold
-the rest into node="other" (``observe_exporter_series_folded`` says how many).
+the rest into node="other" (``observe_exporter_series_folded`` says how many). Every other label
+takes values from a closed set: sources and kinds the collectors and rules define, syslog
+severities, Xid codes and actions of the catalog (xids.py), ledger decisions, check names.
+
+Users also write lines that look like the kernel's or Slurm's (``logger -t kernel``), so what alerts
+read comes from trusted routes only (:mod:`observe.provenance`): the Xid series with an action, drain
+decisions, health results and requeues. Events of every route are counted as events.
 """
 from __future__ import annotations
 
@@ -27,6 +33,7 @@ from pathlib import Path
 import polars as pl
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from observe import provenance
 from observe.exporter import MAX_SERIES
 from observe.exporter.xids import XidCounter
 from observe.health import slurm
@@ -185,8 +192,9 @@ class StoreMetrics:
     def _special(self, rows: pl.DataFrame, cutoff: datetime) -> None:
         attr = pl.col("attrs").str.json_path_match
         self.xids.add(rows.filter(pl.col("kind") == "gpu_xid", pl.col("node").is_not_null()))
+        own = rows.filter(provenance.trusted())  # observe's own records, never a user's look-alike
         timed = [pl.len(), pl.col("ts").max().alias("newest")]
-        ledger = rows.filter(pl.col("kind").is_in(DRAIN_KINDS), (attr("$.dry_run") != "true").fill_null(True),
+        ledger = own.filter(pl.col("kind").is_in(DRAIN_KINDS), (attr("$.dry_run") != "true").fill_null(True),
                              pl.col("node").is_not_null())
         decisions = ledger.group_by("node", "kind").agg(timed)
         _add(self.decisions, decisions.drop("newest"))
@@ -195,9 +203,9 @@ class StoreMetrics:
                 "node", "ts", "kind").iter_rows():
             if node not in self.drained or ts >= self.drained[node][0]:
                 self.drained[node] = (ts, kind == "node_drain")
-        checks = rows.filter(pl.col("kind") == "health_check")
+        checks = own.filter(pl.col("kind") == "health_check")
         _add(self.health, checks.group_by(attr("$.check").alias("check"), attr("$.status").alias("status")).len())
-        _add(self.requeues, rows.filter(pl.col("kind").is_in(REQUEUE_KINDS)).group_by("kind").len())
+        _add(self.requeues, own.filter(pl.col("kind").is_in(REQUEUE_KINDS)).group_by("kind").len())
         self._job_ends(rows)
         fresh = rows.filter(pl.col("kind").is_in(self.fault_kinds), pl.col("ts") >= cutoff)
         self.faults = pl.concat([self.faults.filter(pl.col("ts") >= cutoff), fresh.select(self.faults.columns)])
@@ -282,11 +290,16 @@ class StoreMetrics:
                         "Events of severity warning or worse per node and kind (log and unparsed lines left out).",
                         ("node", "kind", "severity"), self.node_events)
         yield per_node(CounterMetricFamily, "observe_gpu_xid",
-                        "GPU Xid events per node and code; action is the Xid catalog's (drain_node, reset_gpu, ...).",
+                        "GPU Xid events per node and code from trusted routes (the kernel's own log); action is the "
+                        "Xid catalog's (drain_node, reset_gpu, ...); codes outside the catalog are 'other'.",
                         ("node", "code", "action"), self.xids.counts)
         yield per_node(GaugeMetricFamily, "observe_gpu_xid_last_timestamp_seconds",
                         "Time of the newest Xid of each node, code and action (alerts: a fatal one in the last minutes).",
                         ("node", "code", "action"), self.xids.newest)
+        yield per_node(CounterMetricFamily, "observe_gpu_xid_untrusted",
+                        "Xid lines per node and code that came by a route users can write (a syslog file, job output, "
+                        "a user's journal entries): evidence, or a forgery, never a fault; no action label, no alert.",
+                        ("node", "code"), self.xids.untrusted)
         yield per_node(CounterMetricFamily, "observe_drain_decisions",
                         "Drain-ledger decisions per node: node_drain, node_drain_refused, node_resume, "
                         "node_resume_refused, drain_budget_exhausted (dry runs left out).",

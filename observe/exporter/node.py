@@ -11,6 +11,7 @@ from pathlib import Path
 import polars as pl
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from observe import provenance
 from observe.exporter.central import family
 from observe.health.result import Status
 from observe.store import Store
@@ -97,10 +98,10 @@ class NodeMetrics:
 
 def latest_results(store: Store, node: str, window: timedelta = HEALTH_WINDOW) -> list[dict]:
     """The newest ``health_check`` result of each check on ``node`` within ``window``: check, ts,
-    status, seconds, action and evidence."""
+    status, seconds, action and evidence (observe's own records: trusted routes only)."""
     since = datetime.now(timezone.utc) - window
     rows = (store.scan(sources=["health"], since=since)
-            .filter(pl.col("kind") == "health_check", pl.col("node") == node)
+            .filter(pl.col("kind") == "health_check", pl.col("node") == node, provenance.trusted())
             .select("ts", "attrs").sort("ts").collect())
     latest: dict[str, dict] = {}
     for ts, attrs in rows.iter_rows():
