@@ -15,9 +15,10 @@ Reading DCP metadata unpickles it, which runs code from the file: by default onl
 caller owns (``trust``); otherwise (root hooks reading a user's directory) the structural checks alone.
 
 The directory is the user's, and root hooks scan it (``latest_as``): symbolic links inside it are
-never followed (they could lead anywhere), only regular files are opened, and a length a header
-claims is believed only up to the file's real size and HEADER_MAX. ``latest_as`` also runs the scan
-as the job's user, in a child process bounded in time and memory.
+never followed (they could lead anywhere), only regular files are opened, a length a header
+claims is believed only up to the file's real size and HEADER_MAX, a JSON header is parsed only if
+it nests no deeper than a safetensors header may, and whatever one file raises skips that file alone.
+``latest_as`` also runs the scan as the job's user, in a child process bounded in time and memory.
 """
 from __future__ import annotations
 
@@ -39,6 +40,9 @@ SAVE_SUFFIXES = (".pt", ".pth", ".ckpt", ".bin", ".safetensors")
 PARTIAL = re.compile(r"(?i)(\.tmp|\.partial|\.incomplete|\.part|~)$|^\.(?!metadata$)")
 STEP = re.compile(r"(\d+)(?!.*\d)")
 HEADER_MAX = 100_000_000  # the largest safetensors header the format allows (the safetensors library's limit)
+NESTING_MAX = 4  # a safetensors header nests 3 deep ({"w": {"shape": [2]}}); json.loads recurses a level a bracket
+JSON_STRING = re.compile(rb'"[^"]*+"')  # once escaped quotes are gone
+BRACKETS = bytes.maketrans(b"{}", b"[]"), bytes(sorted(set(range(256)) - set(b"[]{}")))  # keep brackets, one kind
 
 
 @dataclass
@@ -63,20 +67,27 @@ class ScanError(RuntimeError):
 
 
 def scan(root: str | Path, trust: bool | None = None) -> tuple[list[Checkpoint], list[Skipped]]:
-    """Every checkpoint under ``root`` (itself, its entries, and theirs one level down)."""
-    root = Path(root)
+    """Every checkpoint under ``root`` (itself, its entries, and theirs one level down). Whatever one
+    candidate raises (a hostile header, a file removed while it is read) skips that one, with why."""
     found: list[Checkpoint] = []
     skipped: list[Skipped] = []
-    for path in _candidates(root):
-        why = _incomplete(path, trust)
+    for path in _candidates(Path(root)):
+        try:
+            why = _incomplete(path, trust)
+            if not why:
+                found.append(_checkpoint(path))
+        except Exception as exc:  # noqa: BLE001 - one bad file never stops the scan of the others
+            why = " ".join(f"unreadable: {type(exc).__name__}: {exc}".split())
         if why:
             skipped.append(Skipped(str(path), why))
-        else:
-            files = [path] if _regular(path) else list(_files(path).values())
-            stats = [p.lstat() for p in files]
-            found.append(Checkpoint(str(path), _kind(path), max(s.st_mtime for s in stats), _step(path.name),
-                                    sum(s.st_size for s in stats)))
     return found, skipped
+
+
+def _checkpoint(path: Path) -> Checkpoint:
+    files = [path] if _regular(path) else list(_files(path).values())
+    stats = [p.lstat() for p in files]
+    return Checkpoint(str(path), _kind(path), max(s.st_mtime for s in stats), _step(path.name),
+                      sum(s.st_size for s in stats))
 
 
 def latest(root: str | Path, trust: bool | None = None) -> tuple[Checkpoint | None, list[Skipped]]:
@@ -288,12 +299,25 @@ def _safetensors_incomplete(f, head: bytes, size: int) -> str:
         return f"truncated: the header says it is {n} bytes, {size - 8} follow"
     if n > HEADER_MAX:
         return f"corrupt: a {n}-byte header (safetensors allows {HEADER_MAX})"
+    raw = f.read(n)
+    if not _nests_within(raw, NESTING_MAX):
+        return f"corrupt: the header's brackets nest over {NESTING_MAX} deep or do not close"
     try:
-        header = json.loads(f.read(n))
+        header = json.loads(raw)
         end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         return f"unreadable header: {exc}"
     return "truncated: tensors run past the end" if 8 + n + end > size else ""
+
+
+def _nests_within(text: bytes, depth: int) -> bool:
+    """Whether the brackets outside strings in ``text`` close, nesting at most ``depth`` deep; linear
+    (json.loads recurses once a bracket). Strings go (their escaped backslashes and quotes first),
+    then all but brackets, then the innermost pairs, a level a pass."""
+    text = JSON_STRING.sub(b"", text.replace(b"\\\\", b"").replace(b'\\"', b"")).translate(*BRACKETS)
+    for _ in range(depth):
+        text = text.replace(b"[]", b"")
+    return not text
 
 
 def _step(name: str) -> int | None:

@@ -16,8 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from observe.checkpoint import HEADER_MAX, ScanError, latest, latest_as
+from observe.cli import app
 
 NOBODY = (65534, 65534)
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="switching to another user needs root")
@@ -153,9 +155,48 @@ def test_the_bounded_scan_is_killed_past_its_time(shared: Path) -> None:
 
 @as_root
 def test_the_bounded_scan_stops_at_its_memory(shared: Path) -> None:
+    """The header too big for the scan's memory is skipped; the checkpoint beside it is found."""
+    safetensors(shared / "model_step50.safetensors")
     dense(shared / "model_step100.safetensors", 500_000)
-    with pytest.raises(ScanError, match="MemoryError"):
-        latest_as(shared, NOBODY, timeout_s=60, memory_bytes=32 << 20)
+    best = latest_as(shared, NOBODY, timeout_s=60, memory_bytes=32 << 20)
+    assert best is not None and best.step == 50, best
+
+
+def test_a_header_of_200k_nested_brackets_is_skipped_and_the_scan_goes_on(tmp_path: Path) -> None:
+    """Issue 39: json.loads recursed into it (RecursionError) and `observe checkpoint latest` failed for
+    the whole directory. Its depth is checked first (linear), and the good checkpoint beside it wins."""
+    safetensors(tmp_path / "model_step100.safetensors")
+    body = b"[" * 200_000
+    (tmp_path / "model_step200.safetensors").write_bytes(struct.pack("<Q", len(body)) + body)
+    best, skipped = latest(tmp_path)
+    assert best.step == 100 and [s.why for s in skipped] == ["corrupt: the header's brackets nest over 4 deep or do not close"]
+    done = CliRunner().invoke(app, ["checkpoint", "latest", str(tmp_path)])
+    assert done.exit_code == 0 and done.stdout.strip() == best.path, done.output
+
+
+def test_brackets_inside_a_headers_strings_do_not_count(tmp_path: Path) -> None:
+    """Metadata may hold JSON text (LoRA trainers store their settings so), escaped quotes and all."""
+    meta = {"ss_tag_frequency": json.dumps({"a": {"b": [[[[[1]]]]]}}), "q": '\\"]]]]"[[[[\\'}
+    path = safetensors(tmp_path / "lora_step3.safetensors",
+                       {"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, "__metadata__": meta})
+    best, skipped = latest(tmp_path)
+    assert best is not None and best.path == str(path) and not skipped
+
+
+def test_a_zip_naming_an_entry_in_bad_utf8_is_skipped_and_the_scan_goes_on(tmp_path: Path) -> None:
+    """A torch.save zip whose central directory flags a name UTF-8 that is not: zipfile raises
+    UnicodeDecodeError, which stopped the whole scan; now that file alone is skipped, in one line."""
+    safetensors(tmp_path / "model_step100.safetensors")
+    path = tmp_path / "model_step200.pt"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("archive/data.pkl", b"x" * 100)
+    data = bytearray(path.read_bytes())
+    entry = data.rfind(b"PK\x01\x02")
+    struct.pack_into("<H", data, entry + 8, struct.unpack_from("<H", data, entry + 8)[0] | 0x800)  # names are UTF-8
+    data[entry + 46:entry + 48] = b"\xff\xfe"
+    path.write_bytes(bytes(data))
+    best, skipped = latest(tmp_path)
+    assert best.step == 100 and [s.why.split(":")[:2] for s in skipped] == [["unreadable", " UnicodeDecodeError"]]
 
 
 @as_root
