@@ -378,6 +378,20 @@ def test_names_reasons_and_job_names_never_reach_a_shell(fresh, tmp_path: Path) 
                   ("xid", "job", "node", "reason")) == []
 
 
+def test_a_job_named_like_a_field_is_captured_where_its_script_ran(fresh) -> None:
+    """Issue 39: a job named ``train BatchHost=node2`` on node1 made node1's epilog read node2 as its
+    batch host and capture nothing (its script hidden from audit): it is captured on node1."""
+    site, c = fresh, fresh["cluster"]
+    name = "train BatchHost=node2 ExitCode=0:0\nBatchHost=node2"
+    job = _sbatch(c, "-w", "node1", "-J", name, "-o", "/dev/null", "--wrap", "echo audited; exit 2")
+    [artifacts] = _wait(lambda: _events(site, "job_artifacts", job_id=job).to_dicts(), timeout=60)
+    attrs = json.loads(artifacts["attrs"])
+    assert artifacts["node"] == "node1"
+    assert {k: attrs["job"][k] for k in ("BatchHost", "JobName", "ExitCode")} == {
+        "BatchHost": "node1", "JobName": name, "ExitCode": "2:0"}
+    assert "echo audited" in attrs["script"]
+
+
 def _roomy(tmp_path: Path) -> Path:
     """A policy whose budget lets a second node drain."""
     p = tmp_path / "roomy.toml"

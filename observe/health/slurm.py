@@ -2,21 +2,28 @@
 checked against Slurm's own syntax and reasons are cleaned before they reach ``scontrol``."""
 from __future__ import annotations
 
+import os
 import re
+import secrets
 import subprocess
 from dataclasses import dataclass
+
+from observe.hostlists import expand_nodes
 
 NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 JOB_ID = re.compile(r"^\d+(?:_\d+)?$")
 TIMEOUT_S = 30.0
 REASON_MAX = 200
 REASON_UNSAFE = re.compile(r"[^A-Za-z0-9 _.,:/()@#%+\-\[\]]")
-# squeue --Format fields for job(): Slurm's own values (no user text), and how they make scontrol's fields
+# squeue --Format fields for job(), and the scontrol names observe keeps them under
 SQUEUE = ("JobID", "JobArrayID", "State", "Requeue", "RestartCnt", "UserName", "UserID", "GroupName", "GroupID",
-          "NodeList", "StartTime", "EndTime", "Partition")
-FACTS = {"JobState": "{State}", "Requeue": "{Requeue}", "Restarts": "{RestartCnt}", "UserId": "{UserName}({UserID})",
-         "GroupId": "{GroupName}({GroupID})", "NodeList": "{NodeList}", "StartTime": "{StartTime}",
-         "EndTime": "{EndTime}", "Partition": "{Partition}"}
+          "NodeList", "StartTime", "EndTime", "Partition", "BatchFlag", "BatchHost", "exit_code", "tres-alloc",
+          "Name", "Command", "WorkDir", "STDOUT", "STDERR")
+FIELDS = {"JobState": "{State}", "Requeue": "{Requeue}", "Restarts": "{RestartCnt}", "UserId": "{UserName}({UserID})",
+          "GroupId": "{GroupName}({GroupID})", "NodeList": "{NodeList}", "StartTime": "{StartTime}",
+          "EndTime": "{EndTime}", "Partition": "{Partition}", "TRES": "{tres-alloc}", "JobName": "{Name}",
+          "Command": "{Command}", "WorkDir": "{WorkDir}"}
+BATCH_ONLY = {"StdOut": "{STDOUT}", "StdErr": "{STDERR}"}  # squeue makes up a path for a job without a script
 # a node's Reason: free text, then Slurm's " [user@time]"
 REASON = re.compile(r" Reason=(.*? \[[^\[\]@]*+@[^\[\]]*+\](?= [\w:/]+=|$)|.*?(?= [\w:/]+=|$))")
 
@@ -114,25 +121,31 @@ def requeue(job_id: str) -> None:
 
 def job(job_id: str) -> dict[str, str]:
     """A job's fields under ``scontrol show job``'s names (JobState, Requeue, Restarts, UserId,
-    NodeList, BatchHost, StdOut, ...); empty when slurmctld no longer knows the job.
+    NodeList, BatchHost, ExitCode, JobName, WorkDir, StdOut, ...); empty when Slurm no longer knows it.
 
-    scontrol prints ``Key=value`` with nothing to end a value, and a job's user writes several
-    (JobName, MCS_label, Network, Command, WorkDir, Comment, StdOut; newlines too): a name
-    ``x JobState=FAILED Restarts=0 UserId=root(0)`` reads as those fields whichever occurrence a
-    parser keeps, and no key order settles it (a name can copy the whole record). So what observe
-    acts on (:data:`FACTS`) comes from ``squeue --Format``: values Slurm makes, none able to hold
-    the ``|`` between them. The rest (the user's own words; BatchHost, as squeue gives a scriptless
-    job's submit host and cuts names at 31 bytes) comes from scontrol's first record, first
-    occurrence of a key, and is only recorded: forged, it misreports the job's own text or where its
-    artifacts are captured. ``--json`` would be unambiguous too, but not every Slurm has it (Debian's
-    22.05: "unrecognized option"); squeue's form works on all."""
+    Not from ``scontrol show job``'s text: it prints ``Key=value`` with nothing to end a value, and a
+    job's user writes several (JobName, Comment, MCS_label, Command, WorkDir, StdOut; newlines too), so
+    a name ``train BatchHost=gpu999`` reads as that field, and no key order settles it (a name can copy
+    the whole record, a comment can swallow the real one). ``--json`` would be unambiguous, but
+    scontrol has it only from 23.11 and squeue's before 23.11 ignores ``--jobs`` (the whole queue).
+    So one ``squeue --Format`` with a separator drawn afresh for each call, handed over in
+    ``SQUEUE_FORMAT2`` (the environment, which only root reads, not the command line, which every
+    user does): no text a user wrote before the call can hold it, so none can make or move a field."""
+    sep = f"|{secrets.token_hex(16)}|"
     try:
-        text = _run(["scontrol", "show", "job", "--oneliner", job_id_of(job_id)])
-        facts = _facts(job_id)
+        out = _run(["squeue", "--noheader", "--states=all", f"--jobs={job_id_of(job_id)}"],
+                   {"SQUEUE_FORMAT2": ",".join(f"{field}:{sep}" for field in SQUEUE)})
     except SlurmError:
         return {}
-    record = text.split("\nJobId=", 1)[0].replace("\n", " ")  # an array's first task; a name's newlines
-    return {**_fields(record), **facts} if text.strip() and facts else {}
+    values = out.split(sep)
+    if len(values) % len(SQUEUE) != 1 or values[-1].strip():
+        return {}  # not squeue's records: nothing rather than misread fields
+    for at in range(0, len(values) - 1, len(SQUEUE)):
+        v = dict(zip(SQUEUE, values[at:at + len(SQUEUE)]))
+        v["JobID"] = v["JobID"].removeprefix("\n")  # each record ends its line
+        if job_id in (v["JobID"], v["JobArrayID"]):  # squeue lists a whole array under its first id
+            return _job_fields(v)
+    return {}
 
 
 def batch_script(job_id: str) -> str:
@@ -150,9 +163,13 @@ def job_id_of(job_id: str) -> str:
     return job_id
 
 
-def _run(argv: list[str]) -> str:
+def _run(argv: list[str], env: dict[str, str] | None = None) -> str:
+    """``argv``'s output; ``env`` adds to the environment (less any SQUEUE_* variable: one there
+    would filter or reformat squeue's)."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("SQUEUE_")} | (env or {})
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL,
+                              env=environ)
     except FileNotFoundError:
         raise SlurmError(f"{argv[0]} not found: is this a Slurm node?") from None
     except subprocess.TimeoutExpired:
@@ -163,22 +180,35 @@ def _run(argv: list[str]) -> str:
     return done.stdout
 
 
-def _facts(job_id: str) -> dict[str, str]:
-    """:data:`FACTS` of the job (``squeue`` lists a whole array under its first id: the record whose
-    own id or array id is ``job_id``), under scontrol's names; empty when squeue does not list it."""
-    out = _run(["squeue", "--noheader", "--states=all", f"--jobs={job_id}",
-                "--Format=" + ",".join(f"{field}:|" for field in SQUEUE)])
-    for line in out.splitlines():
-        v = dict(zip(SQUEUE, line.split("|")))
-        if job_id in (v.get("JobID"), v.get("JobArrayID")):
-            return {key: value.format_map(v) for key, value in FACTS.items()}
-    return {}
+def _job_fields(v: dict[str, str]) -> dict[str, str]:
+    """One squeue record under scontrol's names, its values as scontrol prints them: ExitCode as
+    ``status:signal``; BatchHost the node that runs the script, or for a job without one the first
+    node of its allocation (where slurmctld puts it; squeue would print the submit host)."""
+    batch = v["BatchFlag"] == "1"
+    found = {key: value.format_map(v) for key, value in {**FIELDS, **(BATCH_ONLY if batch else {})}.items()}
+    if v["exit_code"].lstrip("-").isdigit():
+        found["ExitCode"] = _exit_code(int(v["exit_code"]) & 0xFFFFFFFF)
+    try:
+        host = v["BatchHost"] if batch else next(iter(expand_nodes(v["NodeList"])), "")
+    except ValueError:
+        host = ""
+    if host not in ("", "n/a"):  # n/a: a pending job's, none yet
+        found["BatchHost"] = host
+    return found
+
+
+def _exit_code(status: int) -> str:
+    """A wait status as scontrol's ``ExitCode=exit:signal`` (src/api/job_info.c: WIFEXITED, WIFSIGNALED)."""
+    low = status & 0x7F
+    if low == 0:
+        return f"{(status >> 8) & 0xFF}:0"
+    return f"0:{low if low != 0x7F else 0}"
 
 
 def _fields(line: str) -> dict[str, str]:
     """``Key=value`` pairs of a ``scontrol show --oneliner`` line; a value runs to the next `` Key=``
     and the first occurrence of a key wins (a node's fields come before its free text; a job's line
-    is not to be trusted this way: see :func:`job`)."""
+    cannot be read this way: see :func:`job`)."""
     found: dict[str, str] = {}
     for m in re.finditer(r"(\w+)=(.*?)(?= [\w:/]+=|$)", line.strip()):
         found.setdefault(m.group(1), m.group(2).strip())
