@@ -176,11 +176,11 @@ class NodeCollector:
                 continue
             if cap < share and start + len(data) < found.size:
                 self.waiting.add(found.file_id)
-            pieces, cut_here = self._records(c, data, is_idle(found, self.config.partial_timeout_s, now)
-                                             and start + len(data) >= found.size)
+            pieces, cut_here, long_next = self._records(c, data, is_idle(found, self.config.partial_timeout_s, now)
+                                                        and start + len(data) >= found.size)
             used = sum(n for _, _, n in pieces)
             budget -= len(data)
-            more = more or cut_here or start + len(data) < found.size
+            more = more or cut_here or long_next or start + len(data) < found.size
             lag += found.size - start - used
             for at, body, n in pieces:
                 groups.setdefault((c.name, spec.tz, found.route), []).append((found, start + at, body, n, spec))
@@ -235,25 +235,25 @@ class NodeCollector:
             self.kinds[found.file_id] = c
         return self.kinds[found.file_id]
 
-    def _records(self, c: Collector, data: bytes, idle: bool) -> tuple[list[tuple[int, bytes, int]], bool]:
-        """Complete records of ``data`` as (position, bytes, bytes of ``data`` taken) pieces, and
-        whether they are a long line's pieces. Complete lines, less the last record while the file is
-        still being written and that record may go on (multi-line formats); but a line longer than
-        ``max_record`` is cut into records of that size: a line that never ends would otherwise be
-        read again every cycle, and its file never get past it."""
+    def _records(self, c: Collector, data: bytes, idle: bool) -> tuple[list[tuple[int, bytes, int]], bool, bool]:
+        """Complete records of ``data`` as (position, bytes, bytes of ``data`` taken) pieces, whether
+        they are a long line's pieces, and whether a long line follows them (read next). Complete
+        lines, less the last record while the file is still being written and that record may go on
+        (multi-line formats); but a line longer than ``max_record`` is cut into records of that size:
+        a line that never ends would otherwise be read again every cycle, and its file never get past it."""
         limit = self.config.max_record_bytes
         at = long_line(data, limit)
         if at == 0:
             end = data.find(b"\n")
             end = len(data) if end < 0 else end
-            return [(pos, data[pos:pos + limit] + b"\n", limit) for pos in range(0, end - limit, limit)], True
+            return [(pos, data[pos:pos + limit] + b"\n", limit) for pos in range(0, end - limit, limit)], True, False
         if at > 0:  # the records before a long line are complete: it is a record of its own
             data, idle = data[:at], True
         body, used = complete(data, idle)
         if body and not idle:
             used = last_record_start(body, len(body), c, window=len(body)) or 0
             body = body[:used]
-        return [(0, body, used)] if body else [], False
+        return [(0, body, used)] if body else [], False, at > 0
 
     def _read_stream(self, spec: InputSpec, touched: dict[str, Checkpoint], streamed: list, now: float,
                      budget: int) -> int:
@@ -284,7 +284,8 @@ class NodeCollector:
         return read.bytes
 
     def _spool(self, c: Collector, hints: Context, reads: list, batch: int, now: float, cut: set[str]) -> None:
-        recs = joined_records([body for _, _, body, _, _ in reads], c, [start for _, start, _, _, _ in reads])
+        recs = joined_records([body for _, _, body, _, _ in reads], c, [start for _, start, _, _, _ in reads],
+                              limit=self.config.max_record_bytes)
         inputs = [ParseInput(found.file_id, spec.job or job_from_name(found.path)) for found, _, _, _, spec in reads]
         self._parse_and_spool(recs, inputs, c, hints, batch, now, sum(used for _, _, _, used, _ in reads), cut)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from observe import collector as registry
 from observe.hostname import this_node
 from observe.config import read_toml
+from observe.reader import MAX_RECORD_BYTES
 from observe.spans import parse_span
 
 SIZES = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
@@ -51,7 +52,7 @@ class Config:
     flush_interval_s: float = 5.0
     partial_timeout_s: float = 5.0
     max_batch_bytes: int = 64 << 20
-    max_record_bytes: int = 1 << 20
+    max_record_bytes: int = MAX_RECORD_BYTES
     spool_max_bytes: int = 2 << 30
     stats_interval_s: float = 60.0
 

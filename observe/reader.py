@@ -25,6 +25,7 @@ import pyarrow as pa
 from observe.compressed import GzipInput
 
 CHUNK_BYTES = 16 << 20
+MAX_RECORD_BYTES = 1 << 20  # a line longer than this is stored cut into records of this size
 FINGERPRINT_BYTES = 1024
 ROTATED = re.compile(r"(?:[.-]\d{8})?(?:\.\d{1,3})?(?:\.(?:gz|xz|bz2|zst))?$")
 
@@ -47,9 +48,10 @@ def newlines(data: np.ndarray) -> np.ndarray:
     return np.concatenate(found) if found else np.empty(0, np.int64)
 
 
-def lines_of(body: bytes | memoryview, base: int = 0) -> pl.DataFrame:
+def lines_of(body: bytes | memoryview, base: int = 0, limit: int = MAX_RECORD_BYTES) -> pl.DataFrame:
     """Split ``body`` (ending with a newline) into lines without their ``\n`` or ``\r\n``; offsets
-    are ``base`` + byte position.
+    are ``base`` + byte position. A line longer than ``limit`` is cut into records of ``limit``
+    bytes (at its start and every ``limit`` bytes after), as the collector stores one.
 
     The lines are an Arrow string view array built over ``body`` itself: one newline scan, then
     16-byte views (length, prefix and position; short lines inline), no copy of the text.
@@ -63,6 +65,11 @@ def lines_of(body: bytes | memoryview, base: int = 0) -> pl.DataFrame:
     lens = nl - starts
     cr = np.flatnonzero(data[np.maximum(nl - 1, 0)] == 13)
     lens[cr[lens[cr] > 0]] -= 1  # \r\n
+    if n and lens.max() > limit:
+        pieces = np.maximum((lens + limit - 1) // limit, 1)
+        line = np.repeat(np.arange(n), pieces)
+        nth = np.arange(len(line)) - np.repeat(np.cumsum(pieces) - pieces, pieces)
+        starts, lens, n = starts[line] + nth * limit, np.minimum(lens[line] - nth * limit, limit), len(line)
     views = np.zeros((n, 4), np.uint32)  # Arrow's view layout: length, then prefix, buffer, offset
     views[:, 0] = lens
     long = np.flatnonzero(lens > 12)
@@ -119,16 +126,6 @@ def read_lines(stream: BinaryIO, start: int = 0, chunk_bytes: int = CHUNK_BYTES)
 
 # what reading an input may raise: I/O errors, and a damaged or truncated gzip
 READ_ERRORS = (OSError, EOFError, zlib.error)
-
-
-def read_salvaged(stream: BinaryIO) -> tuple[bytes, BaseException | None]:
-    """All of ``stream``; for a damaged compressed one, its whole lines before the damage and the damage."""
-    data = stream.read()
-    try:
-        stream.read(1)  # a damage is raised after the bytes before it
-    except READ_ERRORS as exc:
-        return data[:data.rfind(b"\n") + 1], exc
-    return data, None
 
 
 def read_error(path: str, exc: BaseException) -> str:
@@ -320,14 +317,16 @@ def peek_head(path: str, size: int = 64 * 1024) -> bytes:
     return read_head(path, size)[0]
 
 
-def read_head(path: str, size: int) -> tuple[bytes, bool]:
-    """The first ``size`` bytes of a file (decompressed), and whether they are all of a plain file (a
-    compressed one may still be damaged past them); nothing of a stream (which it would consume)."""
+def read_head(path: str, size: int) -> tuple[bytes, bool, bool]:
+    """The first ``size`` bytes of a file (decompressed), whether they are all of a plain file (a
+    compressed one may still be damaged past them), and whether it is compressed; nothing of a
+    stream (which it would consume)."""
     if is_stream(path):
-        return b"", False
+        return b"", False, False
     with open_input(path) as f:
         head = f.read(size)
-        return head, isinstance(f, io.BufferedReader) and len(head) < size
+        plain = isinstance(f, io.BufferedReader)
+        return head, plain and len(head) < size, not plain
 
 
 def _tree(top: str, hidden: bool = True) -> Iterator[tuple[str, list[str]]]:

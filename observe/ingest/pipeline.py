@@ -2,6 +2,7 @@
 in order; one file, a batch of small files, or a planned step."""
 from __future__ import annotations
 
+import errno
 import io
 import os
 import time
@@ -24,11 +25,11 @@ from observe.ingest.parse import ParseInput, Parsed, parse_unit
 from observe.ingest.plan import SMALL_FILE_BYTES, Planned, Step, choose, identity, job_from_name
 from observe.ingest.records import joined_records, record_pieces, sample_of
 from observe.ingest.summary import InputError, Summary
-from observe.reader import (CHUNK_BYTES, FINGERPRINT_BYTES, READ_ERRORS, is_stream, open_input, read_error,
-                            read_salvaged)
+from observe.reader import CHUNK_BYTES, FINGERPRINT_BYTES, READ_ERRORS, is_stream, open_input, read_error
 from observe.store import SegmentWriter, Store
 
 PARSE_THREADS = 4
+MAX_DOCUMENT_BYTES = 64 << 20  # a whole document (nvidia-smi -q -x: about 25 KB a GPU) is read at most this big
 
 
 def _open(summary: Summary, store: Store, pipe: Pipeline, mtime: float, file_id: str, job: str | None,
@@ -176,13 +177,16 @@ def _batches(planned: list[Planned], store: Store, pipe: Pipeline, summary: Summ
 
 @contextmanager
 def _opened(p: Planned) -> Iterator[tuple[BinaryIO | None, bytes | None, BaseException | None]]:
-    """A batched input: its bytes as planning kept them (nothing opened), all of a compressed one with
-    its damage if any, or a plain file open to be read straight into its unit's buffer."""
+    """A batched input: its bytes as planning kept them (nothing opened), or a plain file open to be
+    read straight into its unit's buffer (compressed inputs are not batched: what they hold is not
+    their size)."""
     if p.text is not None:
         yield None, p.text, None
         return
     with open_input(p.path) as f:
-        yield (None, *read_salvaged(f)) if not isinstance(f, io.BufferedReader) else (f, None, None)
+        if not isinstance(f, io.BufferedReader):
+            raise OSError(errno.EINVAL, "compressed since it was listed, not read", p.path)
+        yield f, None, None
 
 
 def _unit_buffer(size: int) -> np.ndarray:
@@ -191,7 +195,9 @@ def _unit_buffer(size: int) -> np.ndarray:
 
 
 def _whole(stream, summary: Summary, progress: Callable[[int], None] | None) -> Iterator[pl.DataFrame]:
-    data = stream.read()
+    data = stream.read(MAX_DOCUMENT_BYTES + 1)
+    if len(data) > MAX_DOCUMENT_BYTES:
+        raise OSError(errno.EFBIG, f"a document of over {MAX_DOCUMENT_BYTES >> 20} MiB, not read")
     summary.bytes += len(data)
     if progress:
         progress(len(data))

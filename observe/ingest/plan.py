@@ -71,6 +71,7 @@ class Planned:
     known: pl.DataFrame = field(default_factory=no_records, compare=False)  # records of it already stored
     mtime: float = 0.0
     text: bytes | None = field(default=None, compare=False, repr=False)  # all of it, as planning read it
+    compressed: bool = False  # its size says nothing of what it holds: never batched, read as a stream
 
 
 @dataclass(frozen=True)
@@ -109,12 +110,14 @@ def plan(inputs: list[tuple[str, dict]], store: Store | None = None) -> list[Pla
     samples: list[list[str]] = []
     heads: list[bytes] = []
     texts: list[bytes | None] = []
+    compressed: list[bool] = []
     kept = 0
     for (path, _), known_format in zip(inputs, told):
         try:
-            head, whole = read_head(path, PLAN_HEAD_BYTES)
+            head, whole, packed = read_head(path, PLAN_HEAD_BYTES)
         except READ_ERRORS:  # the ingest says what is wrong with it
-            head, whole = b"", False
+            head, whole, packed = b"", False, False
+        compressed.append(packed)
         samples.append([] if known_format else sample_of(head))
         heads.append(head[:FINGERPRINT_BYTES])  # only what the identity reads: thousands of heads add up
         texts.append(head if whole and kept + len(head) <= KEPT_BYTES else None)
@@ -137,8 +140,9 @@ def plan(inputs: list[tuple[str, dict]], store: Store | None = None) -> list[Pla
     known = store.known_many(ids) if store is not None else {}
     return [Planned(path, opts, c.name if c else None,
                     c is not None and c.name == "kernel" and scores.get("syslog", 0.0) < 0.5,
-                    st.st_size, file_id, known.get(file_id, no_records()), st.st_mtime, text)
-            for (path, opts), file_id, (c, scores), text, st in zip(inputs, ids, chosen, texts, map(_stat, inputs))]
+                    st.st_size, file_id, known.get(file_id, no_records()), st.st_mtime, text, packed)
+            for (path, opts), file_id, (c, scores), text, st, packed
+            in zip(inputs, ids, chosen, texts, map(_stat, inputs), compressed)]
 
 
 def _stat(item: tuple[str, dict]) -> os.stat_result:
@@ -162,7 +166,8 @@ def tasks(planned: list[Planned], task_bytes: float = float("inf")) -> tuple[lis
     last: list[Task] = []
     for p in planned:
         c = registry.get(p.collector) if p.collector else None
-        if c is not None and c.batchable and not c.whole_file and not is_stream(p.path) and p.size < SMALL_FILE_BYTES:
+        if (c is not None and c.batchable and not c.whole_file and not is_stream(p.path) and p.size < SMALL_FILE_BYTES
+                and not p.compressed):
             groups.setdefault((p.collector, p.opts.get("node"), p.opts.get("tz", "UTC"), p.opts["route"]), []).append(p)
         else:
             (last if p.relative else first).append([Step((p,))])

@@ -12,7 +12,7 @@ import polars as pl
 
 from observe.collector import Collector
 from observe.ingest.summary import Summary
-from observe.reader import CHUNK_BYTES, READ_ERRORS, lines_of
+from observe.reader import CHUNK_BYTES, MAX_RECORD_BYTES, READ_ERRORS, lines_of
 
 MAX_RECORD_LINES = 500
 TAIL_BYTES = 1 << 20  # where a read's last record start is looked for
@@ -49,23 +49,36 @@ def record_pieces(stream: BinaryIO, c: Collector, summary: Summary,
                 progress(new)
         end = data.rfind(b"\n") + 1
         cut = last_record_start(data, end, c) if end else None
+        ended = True  # the piece ends with a newline
         if not cut:  # no record starts after the first here (a long one): join the reads
             pending = pending + data
-            if len(pending) <= 4 * CHUNK_BYTES:
-                continue
-            data, pending, cut = pending, b"", pending.rfind(b"\n") + 1  # a record longer than that is cut
+            if not end and b"\n" not in pending:  # one line all along: its records so far (see lines_of)
+                if len(pending) < max(CHUNK_BYTES, MAX_RECORD_BYTES):
+                    continue
+                data, pending, ended = pending, b"", False
+                cut = len(data) // MAX_RECORD_BYTES * MAX_RECORD_BYTES
+            else:
+                if len(pending) <= 4 * CHUNK_BYTES:
+                    continue
+                data, pending, cut = pending, b"", pending.rfind(b"\n") + 1  # a record longer than that is cut
         view = memoryview(data)
         piece = view[:cut] if not pending else memoryview(b"".join([pending, view[:cut]]))
+        taken = len(piece)
+        if not ended:
+            piece = memoryview(b"".join([piece, b"\n"]))
         pending = b""
         if rewind:  # the next read starts with the record this one cut off
-            stream.seek(base + len(piece))
+            stream.seek(base + taken)
         else:
             pending = bytes(view[cut:])
-        if len(piece):
+        if taken:
             if ready is not None:
                 yield ready
             ready = piece, base
-            base += len(piece)
+            if not ended:  # its newline is not the input's: nothing joins it
+                yield ready
+                ready = None
+            base += taken
     if pending:
         tail = pending if pending.endswith(b"\n") else pending + b"\n"
         ready = (memoryview(b"".join([ready[0], tail])), ready[1]) if ready is not None else (memoryview(tail), base)
@@ -132,12 +145,13 @@ def sample_of(head: bytes) -> list[str]:
 
 
 def joined_records(datas: list[bytes] | list[memoryview], c: Collector, bases: list[int] | None = None,
-                   sizes: list[int] | None = None) -> pl.DataFrame:
+                   sizes: list[int] | None = None, limit: int = MAX_RECORD_BYTES) -> pl.DataFrame:
     """Records of several inputs' bytes (each ending with a newline, starting at byte ``bases[i]``
     of its input, default 0), given one buffer each, or one holding them one after another
-    (``sizes``); each offset carries its input's index in the high bits."""
+    (``sizes``); each offset carries its input's index in the high bits. Lines longer than
+    ``limit`` are cut (:func:`observe.reader.lines_of`)."""
     starts = np.cumsum([0] + (sizes or [len(d) for d in datas])[:-1])
-    lines = lines_of(datas[0] if len(datas) == 1 else b"".join(datas))
+    lines = lines_of(datas[0] if len(datas) == 1 else b"".join(datas), limit=limit)
     index = np.searchsorted(starts, lines.get_column("offset").to_numpy(), side="right") - 1
     shift = starts[index] - (np.asarray(bases, dtype=np.int64)[index] if bases is not None else 0)
     lines = lines.with_columns(
