@@ -54,9 +54,14 @@ class Dcgm(Collector):
         """Diag table rows, health messages and log lines of each whole-file record, by byte offset."""
         frames = []
         for raw, offset in records.select("raw", "offset").iter_rows():
-            lines = pl.concat(list(read_lines(io.BytesIO(raw.encode()), start=offset)))
+            chunks = list(read_lines(io.BytesIO(raw.encode()), start=offset))
+            if not chunks:  # an empty document
+                continue
+            lines = pl.concat(chunks)
             table = pl.col("raw").str.contains(BORDER) | pl.col("raw").str.contains(SECTION) | pl.col("raw").str.contains(ROW)
             frames += [_table(lines), _lines(lines.filter(~table, pl.col("raw").str.strip_chars() != ""), ctx)]
+        if not frames:
+            return records.with_columns(pl.lit(None, dtype=pl.String).alias("message"))
         out = pl.concat([f.select(COLUMNS) for f in frames], how="vertical_relaxed")
         return out.with_columns(pl.lit("gpu").alias("source"), pl.lit("dcgm").alias("program")).sort("offset")
 
@@ -151,8 +156,8 @@ def _lines(lines: pl.DataFrame, ctx: Context) -> pl.DataFrame:
         .otherwise(level.replace_strict(LEVELS, default="info")).alias("severity"),
         pl.when(health).then(pl.lit("dcgm_health")).alias("kind"),
         pl.when(health).then(gpu).otherwise(labels.str.extract(r'\bgpu="(\d+)"', 1)).alias("gpu"),
-        pl.when(health).then(xid.cast(pl.Int32)).alias("code"),
-        log.struct.field("pid").cast(pl.Int64).alias("pid"),
+        pl.when(health).then(xid.cast(pl.Int32, strict=False)).alias("code"),
+        log.struct.field("pid").cast(pl.Int64, strict=False).alias("pid"),
         message.alias("message"),
         attrs_json([
             ("error_code", code), ("xid", pl.when(health).then(xid)), ("check", pl.coalesce(

@@ -106,7 +106,7 @@ def _dmesg(records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
         records = records.with_columns(raw.alias("_raw"))
     g = split_header(split_header(records, KMSG).rename({"msg": "kmsg"}), DMESG)
     kmsg = pl.col("kmsg").is_not_null()
-    up = pl.when(kmsg).then(pl.col("usec").cast(pl.Float64) / 1e6).otherwise(pl.col("up").cast(pl.Float64))
+    up = pl.when(kmsg).then(pl.col("usec").cast(pl.Float64, strict=False) / 1e6).otherwise(pl.col("up").cast(pl.Float64, strict=False))
     minute = tp.yearless(pl.col("rmon"), pl.col("rday").str.strip_chars(), pl.col("rclock") + ":00", ctx.reference_time, ctx.tz)
     ts = pl.coalesce(tp.iso(pl.coalesce("tiso", "iso"), ctx.tz), tp.ctime(pl.col("ct"), ctx.tz), tp.since_boot(up, ctx.boot_time),
                      pl.when(pl.col("rmon").is_not_null()).then(minute))
@@ -115,7 +115,7 @@ def _dmesg(records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
         pl.col("lvl").replace({"warn": "warning"}),
     )
     attrs = attrs_json([
-        ("uptime", pl.coalesce(pl.col("up"), (pl.col("usec").cast(pl.Float64) / 1e6).cast(pl.String))), ("seq", pl.col("seq")), ("delta", pl.coalesce("rel", "gap")),
+        ("uptime", pl.coalesce(pl.col("up"), (pl.col("usec").cast(pl.Float64, strict=False) / 1e6).cast(pl.String))), ("seq", pl.col("seq")), ("delta", pl.coalesce("rel", "gap")),
         ("facility", pl.col("fac")),
     ])
     return kernel_device(g.select(

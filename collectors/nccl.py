@@ -273,8 +273,8 @@ def _nccl(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
         g.filter(ok).select(
             "raw", "offset", pl.coalesce(tp.iso(pl.col("stamp"), ctx.tz), tp.iso(pl.col("rts"), ctx.tz)).alias("ts"),
             pl.col("host").alias("node"),
-            pl.coalesce("tag", "lrank", "srank").cast(pl.Int32).alias("rank"),
-            pl.coalesce(_bus_id(pl.col("msg")), pl.col("dev")).alias("gpu"), pl.col("pid").cast(pl.Int64).alias("pid"),
+            pl.coalesce("tag", "lrank", "srank").cast(pl.Int32, strict=False).alias("rank"),
+            pl.coalesce(_bus_id(pl.col("msg")), pl.col("dev")).alias("gpu"), pl.col("pid").cast(pl.Int64, strict=False).alias("pid"),
             pl.lit("nccl").alias("program"),
             pl.col("level").replace_strict(NCCL_SEVERITY, default=None, return_dtype=pl.String).alias("severity"),
             pl.col("msg").alias("message"),
@@ -306,7 +306,7 @@ def _glog(g: pl.DataFrame, ctx: Context) -> pl.DataFrame:
     month = pl.col("md").str.head(-2).cast(pl.Int32, strict=False).replace_strict(MONTHS, default=None, return_dtype=pl.String)
     ts = tp.yearless(month, pl.col("md").str.tail(2), pl.col("clock"), ctx.reference_time, ctx.tz)
     return g.select(
-        "raw", "offset", ts.alias("ts"), pl.col("rank").cast(pl.Int32).alias("rank"), pl.lit("torch").alias("program"),
+        "raw", "offset", ts.alias("ts"), pl.col("rank").cast(pl.Int32, strict=False).alias("rank"), pl.lit("torch").alias("program"),
         pl.col("lvl").replace_strict(GLOG_SEVERITY, default=None, return_dtype=pl.String).alias("severity"),
         pl.format("[{}] {}", pl.col("src"), pl.col("msg")).alias("message"),
     )
@@ -325,7 +325,7 @@ def _pylog(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
     else:
         g = fixed
     return g.select(
-        "raw", "offset", "ts", pl.col("rank").cast(pl.Int32).alias("rank"),
+        "raw", "offset", "ts", pl.col("rank").cast(pl.Int32, strict=False).alias("rank"),
         _py_level(g.get_column("msg")).replace_strict(PY_SEVERITY, default=None, return_dtype=pl.String).alias("severity"),
         pl.col("msg").str.replace(PY_NAME_LEVEL, "").alias("message"), pl.lit("python").alias("program"),
     )

@@ -93,8 +93,9 @@ class NvidiaSmi(Collector):
 
 
 def _document(text: str, base: int, ctx: Context) -> pl.DataFrame:
-    blocks, leaves = _xml(text, base) if re.search(r"<nvidia_smi_log\b|<gpu\b", text) else _text(text, base)
-    readings = _readings(leaves)
+    blocks, leaves = (([], None) if not text.strip() else
+                      _xml(text, base) if re.search(r"<nvidia_smi_log\b|<gpu\b", text) else _text(text, base))
+    readings = _readings(leaves) if leaves is not None else {}
     if not readings:
         return pl.DataFrame({"raw": [text], "offset": [base], "message": [None]},
                             schema={"raw": pl.String, "offset": pl.Int64, "message": pl.String})
@@ -220,7 +221,7 @@ def _readings(leaves: pl.DataFrame) -> dict[int, dict]:
     val = pl.col("value").str.strip_chars()
     val = pl.when((val != "") & ~val.str.contains(NOT_A_VALUE)).then(val)
     val = pl.when(field == THROTTLE_ATTR).then(pl.when(val == "Active").then(path.str.extract(THROTTLE, 1))).otherwise(val)
-    num = val.str.extract(r"^([-+]?\d+(?:\.\d+)?)\s*[A-Za-z%/]*$", 1).cast(pl.Float64)
+    num = val.str.extract(r"^([-+]?\d+(?:\.\d+)?)\s*[A-Za-z%/]*$", 1).cast(pl.Float64, strict=False)
     grouped = (
         leaves.select("g", field.alias("field"), val.alias("val"), num.alias("num"))
         .filter(pl.col("field").is_not_null())
