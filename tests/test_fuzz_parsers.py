@@ -1,5 +1,5 @@
 """Every collector's parse, and the journald reader, on random and hostile text (property-based):
-no exception escapes, one row comes out per record, and each keeps its offset. Lines are built from
+no exception escapes, and every record comes out with its offset. Lines are built from
 pieces of the real formats (headers, JSON fields, tags, stamps, Xid lines) cut and joined at random,
 with control characters, invalid UTF-8, huge numbers and nesting, so the parsers' own paths run."""
 from __future__ import annotations
@@ -59,9 +59,9 @@ def _parsed(name: str, texts: list[str], ctx: Context) -> pl.DataFrame:
     out = finalize(c.parse(recs, ctx), c, ctx, "fuzz")
     if c.whole_file:  # a document is as many events as it holds
         assert out.get_column("offset").is_between(0, len(recs.get_column("raw")[0].encode()) + 1 << 16).all()
-    else:
-        assert out.height == recs.height
-        assert sorted(out.get_column("offset")) == sorted(recs.get_column("offset"))
+    else:  # every record, once (a job record also gives its start, one byte after)
+        assert set(out.get_column("offset")) >= set(recs.get_column("offset"))
+        assert out.height <= 2 * recs.height
     return out
 
 
