@@ -19,24 +19,29 @@ BUILTIN = Path(__file__).with_name("redact.toml")
 
 
 # A secret-named key and its value: a key is a whole token (never a run's tail, so each token is
-# tried once whatever follows it) holding a secret name; ``--name value`` needs the option dashes,
-# ``NAME=value``, ``NAME: value`` and JSON's ``"name": value`` an ``=`` or ``:`` (so prose's "my key is"
-# is no assignment). Every run is possessive: the pattern takes time linear in the text.
-ASSIGN = (r"(?i)(?<![\w.\-])(?=[\w.\-]*?(?:{names}))"
-          r"(?P<key>-[\w.\-]*+\s++|[\w.\-]++[\"']?\s*+[=:]\s*+)"
-          r"(?P<val>\"(?:[^\"\\\n]|\\.)*+\"|'[^'\n]*+'|[^\s\"';&|]++)")
+# tried once whatever follows it) holding a secret name; ``--name value`` needs the option dashes and
+# a value on the same line (or after a ``\`` continuation) that is not another option, ``NAME=value``,
+# ``NAME: value`` and JSON's ``"name": value`` an ``=`` or ``:`` (so prose's "my key is" is no
+# assignment). An authentication scheme opening the value is kept (``Authorization: Bearer ...``).
+# ``set -x`` quotes a whole assignment (``+ export 'PASS=a b'``): its value runs to that quote.
+# Every run is possessive: the pattern takes time linear in the text.
+ASSIGN = (r"(?i)(?<![\w.\-])(?P<q>')?+(?=[\w.\-]*?(?:{names}))"
+          r"(?P<key>(?(q)[\w.\-]++=|(?:-[\w.\-]*+(?:[ \t]|\\\n)++(?!-)|[\w.\-]++[\"']?[ \t]*+[=:][ \t]*+))"
+          r"(?:(?:{schemes})[ \t]++)?+)"
+          r"(?P<val>(?(q)[^'\n]*+(?=')|(?:\"(?:[^\"\\\n]|\\.)*+\"|'[^'\n]*+'|[^\s\"';&|]++)))")
 
 
 @lru_cache(maxsize=1)
 def _patterns() -> tuple[re.Pattern, re.Pattern, tuple[re.Pattern, ...]]:
-    names, values = [], []
+    lists: dict[str, list[str]] = {"secret_names": [], "auth_schemes": [], "secret_values": []}
     for path in [BUILTIN, *(d / "redact.toml" for d in rule_dirs())]:
         if path.is_file():
             doc = tomllib.loads(path.read_text())
-            names += doc.get("secret_names", [])
-            values += doc.get("secret_values", [])
-    name = "|".join(f"(?:{n})" for n in names)
-    return re.compile(rf"(?i){name}"), re.compile(ASSIGN.format(names=name)), tuple(re.compile(v) for v in values)
+            for key, entries in lists.items():
+                entries += doc.get(key, [])
+    name, schemes = ("|".join(f"(?:{n})" for n in lists[key]) for key in ("secret_names", "auth_schemes"))
+    return (re.compile(rf"(?i){name}"), re.compile(ASSIGN.format(names=name, schemes=schemes)),
+            tuple(re.compile(v) for v in lists["secret_values"]))
 
 
 def secret_name(name: str) -> bool:
@@ -68,5 +73,5 @@ def _mask_group(m: re.Match) -> str:
 
 def _mask_value(m: re.Match) -> str:
     """The key as written, then the value masked inside its quotes if it had any."""
-    quote = m["val"][0] if m["val"][0] in "\"'" else ""
-    return f"{m['key']}{quote}{MASK}{quote}"
+    quote = m["val"][:1] if m["val"][:1] in ("\"", "'") and not m["q"] else ""
+    return f"{m['q'] or ''}{m['key']}{quote}{MASK}{quote}"
