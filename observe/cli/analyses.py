@@ -62,7 +62,7 @@ def query_cmd(
             row["attrs"] = json.loads(row["attrs"]) if row["attrs"] else None
             sys.stdout.write(json.dumps(row) + "\n")
     elif fmt == "csv":
-        sys.stdout.write(df.write_csv())
+        sys.stdout.write(_csv(df))
     else:
         width = out.width if sys.stdout.isatty() else None
         out.print(f"{'ts':19} {'node':10} {'kind':24} {'sev':7} {'job':>8} {'gpu':10} {'code':>5}  message", style="bold")
@@ -76,6 +76,20 @@ def query_cmd(
         err.print(f"the first {limit} rows; more match (raise --limit, 0 = all)", style="dim", highlight=False)
     elif fmt == "table":
         err.print(f"{df.height} row(s)", style="dim")
+
+
+# A spreadsheet runs a cell that opens with one of these as a formula (=cmd|'/c calc'!A1, @SUM(...));
+# OWASP's CSV injection advice adds tab and CR, ASVS NUL. ' is there so that the change can be undone.
+FORMULA_LEAD = r"^[=+\-@\t\r\x00']"
+
+
+def _csv(df: pl.DataFrame) -> str:
+    """``df`` as CSV no spreadsheet runs: a text cell opening with a formula character (or ``'``) gets a
+    leading ``'``, which spreadsheets show as text (OWASP's advice); drop it to have the exact text.
+    Every other cell is as stored."""
+    def inert(c: str) -> pl.Expr:
+        return pl.when(pl.col(c).str.contains(FORMULA_LEAD)).then(pl.lit("'") + pl.col(c)).otherwise(pl.col(c)).alias(c)
+    return df.with_columns(inert(c) for c, t in df.schema.items() if t == pl.String).write_csv()
 
 
 @command("explain")
