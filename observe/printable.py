@@ -4,7 +4,8 @@ Users of the compute nodes write the logs observe shows, so a message, node or j
 escape sequences (ESC [2J clears the screen, OSC 0;title BEL retitles the window, an 8-bit CSI
 \\x9b does either), carriage returns and backspaces that overwrite what was printed, newlines that
 forge rows, and bidi overrides (U+202E) that reorder what is read. Text outputs show these
-characters escaped instead of obeying them; JSON and CSV keep the exact text.
+characters escaped instead of obeying them; JSON keeps the exact text, CSV too but for a leading '
+before cells a spreadsheet would run as formulas.
 """
 from __future__ import annotations
 
