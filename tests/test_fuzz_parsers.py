@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import polars as pl
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -65,40 +66,11 @@ def _parsed(name: str, texts: list[str], ctx: Context) -> pl.DataFrame:
     return out
 
 
-def _fuzz(name: str):
-    @FUZZ
-    @given(st.lists(record, min_size=1, max_size=12), st.sampled_from(CTX))
-    def run(texts: list[str], ctx: Context) -> None:
-        _parsed(name, texts, ctx)
-    return run
-
-
-def test_kernel_parse_survives_anything() -> None:
-    _fuzz("kernel")()
-
-
-def test_syslog_and_journald_parse_survive_anything() -> None:
-    _fuzz("syslog")()
-
-
-def test_nccl_parse_survives_anything() -> None:
-    _fuzz("nccl")()
-
-
-def test_slurm_parse_survives_anything() -> None:
-    _fuzz("slurm")()
-
-
-def test_slurm_jobs_parse_survives_anything() -> None:
-    _fuzz("slurm_jobs")()
-
-
-def test_nvidia_smi_parse_survives_anything() -> None:
-    _fuzz("nvidia_smi")()
-
-
-def test_dcgm_parse_survives_anything() -> None:
-    _fuzz("dcgm")()
+@pytest.mark.parametrize("name", ["kernel", "syslog", "nccl", "slurm", "slurm_jobs", "nvidia_smi", "dcgm"])
+@FUZZ
+@given(texts=st.lists(record, min_size=1, max_size=12), ctx=st.sampled_from(CTX))
+def test_every_collectors_parse_survives_anything(name: str, texts: list[str], ctx: Context) -> None:
+    _parsed(name, texts, ctx)
 
 
 @FUZZ
