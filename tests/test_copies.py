@@ -91,13 +91,14 @@ def test_fault_episodes_count_lines_once(site: dict) -> None:
 
 
 def test_the_exporter_counts_each_xid_once_across_refreshes(site: dict, tmp_path: Path) -> None:
-    """The syslog's copies arrive first, dmesg's and kern.log's in a later refresh."""
+    """The syslog's copies arrive first (a route users can write: counted as evidence, without an
+    action), dmesg's and kern.log's in a later refresh (the kernel's: counted once with the action)."""
     store = tmp_path / "store"
     first = runner.invoke(app, ["ingest", str(site["logs"] / "syslog"), "--store", str(store)])
     assert first.exit_code == 0, first.output
     metrics = StoreMetrics(Store(store), known_nodes=lambda: {"gpu001"})
     metrics.refresh()
-    assert sum(metrics.xids.counts.values()) == 4
+    assert sum(metrics.xids.counts.values()) == 0 and dict(metrics.xids.untrusted) == {("gpu001", "79"): 4}
     later = runner.invoke(app, ["ingest", str(site["logs"] / "kern.log"), str(site["logs"] / "dmesg"), "--node",
                                 "gpu001", "--boot-time", BOOT.isoformat(), "--store", str(store)])
     assert later.exit_code == 0, later.output
