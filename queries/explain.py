@@ -97,12 +97,13 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
               .agg(pl.col("ts").min(), pl.len().alias("count"), pl.col("message").first(),
                    pl.col("weight").first(), pl.col("category").first(), pl.col("action").first(),
                    pl.col("node_action").first(),
-                   pl.col("symptom").first(), pl.col("lead_s").first(), pl.col("needs").first(), pl.col("approx").all(),
+                   pl.col("symptom").first(), pl.col("context").first(), pl.col("lead_s").first(), pl.col("needs").first(),
+                   pl.col("approx").all(),
                    pl.col("past").any(), pl.col("says").first(),
                    pl.col("rank").drop_nulls().first(), provenance.trusted().any().alias("trusted")))
     groups = (pl.concat([groups.drop("_episode"), derived], how="diagonal_relaxed")
               .with_columns(pl.col("approx").fill_null(False), pl.col("trusted").fill_null(False),
-                            pl.col("past").fill_null(False)))
+                            pl.col("past").fill_null(False), pl.col("context").fill_null(False)))
     spread = (groups.filter(pl.col("node").is_not_null()).group_by("kind", "code")
               .agg(pl.col("node").n_unique().alias("_nodes")))
     groups = groups.join(spread, on=["kind", "code"], how="left", maintain_order="left", nulls_equal=True)
@@ -173,14 +174,21 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
     return (groups.with_columns(pl.sum_horizontal(points).alias("score"), evidence.alias("evidence"))
             .drop("_nodes", "lead_s", "needs", "says", *(["succeeded", "fleet"] if succeeded_with else []),
                   *(["_flap"] if "_flap" in groups.columns else []))
-            .sort(["score", "ts"], descending=[True, False], nulls_last=True))
+            .sort(["context", "score", "ts"], descending=[False, True, False], nulls_last=True))  # context never leads
 
 
 def _onset(annotated: pl.DataFrame, run: Run) -> datetime | None:
     """When the failure began: the first symptom, or the first error the job itself printed, or the
-    run's end (``annotated``: events with their causes' columns)."""
+    run's end (``annotated``: events with their causes' columns). A symptom a timeout printed began
+    when its wait did (its cause's ``began`` attr: the milliseconds it waited), not at its line."""
     signs = annotated.filter(pl.col("symptom") | (pl.col("job_id") == run.job_id), pl.col("ts").is_not_null())
-    return signs.get_column("ts").min() if signs.height else run.end
+    if signs.is_empty():
+        return run.end
+    waited = pl.lit(None, dtype=pl.Int64)
+    for name in signs.get_column("began").drop_nulls().unique().to_list():
+        ms = pl.col("attrs").str.json_path_match(f"$.{name}").cast(pl.Int64, strict=False)
+        waited = pl.when(pl.col("began") == name).then(ms).otherwise(waited)
+    return signs.select((pl.col("ts") - pl.duration(milliseconds=waited.fill_null(0))).min()).item()
 
 
 def _lit(ts: datetime) -> pl.Expr:
@@ -239,11 +247,13 @@ def run_events(store: Store, run: Run, before: timedelta, after: timedelta) -> p
 
 def _past(store: Store, run: Run, causes: Causes) -> pl.DataFrame:
     """Faults that take a node out, on the run's nodes in the ``base_rate_days`` before it started,
-    that nothing recovered before it started (:mod:`queries.node_past`); ``past`` true."""
+    that nothing recovered before it started (:mod:`queries.node_past`); ``past`` true. Not those
+    Slurm itself set the node DOWN for: that it allocated the node to the run says it was back."""
     sc = causes.scoring
     if run.start is None:
         return pl.DataFrame()
-    kinds = sorted({c.kind for c in causes.causes.values() if c.node == "drain" and not c.symptom})
+    kinds = sorted({c.kind for c in causes.causes.values() if c.node == "drain" and not c.symptom}
+                   - set(sc["back_when_allocated"]))  # Slurm gave the run the node: it was back
     found = node_past.unrecovered(store, run.nodes, kinds, run.start - timedelta(days=sc["base_rate_days"]),
                                   run.start, sc["recovered_by"], timedelta(seconds=sc["skew_s"]))
     return found.with_columns(pl.lit(False).alias("approx"), pl.lit(True).alias("past"))
@@ -295,9 +305,10 @@ def explain(store: Store, job_id: str, at: datetime | None = None, before: timed
         root["confidence"] = confidence(root["margin"], causes.calibration)
         # only a symptom every rank reports whatever broke (a watchdog timeout), only background (a corrected
         # error), or too close a call: unsure
-        unsure = (top["symptom"] or top["weight"] < causes.scoring["cause_min_weight"]
-                  or root["confidence"] < causes.scoring["undetermined_below"])
+        unsure = top["symptom"] or top["context"] or root["confidence"] < causes.scoring["undetermined_below"]
         root["verdict"] = "undetermined" if unsure else "cause"
+        if root["node_action"] == "drain" and not root["trusted"]:  # a user could have written it: evidence, no trigger
+            root["node_action"] = "verify"
     mine = events.filter(pl.col("job_id").is_null() | (pl.col("job_id") == run.job_id))
     return Explanation(run.job_id, run.state, run.exit_code, run.nodes, run.start, run.end, root,
                        ranked.head(10).to_dicts(), timeline(events, causes, timeline_rows), missing(events, run),

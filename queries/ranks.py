@@ -13,31 +13,60 @@ from queries.jobs import Run
 ADDRESS = r"(?:Bootstrap : Using|OOB) (?:\[\d+\])?[\w.-]+:(\S+?)<\d+>"  # a rank's own address, NCCL INFO at init
 
 
-def place_ranks(events: pl.DataFrame, nodes: list[str], per_node: int = 8) -> pl.DataFrame:
+def place_ranks(events: pl.DataFrame, nodes: list[str]) -> pl.DataFrame:
     """Fill ``node`` of rank-tagged events (PyTorch lines carry no host) from the job's
     ``nccl_comm_init`` lines, else by Slurm's default block distribution: ranks fill the run's nodes
-    in order, ``nranks / nodes`` each when NCCL told nranks, else ``per_node``."""
+    in order, ``world / nodes`` each (:func:`world_size`)."""
     ranked = events.filter(pl.col("rank").is_not_null())
     if ranked.is_empty():
         return events
     init = events.filter(pl.col("kind") == "nccl_comm_init", pl.col("node").is_not_null())
     hosts = init.group_by("rank").agg(pl.col("node").first().alias("_host"))
-    nranks = init.select(pl.col("attrs").str.json_path_match("$.nranks").cast(pl.Int64, strict=False).max()).item()
-    if nranks and nodes:
-        per_node = max(1, math.ceil(nranks / len(nodes)))
-    block = pl.col("rank") // per_node
-    fallback = (pl.lit(pl.Series(nodes, dtype=pl.String)).gather(block.clip(0, len(nodes) - 1))
-                if nodes else pl.lit(None, dtype=pl.String))
     return (events.join(hosts, on="rank", how="left", maintain_order="left")
-            .with_columns(pl.coalesce("node", "_host", pl.when(pl.col("rank").is_not_null()).then(fallback)).alias("node"))
+            .with_columns(pl.coalesce("node", "_host", pl.when(pl.col("rank").is_not_null())
+                                      .then(_block(world_size(events, nodes), nodes))).alias("node"))
             .drop("_host"))
+
+
+def world_size(events: pl.DataFrame, nodes: list[str], per_node: int = 8) -> int:
+    """How many ranks the job has: NCCL's nranks at init, else ranks 0 to the highest any line names,
+    rounded up to fill the run's nodes evenly (a world is whole nodes of ranks) when most of that
+    world printed something (a watchdog timeout every rank reports); else ``per_node`` (a GPU node's
+    eight) on each node."""
+    nranks = events.filter(pl.col("kind") == "nccl_comm_init").select(
+        pl.col("attrs").str.json_path_match("$.nranks").cast(pl.Int64, strict=False).max()).item()
+    if nranks:
+        return int(nranks)
+    n = max(len(nodes), 1)
+    ranks = events.get_column("rank").drop_nulls()
+    world = -(-(int(ranks.max() or 0) + 1) // n) * n
+    return world if ranks.n_unique() * 2 >= world else per_node * n
+
+
+def _block(world: int, nodes: list[str]) -> pl.Expr:
+    """The node of ``rank`` under Slurm's block distribution of ``world`` ranks over ``nodes``."""
+    if not nodes:
+        return pl.lit(None, dtype=pl.String)
+    per_node = max(1, math.ceil(world / len(nodes)))
+    return pl.lit(pl.Series(nodes, dtype=pl.String)).gather((pl.col("rank") // per_node).clip(0, len(nodes) - 1))
+
+
+def expected_ranks(events: pl.DataFrame, nodes: list[str]) -> pl.DataFrame:
+    """The job's ranks and their nodes: those NCCL's init lines name, else every rank of the world
+    (:func:`world_size`) placed as :func:`place_ranks` places them, so that a rank that printed
+    nothing at all is in it."""
+    init = events.filter(pl.col("kind") == "nccl_comm_init", pl.col("rank").is_not_null())
+    if init.height or not nodes or events.get_column("rank").is_null().all():
+        return init.select("rank", "node").unique("rank")
+    everyone = pl.DataFrame({"rank": pl.Series(range(world_size(events, nodes)), dtype=pl.Int32)})
+    return everyone.with_columns(_block(world_size(events, nodes), nodes).alias("node"))
 
 
 def empty() -> pl.DataFrame:
     return pl.DataFrame(schema={"node": pl.String, "kind": pl.String, "code": pl.Int32, "gpu": pl.String,
                                 "ts": pl.Datetime("us", "UTC"), "count": pl.UInt32, "message": pl.String,
                                 "category": pl.String, "action": pl.String, "node_action": pl.String,
-                                "symptom": pl.Boolean,
+                                "symptom": pl.Boolean, "context": pl.Boolean,
                                 "rank": pl.Int32, "trusted": pl.Boolean, "score": pl.Float64,
                                 "evidence": pl.List(pl.String)})
 
@@ -125,7 +154,7 @@ def stalls(events: pl.DataFrame, run: Run, sc: dict) -> pl.DataFrame:
                          "weight": float(sc["lagging_rank_weight"]), "category": "software",
                          "action": "a rank hung before the collective (dataloader, deadlock, slow GPU): py-spy dump it; "
                                    "drain its node if it repeats", "node_action": "watch", "symptom": False})
-    ranks = events.filter(pl.col("kind") == "nccl_comm_init").select(pl.col("rank"), "node").unique("rank")
+    ranks = expected_ranks(events, run.nodes)
     quiet = ranks.join(per_rank.select("rank"), on="rank", how="anti")
     if ranks.height and per_rank.height >= ranks.height / 2 and 0 < quiet.height < ranks.height / 2:
         for node, part in quiet.group_by("node"):

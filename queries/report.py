@@ -33,6 +33,9 @@ def report(e: Explanation) -> list[str]:
         lines += [f"{head}  {where}{gpu}{rank}  {what}  category {r['category']}  confidence {r['confidence']:.2f}",
                   f"  {when(r['ts'])}  {first_line(r['message'])}",
                   f"  action: {r['action']}  (for the node: {r['node_action']})"]
+        if r["node_action"] == "verify":
+            lines.append("  unconfirmed: the lines came through a route users can write (a syslog file, job output); "
+                         "confirm on the node with an active check (observe health check) before acting on it")
     lines += [f"MISSING     {m}" for m in e.missing]
     if e.candidates:
         lines += ["", "CANDIDATES", f"  {'score':>5}  {'node':10} {'kind':26} {'code':>5}  {'first seen':19}  {'count':>5}  message"]

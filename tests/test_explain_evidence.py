@@ -13,6 +13,7 @@ from observe.simulate.accuracy import fit, reliability
 from queries.causes import load_causes
 from queries.explain import candidates, confidence, explain, margin
 from queries.ranks import place_ranks
+from queries.report import report
 from queries.jobs import write_index
 from test_explain import NODES, RUN, T, ev, frame, inits, timeouts
 
@@ -59,6 +60,38 @@ def test_a_recovery_since_ends_the_past_fault(store, recovery: str) -> None:
     write_index(store)
     root = explain(store, "7").root_cause
     assert root["kind"] == "python_exception", root
+
+
+def test_slurm_allocating_the_node_ends_its_not_responding(store) -> None:
+    """slurmctld set gpu003 DOWN as not responding two hours before job 7; it allocates only nodes
+    that are back, so job 7's allocation of gpu003 ends that fault: the job's own error explains it."""
+    down = ev("slurm_node_not_responding", "gpu003", -2 * 3600, "slurm", message="error: Nodes gpu003 not responding, setting DOWN")
+    _write(store, _job("6", -4 * 3600, -2 * 3600 + 60, "FAILED") + [down] + FAILED_7)
+    root = explain(store, "7").root_cause
+    assert root["kind"] == "python_exception", root
+
+
+def test_the_rank_that_never_timed_out_is_found_without_init_lines() -> None:
+    """Ranks 1-31 print the watchdog timeout, rank 0 prints nothing, and no NCCL init line says how
+    many ranks there are: the world is the ranks seen, whole nodes of them, and its silent rank 0
+    (gpu001 under Slurm's block distribution) leads."""
+    top = _top(timeouts(600, ranks=range(1, 32)))
+    assert (top["node"], top["rank"], top["kind"]) == ("gpu001", 0, "nccl_timeout"), top
+    assert "never reported" in top["message"]
+
+
+@pytest.mark.parametrize("route, node_action", [("kmsg", "drain"), ("syslog_file", "verify"), ("job_output", "verify")])
+def test_a_fault_from_a_route_users_write_is_verified_not_drained(store, route: str, node_action: str) -> None:
+    """The same Xid 79 from the kernel's own buffer calls for a drain; through a syslog file (any
+    local process can log as ``kernel``) or job output it is the verdict still, to verify with an
+    active check: evidence, never a trigger."""
+    xid = ev("gpu_xid", "gpu003", 500, code=79, route=route, attrs={"category": "gpu", "action": "drain_node"},
+             message="NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.")
+    _write(store, _job("7", -3600, 900, "FAILED") + [xid] + timeouts(600) + inits())
+    e = explain(store, "7")
+    root = e.root_cause
+    assert (root["node"], root["code"], root["node_action"]) == ("gpu003", 79, node_action), root
+    assert any(line.startswith("  unconfirmed:") for line in report(e)) == (node_action == "verify")
 
 
 def test_only_symptoms_is_undetermined(store) -> None:
@@ -196,8 +229,25 @@ def test_ranks_in_different_collectives_are_the_jobs_own_bug() -> None:
 
 def test_a_corrected_error_alone_is_no_verdict(store) -> None:
     """A corrected memory error minutes before a hang outscores the timeouts every rank reports, but
-    background alone explains nothing: undetermined."""
+    it cannot fail a job (its cause is ``context``): it is listed as evidence, never the likeliest
+    cause, and the verdict is undetermined."""
     _write(store, _job("7", -3600, 900, "FAILED") + timeouts(600) + inits()
            + [ev("memory_ecc", "gpu002", 300, attrs={"class": "CE"}, message="EDAC MC0: 1 CE memory read error")])
-    root = explain(store, "7").root_cause
-    assert root["kind"] == "memory_ecc" and root["verdict"] == "undetermined", root
+    e = explain(store, "7")
+    assert e.root_cause["kind"] != "memory_ecc" and e.root_cause["verdict"] == "undetermined", e.root_cause
+    corrected = [c for c in e.candidates if c["kind"] == "memory_ecc"]
+    assert corrected and corrected[0]["context"] and corrected[0]["score"] > e.root_cause["score"], e.candidates
+
+
+def test_a_timeout_began_when_its_wait_did(store) -> None:
+    """The watchdog prints its timeout ``ran for`` 600 s after the collective began: an OOM kill of a
+    rank at that start is the onset, not an event 'long before the first symptom'."""
+    watchdog = "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=100, OpType=ALLREDUCE, Timeout(ms)=600000)"
+    rows = [ev("nccl_timeout", None, 1200, "nccl", rank=r, job_id="7", message=f"[Rank {r}] {watchdog} ran for 600041 ms",
+               attrs={"seq": "100", "op": "ALLREDUCE", "timeout_ms": "600000", "ran_ms": "600041"}) for r in range(8, 32)]
+    _write(store, _job("7", -3600, 1300, "FAILED") + rows + inits()
+           + [ev("oom_kill", "gpu001", 600, message="Out of memory: Killed process 4242 (python)")])
+    e = explain(store, "7")
+    assert e.onset is not None and abs((e.onset - T).total_seconds() - 600) < 1, e.onset
+    assert e.root_cause["kind"] == "oom_kill" and e.root_cause["node"] == "gpu001", e.candidates[:2]
+    assert not any("long before" in why for why in e.candidates[0]["evidence"]), e.candidates[0]
