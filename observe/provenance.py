@@ -62,10 +62,11 @@ def system_account(uid: int) -> bool:
 
 def file_route(st: os.stat_result, job: str | None) -> str:
     """The route of a file from its ``fstat``: job output when it belongs to a job, a system file
-    when root or a system account owns it and no one else may write it, else a user's file."""
+    when root or a system account owns it and no one else may write it (a group other than root's
+    is one users may be in: ``users``, ``adm``), else a user's file."""
     if job:
         return "job_output"
-    others_write = st.st_mode & stat.S_IWOTH or (st.st_mode & stat.S_IWGRP and not system_account(st.st_gid))
+    others_write = st.st_mode & stat.S_IWOTH or (st.st_mode & stat.S_IWGRP and st.st_gid != 0)  # users join groups
     return "system_file" if system_account(st.st_uid) and not others_write else "user_file"
 
 
@@ -80,6 +81,16 @@ def path_route(path: str, job: str | None) -> str:
     if stat.S_ISREG(st.st_mode):
         return file_route(st, job)
     return "operator" if system_account(st.st_uid) else "user_file"  # a pipe the operator made, or a user's FIFO
+
+
+def read_route(fd: int, planned: str | None, job: str | None) -> str | None:
+    """The route of what descriptor ``fd`` reads, where ``planned`` came from the path before it was
+    opened: a path that named a root-owned file when listed and a user's file when opened (a
+    link or rename swapped in between) keeps the route of what is read, never the listing's."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or not is_trusted(planned):
+        return planned
+    return planned if is_trusted(file_route(st, job)) else file_route(st, job)
 
 
 def input_route(route: str | None, relayed: bool) -> str | None:

@@ -174,11 +174,15 @@ def open_file(path: str, streams: bool = False) -> BinaryIO:
     cannot point a job's output, or swap their job directory for a link, at root-only files
     (:func:`_open_beneath`). The file must be regular (checked on the open descriptor, O_NONBLOCK:
     a FIFO swapped in never blocks the open), or with ``streams`` a trusted FIFO, pipe or device,
-    then waited on as a blocking open would. Raises :class:`Refused`.
+    then waited on as a blocking open would. A file with more than one name (a hard link) is refused:
+    its owner and mode say nothing about who named it. Raises :class:`Refused`.
     """
     fd = _open_beneath(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:  # logs and job output have one name
+            raise Refused(errno.EMLINK, f"a file with {st.st_nlink} names (hard links), not read: where "
+                                        "fs.protected_hardlinks is 0 a user can name root's file in their own directory", path)
         if not stat.S_ISREG(st.st_mode):
             if not (streams and trusted(st)):
                 raise Refused(errno.EINVAL, f"not a regular file (mode {stat.filemode(st.st_mode)}, uid {st.st_uid}), "
@@ -317,16 +321,17 @@ def peek_head(path: str, size: int = 64 * 1024) -> bytes:
     return read_head(path, size)[0]
 
 
-def read_head(path: str, size: int) -> tuple[bytes, bool, bool]:
+def read_head(path: str, size: int) -> tuple[bytes, bool, bool, os.stat_result | None]:
     """The first ``size`` bytes of a file (decompressed), whether they are all of a plain file (a
-    compressed one may still be damaged past them), and whether it is compressed; nothing of a
+    compressed one may still be damaged past them), whether it is compressed, and the ``fstat`` of
+    what was read (its owner and mode: what it is, whatever its path named before); nothing of a
     stream (which it would consume)."""
     if is_stream(path):
-        return b"", False, False
+        return b"", False, False, None
     with open_input(path) as f:
         head = f.read(size)
         plain = isinstance(f, io.BufferedReader)
-        return head, plain and len(head) < size, not plain
+        return head, plain and len(head) < size, not plain, os.fstat(f.fileno())
 
 
 def _tree(top: str, hidden: bool = True) -> Iterator[tuple[str, list[str]]]:

@@ -115,7 +115,9 @@ def provenance_claim(row: dict) -> str | None:
 
 @pytest.mark.parametrize("uid, gid, mode, job, route", [
     (0, 0, 0o640, None, "system_file"),
-    (0, 4, 0o664, None, "system_file"),          # adm may write: a system group
+    (0, 4, 0o640, None, "system_file"),          # adm may read: Debian's /var/log/syslog
+    (0, 4, 0o664, None, "user_file"),            # adm may write: its members are people
+    (0, 100, 0o664, None, "user_file"),          # users (a gid under 1000) may write: every user is in it
     (0, 0, 0o666, None, "user_file"),            # anyone may write it
     (0, USER, 0o664, None, "user_file"),         # a user's group may write it
     (USER, USER, 0o644, None, "user_file"),

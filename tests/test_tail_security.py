@@ -278,6 +278,40 @@ def test_ingest_skips_a_users_links_and_refuses_one_named(tmp_path: Path, foreig
     assert "slurm-999.out: a symbolic link of uid" in summary.failed[0] and "\n" not in summary.failed[0]
 
 
+def test_ingest_refuses_a_hard_link_to_a_root_only_file(tmp_path: Path) -> None:
+    """Where fs.protected_hardlinks is 0 a user can name root's 0600 file in their own job
+    directory: its owner and mode are root's, its name is theirs. A file of several names is
+    refused in one line; the user's own file beside it is stored."""
+    secret = _secret(tmp_path)
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    os.link(secret, jobs / "slurm-9.out")
+    (jobs / "slurm-10.out").write_text(_line("my own output"))
+    store = Store(tmp_path / "store")
+    summary = ingest(reader.input_files([str(jobs)]), store, workers=1)
+    assert any("slurm-9.out: a file with 2 names" in f for f in summary.failed), summary.failed
+    messages = store.scan().collect().get_column("message").to_list()
+    assert [m.endswith("my own output") for m in messages] == [True], messages
+
+
+def test_the_route_is_the_read_files_not_the_listed_paths(tmp_path: Path, monkeypatch) -> None:
+    """A user flips their file with a link to a root-owned file between the path's stat and its
+    open: the stat (what ``path_route`` sees) says root's, the open (no link followed) reads the
+    user's forged kernel line. Its route is that of what was read: a user's, untrusted."""
+    from observe import provenance
+
+    forged = tmp_path / "dmesg"
+    forged.write_text("2026-11-22T10:00:00,000000+00:00 NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n")
+    os.chown(forged, NOBODY, NOBODY) if os.geteuid() == 0 else None
+    if os.geteuid() != 0:
+        monkeypatch.setattr(provenance, "system_account", lambda uid: uid == 0)
+    monkeypatch.setattr(provenance, "path_route", lambda path, job: "system_file")  # the stat saw root's file
+    store = Store(tmp_path / "store")
+    ingest([str(forged)], store, source="kernel", node="gpu001", workers=1)
+    routes = store.scan().collect().get_column("route").to_list()
+    assert routes and not any(provenance.is_trusted(r) for r in routes), routes
+
+
 # -- FIFOs ---------------------------------------------------------------------------------------
 def test_collector_skips_a_fifo_swapped_in_after_listing(tmp_path: Path, monkeypatch) -> None:
     """A FIFO where a job's output was (after the listing saw a file) is skipped at once, counted;

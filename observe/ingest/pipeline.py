@@ -82,6 +82,8 @@ def ingest_file(path: str, store: Store, source: str = "auto", node: str | None 
             return summary
         sample = sample_of(head)
         route = route or provenance.path_route(path, job or job_from_name(path))
+        if path != "-":  # what is read decides, not what the path named when listed
+            route = provenance.read_route(stream.fileno(), route, job or job_from_name(path))
         c = choose(source, sample, path, route)
         booted = boot_time or learned_boot_time or (summary.boot_times.get(node) if node else None)
         mtime = Path(path).stat().st_mtime if path != "-" else time.time()
@@ -186,6 +188,8 @@ def _opened(p: Planned) -> Iterator[tuple[BinaryIO | None, bytes | None, BaseExc
     with open_input(p.path) as f:
         if not isinstance(f, io.BufferedReader):
             raise OSError(errno.EINVAL, "compressed since it was listed, not read", p.path)
+        if provenance.read_route(f.fileno(), p.opts["route"], p.opts.get("job") or job_from_name(p.path)) != p.opts["route"]:
+            raise OSError(errno.EPERM, "owner or mode changed since it was listed, not read", p.path)
         yield f, None, None
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -100,28 +101,35 @@ def file_size(path: str) -> int:
 def plan(inputs: list[tuple[str, dict]], store: Store | None = None) -> list[Planned]:
     """Each input's collector, size, identity, whether it has boot-relative stamps, and (with
     ``store``) its records already stored, all inputs' read in one scan."""
-    inputs = [(path, {**opts, "route": opts.get("route") or provenance.path_route(path, opts.get("job") or job_from_name(path))})
-              for path, opts in inputs]
     # a file users may write is read as job output whatever it looks like: with one job output
     # format, nothing to tell (thousands of slurm-*.out cost no sniffing)
     only = provenance.job_output_sources()
-    told = [len(only) == 1 and opts.get("source", "auto") == "auto" and provenance.user_written(opts["route"])
-            for _, opts in inputs]
+    routed: list[tuple[str, dict]] = []
+    told: list[bool] = []
     samples: list[list[str]] = []
     heads: list[bytes] = []
     texts: list[bytes | None] = []
     compressed: list[bool] = []
+    stats: list[os.stat_result] = []
     kept = 0
-    for (path, _), known_format in zip(inputs, told):
+    for path, opts in inputs:
         try:
-            head, whole, packed = read_head(path, PLAN_HEAD_BYTES)
+            head, whole, packed, st = read_head(path, PLAN_HEAD_BYTES)
         except READ_ERRORS:  # the ingest says what is wrong with it
-            head, whole, packed = b"", False, False
+            head, whole, packed, st = b"", False, False, None
+        job = opts.get("job") or job_from_name(path)
+        # the route of what was read (its fstat), not of what the path named before it was opened
+        route = opts.get("route") or (provenance.file_route(st, job) if st is not None and stat.S_ISREG(st.st_mode)
+                                      else provenance.path_route(path, job))
+        routed.append((path, {**opts, "route": route}))
+        stats.append(st if st is not None else _stat((path, opts)))
+        told.append(len(only) == 1 and opts.get("source", "auto") == "auto" and provenance.user_written(route))
         compressed.append(packed)
-        samples.append([] if known_format else sample_of(head))
+        samples.append([] if told[-1] else sample_of(head))
         heads.append(head[:FINGERPRINT_BYTES])  # only what the identity reads: thousands of heads add up
         texts.append(head if whole and kept + len(head) <= KEPT_BYTES else None)
         kept += len(head) if texts[-1] is not None else 0
+    inputs = routed
     detected = iter(registry.detect_many([s for s, t in zip(samples, told) if not t]))
     chosen: list[tuple[Collector | None, dict[str, float]]] = []
     for (path, opts), known_format in zip(inputs, told):
@@ -142,11 +150,12 @@ def plan(inputs: list[tuple[str, dict]], store: Store | None = None) -> list[Pla
                     c is not None and c.name == "kernel" and scores.get("syslog", 0.0) < 0.5,
                     st.st_size, file_id, known.get(file_id, no_records()), st.st_mtime, text, packed)
             for (path, opts), file_id, (c, scores), text, st, packed
-            in zip(inputs, ids, chosen, texts, map(_stat, inputs), compressed)]
+            in zip(inputs, ids, chosen, texts, stats, compressed)]
 
 
 def _stat(item: tuple[str, dict]) -> os.stat_result:
-    """An input's size and modification time (zero for stdin or a file that cannot be read)."""
+    """An input's size and modification time (zero for stdin or a file that cannot be read), where
+    nothing was opened to ``fstat``."""
     try:
         return os.stat(item[0]) if item[0] != "-" else os.stat_result((0,) * 10)
     except OSError:
