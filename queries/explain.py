@@ -41,6 +41,7 @@ class Explanation:
     timeline: list[dict] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)  # evidence the store lacks (a node's logs in the window)
     onset: datetime | None = None  # when the failure began (its first symptom)
+    unclassified: list[dict] = field(default_factory=list)  # error-looking lines no catalogued kind covers
 
     def to_dict(self) -> dict:
         """Plain JSON-able dict (times as ISO 8601 strings)."""
@@ -312,7 +313,26 @@ def explain(store: Store, job_id: str, at: datetime | None = None, before: timed
     mine = events.filter(pl.col("job_id").is_null() | (pl.col("job_id") == run.job_id))
     return Explanation(run.job_id, run.state, run.exit_code, run.nodes, run.start, run.end, root,
                        ranked.head(10).to_dicts(), timeline(events, causes, timeline_rows), missing(events, run),
-                       _onset(causes.annotate(mine), run))
+                       _onset(causes.annotate(mine), run), unclassified(mine, causes))
+
+
+def unclassified(events: pl.DataFrame, causes: Causes) -> list[dict]:
+    """Lines no rule classified (``log``, ``unparsed``) that look like trouble (a level of warning or worse, or a word
+    of ``unclassified_words``), folded by template (digits and hex masked), first seen first: what
+    an on-call reads when nothing classified explains the job, instead of "none found"."""
+    sc = causes.scoring
+    bad = (pl.col("severity").is_in(["emerg", "alert", "crit", "err", "warning"])
+           | pl.col("message").str.contains(sc["unclassified_words"]))
+    lines = events.filter(pl.col("kind").is_in(["log", "unparsed"]), pl.col("message").is_not_null(), bad)
+    if lines.is_empty():
+        return []
+    first = pl.col("message").str.split("\n").list.first()
+    template = first.str.replace_all(r"0x[0-9a-fA-F]+|\d+", "#")
+    return (lines.sort("ts", nulls_last=True).with_columns(template.alias("template"))
+            .group_by("template", maintain_order=True)
+            .agg(pl.col("ts").first(), pl.col("node").drop_nulls().unique(maintain_order=True).alias("nodes"),
+                 pl.col("source").first(), pl.len().alias("count"), first.first().alias("message"))
+            .head(int(sc["unclassified_rows"])).drop("template").to_dicts())
 
 
 def missing(events: pl.DataFrame, run: Run) -> list[str]:

@@ -19,8 +19,12 @@ def report(e: Explanation) -> list[str]:
     r = e.root_cause
     if r is None and (e.state or "").startswith("COMPLETED"):
         lines.append("ROOT CAUSE  none: the job completed (candidates below are context only)")
+    elif r is None and e.unclassified:
+        lines.append(f"ROOT CAUSE  unclassified: no catalogued event explains it; {len(e.unclassified)} kind(s) of error "
+                     "or warning line on its nodes and in its output, below, are the evidence to read")
     elif r is None:
-        lines.append("ROOT CAUSE  none found: no event on the job's nodes or in its output explains it")
+        lines.append("ROOT CAUSE  none found: no error or warning line on the job's nodes or in its output in the "
+                     "window read")
     else:
         if r["verdict"] == "undetermined":
             lines.append(f"UNDETERMINED  confidence {r['confidence']:.2f}: the evidence is weak, points several ways or "
@@ -45,6 +49,12 @@ def report(e: Explanation) -> list[str]:
                          f"{c['count']:5d}  {first_line(c['message'])[:100]}")
             if c.get("evidence"):
                 lines.append(f"         why: {'; '.join(c['evidence'])}")
+    if e.unclassified and (r is None or r["verdict"] == "undetermined"):
+        lines += ["", "UNCLASSIFIED (error or warning lines no rule names, first seen first)"]
+        for u in e.unclassified:
+            where = compact_nodes(u["nodes"]) if u["nodes"] else "(job output)"
+            lines.append(f"  {when(u['ts'], '%m-%d %H:%M:%S')}  {where:10} {u['source'] or '-':7} x{u['count']:<5} "
+                         f"{first_line(u['message'])[:110]}")
     if e.timeline:
         lines += ["", "TIMELINE (UTC)"]
         for t in e.timeline:

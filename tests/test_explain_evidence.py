@@ -94,6 +94,22 @@ def test_a_fault_from_a_route_users_write_is_verified_not_drained(store, route: 
     assert any(line.startswith("  unconfirmed:") for line in report(e)) == (node_action == "verify")
 
 
+def test_never_none_found_while_error_lines_exist(store) -> None:
+    """No line of a catalogued kind, but the node logged an error no rule names and the job printed
+    one: explain shows them as unclassified evidence, folded by template, not "none found"."""
+    lines = [ev("log", "gpu002", 100 + i, "syslog", severity="info", message=f"mlx5_core 0000:{i}:00.0: wait_func:1154 "
+                f"failed, cmd 0x{i}f, status bad resource") for i in range(3)]
+    lines += [ev("log", None, 200, "nccl", job_id="7", severity=None, message="torch.distributed.DistStoreError: stuck"),
+              ev("log", "gpu001", 150, "syslog", severity="info", message="systemd[1]: Started Session 4 of user alice.")]
+    _write(store, _job("7", -3600, 900, "FAILED") + lines)
+    e = explain(store, "7")
+    assert e.root_cause is None
+    assert [(u["count"], u["nodes"]) for u in e.unclassified] == [(3, ["gpu002"]), (1, [])], e.unclassified
+    text = report(e)
+    assert any(t.startswith("ROOT CAUSE  unclassified") for t in text) and not any("none found" in t for t in text)
+    assert any("wait_func" in t for t in text) and not any("Started Session" in t for t in text)
+
+
 def test_only_symptoms_is_undetermined(store) -> None:
     """Every rank timed out on the same collective and nothing else was logged: the best candidate
     is a symptom, so the verdict is undetermined whatever its margin."""
