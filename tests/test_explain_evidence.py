@@ -94,6 +94,22 @@ def test_a_fault_from_a_route_users_write_is_verified_not_drained(store, route: 
     assert any(line.startswith("  unconfirmed:") for line in report(e)) == (node_action == "verify")
 
 
+def test_the_programs_cuda_error_names_the_gpu_for_a_check(store, tmp_path) -> None:
+    """PyTorch prints the CUDA runtime's own string for an uncorrectable ECC error (c10's "CUDA error:
+    " + cudaGetErrorString). It is not the user's exception: the verdict is the GPU of rank 17's node,
+    to verify with an active check (job output is a route users write: no drain from it)."""
+    from observe.ingest import ingest
+
+    out = tmp_path / "slurm-7.out"
+    out.write_text("[rank17]: Traceback (most recent call last):\n[rank17]:   File \"train.py\", line 3, in <module>\n"
+                   "[rank17]: RuntimeError: CUDA error: uncorrectable ECC error encountered\n")
+    _write(store, _job("7", -3600, 900, "FAILED") + inits())
+    ingest([str(out)], store, node="gpu003", job="7", workers=1)
+    root = explain(store, "7").root_cause
+    assert (root["kind"], root["node"], root["category"]) == ("cuda_hw_error", "gpu003", "gpu"), root
+    assert root["node_action"] != "drain", root
+
+
 def test_never_none_found_while_error_lines_exist(store) -> None:
     """No line of a catalogued kind, but the node logged an error no rule names and the job printed
     one: explain shows them as unclassified evidence, folded by template, not "none found"."""

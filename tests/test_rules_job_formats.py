@@ -529,5 +529,8 @@ def test_every_rule_cites_its_emitter(name: str) -> None:
     for rule in doc["rule"]:
         assert rule.get("cite"), rule["kind"]
         for c in rule["cite"]:
+            if c.startswith("closed-source "):  # a vendor's binary: its shipped header or documented strings
+                assert ": " in c, c
+                continue
             repo, path, version, *_ = c.split(" ", 3)
             assert "/" in repo and "/" in path and version and ": " in c, c
