@@ -22,7 +22,12 @@ HOSTILE = ["-", "a", "A1", "=", "TOKEN", "TOKEN=", "--token ", "-" * 1000 + "x",
            "mysql-", "mysql -p", "mongo ", "docker login ", "podman registry login -u ", "redis-cli ", "ldapsearch ",
            "-w ", "machine ", "machine a login ", "default login ", "login ", "password ", "'", "'PASS=", "+ export 'TOKEN=",
            "--token \\\n", " \\\n", "Authorization: Bearer ", "aws_session_token ", "-passin pass:",
-           "-----BEGIN PGP PRIVATE KEY BLOCK", "GR1348941", "dckr_pat_", "lsv2_pt_", "api_org_", "xapp-"]
+           "-----BEGIN PGP PRIVATE KEY BLOCK", "GR1348941", "dckr_pat_", "lsv2_pt_", "api_org_", "xapp-",
+           # the shell words, YAML blocks, headers and command options added for a batch script's other forms
+           'PW="', "PW='", "PW=$'", 'PW="""', "PW=a\\", 'PW=a"', "PW=a'b", 'x["PW"] = ', "PW+=", "'PW' => ",
+           "password:\n ", "password: |\n  x\n", "Authorization: x ", "a://b:@", "@", "a:1:", "a:1:b:c:",
+           "openssl ", "zip ", "7z ", "smbclient -U a", "lftp -u a", "sqlcmd ", "ssh-keygen ", "mc alias set ",
+           "rclone config create ", "rclone config create a b token "]
 ORDINARY = "#!/bin/bash\n#SBATCH --nodes=4\nexport PATH=/usr/bin:$PATH\nsrun python train.py --lr 3e-4 --epochs 90\n"
 
 
@@ -86,6 +91,28 @@ FORMS = [
     ("export SENTRY_DSN=https://dsn3456@o1.ingest.sentry.io/1 x", "dsn3456", ["export SENTRY_DSN=", " x"]),
     ("export MONGO_CONNSTR=mongodb+srv://conn7890.example.net x", "conn7890", ["export MONGO_CONNSTR=", " x"]),
     ("export TEAMS_WEBHOOK=https://x.webhook.office.com/hook1234 x", "hook1234", ["export TEAMS_WEBHOOK=", " x"]),
+    ("SSHPASS=sshpw123 sshpass -e ssh h", "sshpw123", ["SSHPASS=", " sshpass -e ssh h"]),
+    ("export LDAP_BINDPW=bindpw234 BINDPW=bindpw345 x", "bindpw", ["export LDAP_BINDPW=", " BINDPW=", " x"]),
+    ("export GH_PAT=ghpat456 DOCKER_PAT=dockpat567 x", "pat", ["export GH_PAT=", " DOCKER_PAT=", " x"]),
+    ("export BEARER=bearer678 x", "bearer678", ["export BEARER=", " x"]),
+    # a subscript, other languages' assignments, and a shell word's every piece
+    ('os.environ["DB_PASSWORD"] = "envpw123"', "envpw123", ['os.environ["DB_PASSWORD"] = "', '"']),
+    ("cfg['api_key'] = 'cfgkey234'; run(cfg)", "cfgkey234", ["cfg['api_key'] = '", "'; run(cfg)"]),
+    ("my %c = ('password' => 'perlpw345', 'user' => 'ada');", "perlpw345", ["('password' => '", "', 'user' => 'ada');"]),
+    ("password := gopw456\nuser := ada", "gopw456", ["password := ", "\nuser := ada"]),
+    ("PASSWORD+=appendpw567 x", "appendpw567", ["PASSWORD+=", " x"]),
+    ('password = """tomlpw678"""\nuser = "ada"', "tomlpw678", ['password = "', '"\nuser = "ada"']),
+    ("password = '''\ntomlpw789\n'''\nuser = 1", "tomlpw789", ["password = '", "'\nuser = 1"]),
+    ("export DB_PASSWORD=$'ansi pw890' x", "pw890", ["export DB_PASSWORD=$'", "' x"]),
+    ('export DB_PASSWORD=ab"cd ef901" x', "ef901", ["export DB_PASSWORD=", " x"]),
+    ("export DB_PASSWORD=esc\\ pw012 x", "pw012", ["export DB_PASSWORD=", " x"]),
+    ('export DB_PASSWORD="multi\nline123"\nsrun x', "line123", ['export DB_PASSWORD="', '"\nsrun x']),
+    ('+ export "DB_PASSWORD=dq pw345" x', "pw345", ['+ export "DB_PASSWORD=', '" x']),
+    # YAML written by a heredoc: the value on the lines below its key
+    ("cat > c.yaml <<EOF\ndb:\n  password:\n    yamlpw456\n  user: ada\nEOF", "yamlpw456",
+     ["db:\n  password:\n    ", "\n  user: ada\nEOF"]),
+    ("cat > c.yaml <<EOF\n- token: |\n    yamlpw567\n    more678\nname: x\nEOF", "more678",
+     ["- token: |\n    ", "\nname: x\nEOF"]),
     # command-line options
     ("python train.py --wandb-key abc --lr 3e-4", "abc", ["python train.py --wandb-key ", " --lr 3e-4"]),
     ("python load.py --password pw12345 --lr 1", "pw12345", ["python load.py --password ", " --lr 1"]),
@@ -111,17 +138,45 @@ FORMS = [
     ("openssl pkcs12 -passin pass:sslpw345 -in k.p12", "sslpw345", ["openssl pkcs12 -passin pass:", " -in k.p12"]),
     ("aws configure set aws_secret_access_key wJalrXUtnFEMI/K7MDENG/bPx/RfiCYEXAMPLEKEY", "wJalrXUtnFEMI",
      ["aws configure set aws_secret_access_key "]),
+    # and written to ~/.aws/credentials: the mask covers the value, never the `=` before it
+    ("cat > ~/.aws/credentials <<EOF\n[default]\naws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPx/RfiCYEXAMPLEKEY\nEOF",
+     "wJalrXUtnFEMI", ["[default]\naws_secret_access_key = ", "\nEOF"]),
+    ("openssl enc -aes-256-cbc -k sslpw456 -in a -out b", "sslpw456", ["openssl enc -aes-256-cbc -k ", " -in a -out b"]),
+    ("zip -r -P zippw567 out.zip data", "zippw567", ["zip -r -P ", " out.zip data"]),
+    ("unzip -P zippw678 out.zip", "zippw678", ["unzip -P ", " out.zip"]),
+    ("7z a -p7zpw789 out.7z data", "7zpw789", ["7z a -p", " out.7z data"]),
+    ("smbclient //srv/share -U 'DOM\\alice%smbpw890' -c ls", "smbpw890", ["smbclient //srv/share -U 'DOM\\alice%", "' -c ls"]),
+    ("lftp -u alice,lftppw901 sftp://host", "lftppw901", ["lftp -u alice,", " sftp://host"]),
+    ("sqlcmd -S srv -U sa -P sqlpw012 -Q 'select 1'", "sqlpw012", ["sqlcmd -S srv -U sa -P ", " -Q 'select 1'"]),
+    ("ssh-keygen -t ed25519 -N keygenpw123 -f k", "keygenpw123", ["ssh-keygen -t ed25519 -N ", " -f k"]),
+    ("mc alias set s3 https://s3.example.com AKEXAMPLE mcsecret234 --api S3v4", "mcsecret234",
+     ["mc alias set s3 https://s3.example.com AKEXAMPLE ", " --api S3v4"]),
+    ("rclone config create r s3 access_key_id AK secret_access_key rclonepw345 region x", "rclonepw345",
+     ["rclone config create r s3 access_key_id AK secret_access_key "]),
+    ("echo 'db.example.com:5432:*:alice:pgpasspw456' > ~/.pgpass", "pgpasspw456",
+     ["echo 'db.example.com:5432:*:alice:", "' > ~/.pgpass"]),
     # .netrc, URLs, HTTP headers, PEM blocks
     ("machine api.example.com login bob password netrcpw789", "netrcpw789", ["machine api.example.com login bob password "]),
     ("echo 'machine h login u password netrcpw890' >> ~/.netrc", "netrcpw890", ["echo 'machine h login u password ", "' >> ~/.netrc"]),
     ("machine h\n  login u\n  password netrcpw901\nmachine g", "netrcpw901", ["machine h\n  login u\n  password ", "\nmachine g"]),
     ("git clone https://bob:S3cretPw@git.example.com/r.git", "S3cretPw", ["https://bob:", "@git.example.com/r.git"]),
     ("psql postgresql://trainer:pgpw123@db:5432/runs", "pgpw123", ["postgresql://trainer:", "@db:5432/runs"]),
+    ("git clone https://alice:hunter2@urlpw567@git.example.com/r", "urlpw567", ["https://alice:", "@git.example.com/r"]),
+    ("redis-cli -u redis://:redispw678@cache:6379/0 ping", "redispw678", ["redis://:", "@cache:6379/0 ping"]),
     ("curl -H 'Authorization: Bearer plainbear' https://x", "plainbear", ["curl -H 'Authorization: Bearer ", "' https://x"]),
     ('curl -H "Authorization: Basic dXNlcjpwYXNzd29yZA==" x', "dXNlcjpwYXNzd29yZA==", ['-H "Authorization: Basic ', '" x']),
     ("curl -H 'Authorization: token ghx42' x", "ghx42", ["curl -H 'Authorization: token ", "' x"]),
     ("curl -H 'X-API-Key: apikey777' x", "apikey777", ["curl -H 'X-API-Key: ", "' x"]),
     ("curl -H 'Authorization: Api-Token apitok888' x", "apitok888", ["curl -H 'Authorization: Api-Token ", "' x"]),
+    ('curl -H "Authorization: Splunk 1a2b3c4d-1a2b-3c4d-5e6f-1a2b3c4d5e6f" x', "1a2b3c4d-1a2b",
+     ['curl -H "Authorization: Splunk ', '" x']),
+    ("curl -H 'Authorization: SSWS oktatok999' x", "oktatok999", ["curl -H 'Authorization: SSWS ", "' x"]),
+    ("curl -H 'Proxy-Authorization: ApiKey proxytok111' x", "proxytok111", ["curl -H 'Proxy-Authorization: ApiKey ", "' x"]),
+    # under another name only the known schemes are kept
+    ("curl -H 'X-Auth: Bearer xauth111' x", "xauth111", ["curl -H 'X-Auth: Bearer ", "' x"]),
+    ("curl -H 'X-Auth: Basic xauth222' x", "xauth222", ["curl -H 'X-Auth: Basic ", "' x"]),
+    ("curl -H 'X-Auth: Token xauth333' x", "xauth333", ["curl -H 'X-Auth: Token ", "' x"]),
+    ("curl -H 'X-Auth: Api-Token xauth444' x", "xauth444", ["curl -H 'X-Auth: Api-Token ", "' x"]),
     ("retrying with bearer abcdefghijklmnop123 now", "abcdefghijklmnop123", ["retrying with bearer ", " now"]),
     ("cat > k <<EOF\n-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEAx\n-----END RSA PRIVATE KEY-----\nEOF",
      "MIIEpAIBAAKCAQEAx", ["cat > k <<EOF\n", "\nEOF"]),
@@ -163,6 +218,8 @@ FORMS = [
     ("azcopy copy 'https://a.blob.core.windows.net/c?sp=r&sig=Ab12Cd34Ef56Gh78Ij90Kl%2BMn%3D' .", "Ab12Cd34Ef56Gh78Ij90Kl",
      ["azcopy copy 'https://a.blob.core.windows.net/c?sp=r&sig=", "' ."]),
     ("step 4: using Zx9QmT4vB2nL8kR1yW6pH3sJ0dF5gC7a now", "Zx9QmT4vB2nL8kR1yW6pH3sJ0dF5gC7a", ["step 4: using ", " now"]),
+    # last, as a quote no later quote closes runs to its line's end (a script cut short, a typo)
+    ('echo ok\nexport DB_PASSWORD="unclosed234 x', "unclosed234", ['echo ok\nexport DB_PASSWORD="']),
 ]
 
 
@@ -179,8 +236,7 @@ def _masked(line: str, secret: str, kept: list[str]) -> bool:
 DATA = tomllib.loads(redact.BUILTIN.read_text())
 
 
-@pytest.mark.parametrize("key, index", [(k, i) for k in ("secret_names", "auth_schemes", "secret_values")
-                                        for i in range(len(DATA[k]))])
+@pytest.mark.parametrize("key, index", [(k, i) for k in redact.LISTS for i in range(len(DATA[k]))])
 def test_each_entry_of_the_data_is_needed_by_a_form(key: str, index: int, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """Without any one name, scheme or pattern of redact.toml some form is no longer masked as it
@@ -209,6 +265,11 @@ def test_each_entry_of_the_data_is_needed_by_a_form(key: str, index: int, tmp_pa
     "export TOKEN=\nsrun x",  # an empty value: the next line is no value
     "export TOKENIZERS_PARALLELISM=false PASSES=3 BYPASS=1 GIT_AUTHOR_NAME=ada",
     "python train.py --max-tokens 4096 --num-key-value-heads 8 --author ada",
+    "ssh-keygen -t ed25519 -N '' -f key && curl https://host:8443/x ssh://git@host:22/r",  # no passphrase, ports
+    "export PATH=/x:$PATH PATTERN=a LOWPASS=0.5 COMPASS=2; ip link set eth0 address 00:11:22:33:44:55",
+    "rclone config create r s3 provider AWS access_key_id AKEXAMPLE region us-east-1",  # an id, no secret
+    "echo 'started at 12:30:45'; zip -r out.zip data; 7z x -y a.7z; smbclient -L srv -N",
+    "if token:\n    login(token)\nsrun x",  # not YAML: the key does not start its line
 ])
 def test_ordinary_text_is_kept(line: str) -> None:
     assert redact.text(line) == line
