@@ -498,6 +498,16 @@ def test_agent_closing_signal_names_the_worker(tmp_path: Path) -> None:
     assert rows[1]["message"] == "Sending process 153929 closing signal SIGTERM"
 
 
+def test_the_launchers_global_rank_beats_a_process_groups_rank(tmp_path: Path) -> None:
+    """``[rank218]:`` is the global rank torchrun labels the line with; ``[PG 3 Rank 13]`` is the
+    rank inside process group 3 (ProcessGroupNCCL's logPrefix): placing the rank by the second
+    would blame another node."""
+    line = ("[rank218]:[E1120 12:43:44.648932000 ProcessGroupNCCL.cpp:616] [PG 3 Rank 13] Watchdog caught collective "
+            "operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=5, NumelOut=5, Timeout(ms)=600000) ran for "
+            "600041 milliseconds before timing out.")
+    assert _event(tmp_path, "nccl", line, "nccl_timeout")["rank"] == 218
+
+
 def _event(tmp_path: Path, collector: str, text: str, kind: str) -> dict:
     path = tmp_path / "input.log"
     path.write_text(text + "\n")
