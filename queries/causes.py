@@ -35,8 +35,9 @@ class Cause:
     needs: tuple[str, ...] = ()  # kinds in the job's own output that must corroborate it
     attrs: tuple[tuple[str, str], ...] = ()  # only events whose attrs have these values
     says: str = ""  # what the line means, in the evidence ("corrected: the hardware fixed it")
-    began: str | None = None  # the attr with the milliseconds a timeout waited before its line: when it began
+    began: str | None = None  # the attr (``*_ms`` or ``*_s``) with how long a timeout waited before its line
     context: bool = False  # cannot fail a job by itself (a corrected error): evidence, never the verdict
+    lag_s: float = 0.0  # how long after the fault its detector prints the line, at most (a daemon's timeout)
 
 
 @dataclass(frozen=True)
@@ -56,16 +57,18 @@ class Causes:
         """The entries as a frame: kind, the attrs condition (``cond``, JSON or null) and the values."""
         rows = [{"kind": c.kind, "cond": json.dumps(dict(c.attrs)) if c.attrs else None, "weight": c.weight,
                  "category": c.category, "action": c.action, "node_action": c.node, "symptom": c.symptom,
-                 "lead_s": c.lead_s, "needs": list(c.needs), "says": c.says, "began": c.began, "context": c.context}
+                 "lead_s": c.lead_s, "needs": list(c.needs), "says": c.says, "began": c.began, "context": c.context,
+                 "lag_s": c.lag_s}
                 for c in self.causes.values()]
         return pl.DataFrame(rows, schema={"kind": pl.String, "cond": pl.String, "weight": pl.Float64,
                                           "category": pl.String, "action": pl.String, "node_action": pl.String,
                                           "symptom": pl.Boolean, "lead_s": pl.Float64, "needs": pl.List(pl.String),
-                                          "says": pl.String, "began": pl.String, "context": pl.Boolean})
+                                          "says": pl.String, "began": pl.String, "context": pl.Boolean,
+                                          "lag_s": pl.Float64})
 
     def annotate(self, events: pl.DataFrame) -> pl.DataFrame:
-        """Events of catalogued kinds with weight, category, action, node_action, symptom, lead_s, needs, says, began
-        and context (the most specific entry wins: one whose attrs condition matches over the plain one)."""
+        """Events of catalogued kinds with weight, category, action, node_action, symptom, lead_s, needs, says, began,
+        context and lag_s (the most specific entry wins: one whose attrs condition matches over the plain one)."""
         table = self.table
         plain = table.filter(pl.col("cond").is_null()).drop("cond")
         ev = events.join(plain, on="kind", how="inner", maintain_order="left")
@@ -109,7 +112,7 @@ def _load_causes(paths: tuple[Path, ...]) -> Causes:
                               entry.get("action", ""), entry["node"], bool(entry.get("symptom", False)), entry.get("lead_s"),
                               tuple(entry.get("needs", [])),
                               tuple(sorted((k, str(v)) for k, v in entry.get("attrs", {}).items())), entry.get("says", ""),
-                              entry.get("began"), bool(entry.get("context", False)))
+                              entry.get("began"), bool(entry.get("context", False)), float(entry.get("lag_s", 0.0)))
                 if cause.category not in CATEGORIES:
                     raise ValueError(f"category {cause.category!r} not one of {', '.join(CATEGORIES)}")
                 if cause.node not in NODE_ACTIONS:

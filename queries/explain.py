@@ -98,7 +98,8 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
               .agg(pl.col("ts").min(), pl.len().alias("count"), pl.col("message").first(),
                    pl.col("weight").first(), pl.col("category").first(), pl.col("action").first(),
                    pl.col("node_action").first(),
-                   pl.col("symptom").first(), pl.col("context").first(), pl.col("lead_s").first(), pl.col("needs").first(),
+                   pl.col("symptom").first(), pl.col("context").first(), pl.col("lead_s").first(), pl.col("lag_s").first(),
+                   pl.col("needs").first(),
                    pl.col("approx").all(),
                    pl.col("past").any(), pl.col("says").first(),
                    pl.col("rank").drop_nulls().first(), provenance.trusted().any().alias("trusted")))
@@ -122,11 +123,12 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
     if onset is not None:
         late = timedelta(seconds=sc["late_s"])
         lead = pl.duration(seconds=pl.col("lead_s").fill_null(sc["onset_window_s"]))
-        terms += [(pl.when(ts.is_between(_lit(onset) - lead, _lit(onset) + skew)).then(sc["precedes_onset"]),
+        began = ts - pl.duration(seconds=pl.col("lag_s").fill_null(0.0))  # a detector's line comes after its fault
+        terms += [(pl.when((began <= _lit(onset) + skew) & (ts >= _lit(onset) - lead)).then(sc["precedes_onset"]),
                    pl.lit("came before the failure's first symptom")),
                   (pl.when((ts < _lit(onset) - lead) & ~pl.col("past")).then(sc["stale"]),
                    pl.lit("long before the failure's first symptom")),
-                  (pl.when(ts > _lit(onset) + late).then(sc["after_onset"]),
+                  (pl.when(began > _lit(onset) + late).then(sc["after_onset"]),
                    pl.lit("after the failure began: a consequence"))]
     if run.start is not None:
         terms.append((pl.when((ts < _lit(run.start) - skew) & ~pl.col("past")).then(sc["before_start"]),
@@ -173,7 +175,7 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
     evidence = pl.concat_list([pl.when(p != 0).then(pl.format("{} {}", sign, why))
                                for p, sign, (_, why) in zip(points, signed, terms)]).list.drop_nulls()
     return (groups.with_columns(pl.sum_horizontal(points).alias("score"), evidence.alias("evidence"))
-            .drop("_nodes", "lead_s", "needs", "says", *(["succeeded", "fleet"] if succeeded_with else []),
+            .drop("_nodes", "lead_s", "lag_s", "needs", "says", *(["succeeded", "fleet"] if succeeded_with else []),
                   *(["_flap"] if "_flap" in groups.columns else []))
             .sort(["context", "score", "ts"], descending=[False, True, False], nulls_last=True))  # context never leads
 
@@ -181,13 +183,13 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
 def _onset(annotated: pl.DataFrame, run: Run) -> datetime | None:
     """When the failure began: the first symptom, or the first error the job itself printed, or the
     run's end (``annotated``: events with their causes' columns). A symptom a timeout printed began
-    when its wait did (its cause's ``began`` attr: the milliseconds it waited), not at its line."""
+    when its wait did (its cause's ``began`` attr: how long it waited, ``*_ms`` or ``*_s``), not at its line."""
     signs = annotated.filter(pl.col("symptom") | (pl.col("job_id") == run.job_id), pl.col("ts").is_not_null())
     if signs.is_empty():
         return run.end
     waited = pl.lit(None, dtype=pl.Int64)
     for name in signs.get_column("began").drop_nulls().unique().to_list():
-        ms = pl.col("attrs").str.json_path_match(f"$.{name}").cast(pl.Int64, strict=False)
+        ms = pl.col("attrs").str.json_path_match(f"$.{name}").cast(pl.Int64, strict=False) * (1 if name.endswith("_ms") else 1000)
         waited = pl.when(pl.col("began") == name).then(ms).otherwise(waited)
     return signs.select((pl.col("ts") - pl.duration(milliseconds=waited.fill_null(0))).min()).item()
 

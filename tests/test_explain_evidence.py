@@ -62,6 +62,30 @@ def test_a_recovery_since_ends_the_past_fault(store, recovery: str) -> None:
     assert root["kind"] == "python_exception", root
 
 
+def test_the_heartbeat_monitors_hang_began_stuck_s_before_its_line(store) -> None:
+    """"watchdog got stuck for 480 seconds": the hang began eight minutes before the line, when a
+    GPU fell off the bus on gpu002; without the wait, the Xid would be 'long before' a 5-minute lead."""
+    stuck = [ev("nccl_heartbeat_timeout", None, 1200, "nccl", rank=r, job_id="7", attrs={"stuck_s": "480"},
+                message=f"[PG 0 Rank {r}] ProcessGroupNCCL's watchdog got stuck for 480 seconds without making progress")
+             for r in range(32)]
+    xid = ev("gpu_fell_off_bus", "gpu002", 720, route="kmsg", message="NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.")
+    _write(store, _job("7", -3600, 1300, "FAILED") + stuck + inits() + [xid])
+    e = explain(store, "7")
+    assert e.onset is not None and abs((e.onset - T).total_seconds() - 720) < 1, e.onset
+    assert (e.root_cause["kind"], e.root_cause["node"]) == ("gpu_fell_off_bus", "gpu002"), e.candidates[:2]
+    assert any("came before" in why for why in e.candidates[0]["evidence"]), e.candidates[0]
+
+
+def test_slurmctld_notices_a_dead_node_a_slurmd_timeout_late() -> None:
+    """slurmctld says "not responding" only after SlurmdTimeout (300 s): a line 4 minutes after the
+    peers' timeouts still came before the failure, it is no consequence of it."""
+    rows = timeouts(600) + [ev("slurm_node_not_responding", "gpu003", 840, "slurm",
+                               message="error: Nodes gpu003 not responding")]
+    top = _top(rows)
+    assert (top["kind"], top["node"]) == ("slurm_node_not_responding", "gpu003"), top
+    assert not any("consequence" in why for why in top["evidence"]), top["evidence"]
+
+
 def test_slurm_allocating_the_node_ends_its_not_responding(store) -> None:
     """slurmctld set gpu003 DOWN as not responding two hours before job 7; it allocates only nodes
     that are back, so job 7's allocation of gpu003 ends that fault: the job's own error explains it."""
