@@ -1,8 +1,10 @@
-"""Does this appear when things work? How many successful jobs an event showed during, on the same
-node and anywhere in the fleet: healthy fleets log corrected errors, recovered link flaps and other
-alarming lines all day, and a line logged while jobs succeed explains little of a failure."""
+"""Does this appear when things work? How many successful jobs an event showed during, and the share
+of hours it is logged in, on the same node and anywhere in the fleet: healthy fleets log corrected
+errors, recovered link flaps, monitoring agents' register reads and other alarming lines all day,
+and a line logged whatever happens explains little of a failure."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -12,14 +14,17 @@ from observe.store import Store
 from queries import jobs
 from queries.search import search
 
-SCHEMA = {"node": pl.String, "kind": pl.String, "code": pl.Int32, "succeeded": pl.UInt32}
-FLEET = {"kind": pl.String, "code": pl.Int32, "fleet": pl.UInt32}
+DAY = re.compile(r"\d{4}-\d\d-\d\d")  # a dated partition's name
+SCHEMA = {"node": pl.String, "kind": pl.String, "code": pl.Int32, "succeeded": pl.UInt32, "hours_share": pl.Float64}
+FLEET = {"kind": pl.String, "code": pl.Int32, "fleet": pl.UInt32, "fleet_hours_share": pl.Float64}
 
 
 @dataclass(frozen=True)
 class BaseRates:
-    """``node`` (node, kind, code, succeeded): per node of the run, and ``fleet`` (kind, code,
-    fleet): on any node, how many jobs that completed each event was logged during."""
+    """``node`` (node, kind, code, succeeded, hours_share): per node of the run, and ``fleet``
+    (kind, code, fleet, fleet_hours_share): on any node, how many jobs that completed each event
+    was logged during, and the share of hours it was logged in (of the node's, of every node's)
+    since the store's first such event: the chance it shows in any hour, failure or not."""
 
     node: pl.DataFrame
     fleet: pl.DataFrame
@@ -30,17 +35,38 @@ def succeeded_with(store: Store, nodes: list[str], kinds: list[str], since: date
     logged it, when it was logged, and completed: per node of ``nodes`` and fleet-wide. Jobs come
     from the store's job index (``observe compact`` or ingest writes it); none without one."""
     none = BaseRates(pl.DataFrame(schema=SCHEMA), pl.DataFrame(schema=FLEET))
-    completed = jobs.completed_on_nodes(store)
-    if not nodes or not kinds or completed is None:
-        return none
-    ok = completed.filter(pl.col("start") >= since, pl.col("end") <= until).sort("start").collect()
-    if ok.is_empty():
+    if not nodes or not kinds:
         return none
     seen = (search(store, since=since, until=until, kinds=kinds, copies=True)  # whether, not how often
             .select("node", "kind", "code", "ts").drop_nulls(["ts", "node"]).sort("ts").collect())
+    if seen.is_empty():
+        return none
+    days = sorted(p.date for p in store.partitions(since=since, until=until) if DAY.fullmatch(p.date))
+    covered = max(since, datetime.fromisoformat(days[0]).replace(tzinfo=since.tzinfo)) if days else since
+    completed = jobs.completed_on_nodes(store)
+    ok = (completed.filter(pl.col("start") >= since, pl.col("end") <= until).sort("start").collect()
+          if completed is not None else pl.DataFrame(schema={"node": pl.String, "job_id": pl.String,
+                                                             "start": seen.schema["ts"], "end": seen.schema["ts"]}))
+    fleet_nodes = pl.concat([seen.get_column("node"), ok.get_column("node"), pl.Series(nodes)]).n_unique()
+    node_hours, fleet_hours = _hours_share(seen, covered, until, fleet_nodes)
     during = (seen.join_asof(ok, left_on="ts", right_on="start", by="node", strategy="backward", check_sortedness=False)
               .filter(pl.col("ts") <= pl.col("end")))
     jobs_ = pl.col("job_id").n_unique()
-    return BaseRates(during.filter(pl.col("node").is_in(nodes)).group_by("node", "kind", "code")
-                     .agg(jobs_.alias("succeeded")).cast(SCHEMA),
-                     during.group_by("kind", "code").agg(jobs_.alias("fleet")).cast(FLEET))
+    per_node = (node_hours.filter(pl.col("node").is_in(nodes))
+                .join(during.group_by("node", "kind", "code").agg(jobs_.alias("succeeded")), on=["node", "kind", "code"],
+                      how="left", nulls_equal=True))
+    fleet = fleet_hours.join(during.group_by("kind", "code").agg(jobs_.alias("fleet")), on=["kind", "code"], how="left",
+                             nulls_equal=True)
+    return BaseRates(per_node.select(list(SCHEMA)).cast(SCHEMA), fleet.select(list(FLEET)).cast(FLEET))
+
+
+def _hours_share(seen: pl.DataFrame, since: datetime, until: datetime, nodes: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The share of hours each event was logged in, per node (of that node's hours) and fleet-wide (of
+    the hours of the ``nodes`` known: those that logged any of these kinds or ran a completed job),
+    from ``since`` (the store's first day, if later) to ``until``: a line a node logs in most of its
+    hours shows near any failure by chance, whatever broke."""
+    hours = max(1.0, (until - since).total_seconds() / 3600)
+    hourly = seen.select("node", "kind", "code", pl.col("ts").dt.truncate("1h").alias("_h")).unique()
+    per_node = hourly.group_by("node", "kind", "code").agg((pl.len() / hours).clip(0, 1).alias("hours_share"))
+    fleet = hourly.group_by("kind", "code").agg((pl.len() / (hours * nodes)).clip(0, 1).alias("fleet_hours_share"))
+    return per_node, fleet

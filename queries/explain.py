@@ -172,10 +172,17 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
     points = [p.fill_null(0) for p, _ in terms]
     signed = [pl.when(p > 0).then(pl.lit("+")).otherwise(pl.lit("")) + p.round(0).cast(pl.Int64).cast(pl.String)
               for p in points]  # +15 for, -40 against
-    evidence = pl.concat_list([pl.when(p != 0).then(pl.format("{} {}", sign, why))
-                               for p, sign, (_, why) in zip(points, signed, terms)]).list.drop_nulls()
+    notes = [pl.when(p != 0).then(pl.format("{} {}", sign, why)) for p, sign, (_, why) in zip(points, signed, terms)]
+    if succeeded_with is not None:  # what shows in most hours shows near any failure: background, not a cause
+        share = pl.max_horizontal(pl.col("hours_share").fill_null(0.0), pl.col("fleet_hours_share").fill_null(0.0))
+        background = ~pl.col("symptom") & (share >= sc["background_share"])
+        groups = groups.with_columns((pl.col("context") | background).alias("context"))
+        notes.append(pl.when(background).then(pl.format("background: logged in {}% of the hours of the {} days before",
+                                                        (share * 100).round(0).cast(pl.Int64), pl.lit(sc["base_rate_days"]))))
+    evidence = pl.concat_list(notes).list.drop_nulls()
     return (groups.with_columns(pl.sum_horizontal(points).alias("score"), evidence.alias("evidence"))
-            .drop("_nodes", "lead_s", "lag_s", "needs", "says", *(["succeeded", "fleet"] if succeeded_with else []),
+            .drop("_nodes", "lead_s", "lag_s", "needs", "says",
+                  *(["succeeded", "fleet", "hours_share", "fleet_hours_share"] if succeeded_with else []),
                   *(["_flap"] if "_flap" in groups.columns else []))
             .sort(["context", "score", "ts"], descending=[False, True, False], nulls_last=True))  # context never leads
 

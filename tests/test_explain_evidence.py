@@ -134,6 +134,20 @@ def test_the_programs_cuda_error_names_the_gpu_for_a_check(store, tmp_path) -> N
     assert root["node_action"] != "drain", root
 
 
+def test_a_line_a_node_logs_most_hours_is_background(store) -> None:
+    """A monitoring agent's register reads make gpu002 log mlx5 ACCESS_REG errors every hour for two
+    days before job 7, as on the hour job 7 hung: as likely near a failure as not, it is background
+    (never the verdict, no drain), whatever the catalog says of an HCA error."""
+    hca = "mlx5_core 0000:3b:00.0: mlx5_cmd_out_err:803:(pid 1234): ACCESS_REG(0x805) op_mod(0x1) failed, status bad parameter(0x3)"
+    hourly = [ev("ib_hca_error", "gpu002", -h * 3600 + 120, route="kmsg", message=hca) for h in range(48)]
+    _write(store, _job("7", -3600, 900, "FAILED") + hourly + [ev("ib_hca_error", "gpu002", 300, route="kmsg", message=hca)]
+           + timeouts(600) + inits())
+    e = explain(store, "7")
+    assert e.root_cause["kind"] != "ib_hca_error" and e.root_cause["node_action"] != "drain", e.root_cause
+    hca_row = next(c for c in e.candidates if c["kind"] == "ib_hca_error")
+    assert hca_row["context"] and any(why.startswith("background: logged in") for why in hca_row["evidence"]), hca_row
+
+
 def test_never_none_found_while_error_lines_exist(store) -> None:
     """No line of a catalogued kind, but the node logged an error no rule names and the job printed
     one: explain shows them as unclassified evidence, folded by template, not "none found"."""
