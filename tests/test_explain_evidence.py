@@ -148,6 +148,18 @@ def test_a_line_a_node_logs_most_hours_is_background(store) -> None:
     assert hca_row["context"] and any(why.startswith("background: logged in") for why in hca_row["evidence"]), hca_row
 
 
+@pytest.mark.parametrize("exception", ["torch.distributed.elastic.multiprocessing.errors.ChildFailedError",
+                                       "torch.distributed.DistStoreError"])
+def test_an_exception_reporting_other_processes_is_a_symptom(exception: str) -> None:
+    """torchrun's ChildFailedError (a worker died) and the store's DistStoreError (ranks never came)
+    report someone else's failure: symptoms, not the user's own code."""
+    rows = timeouts(600) + [ev("python_exception", None, 700, "nccl", rank=0, job_id="7", attrs={"exception": exception},
+                               message=f"{exception}: see above")]
+    ranked = candidates(place_ranks(frame(rows), NODES), RUN, load_causes())
+    top = ranked.row(0, named=True)
+    assert top["symptom"] and top["category"] != "user", ranked.head(3)
+
+
 def test_never_none_found_while_error_lines_exist(store) -> None:
     """No line of a catalogued kind, but the node logged an error no rule names and the job printed
     one: explain shows them as unclassified evidence, folded by template, not "none found"."""
