@@ -152,8 +152,11 @@ def test_a_line_a_node_logs_most_hours_is_background(store) -> None:
                                        "torch.distributed.DistStoreError"])
 def test_an_exception_reporting_other_processes_is_a_symptom(exception: str) -> None:
     """torchrun's ChildFailedError (a worker died) and the store's DistStoreError (ranks never came)
-    report someone else's failure: symptoms, not the user's own code."""
-    rows = timeouts(600) + [ev("python_exception", None, 700, "nccl", rank=0, job_id="7", attrs={"exception": exception},
+    report someone else's failure: symptoms, not the user's own code; nor is the traceback heading
+    them (context: its exception says what happened)."""
+    rows = timeouts(600) + [ev("python_traceback", None, 590, "nccl", rank=0, job_id="7",
+                               message="Traceback (most recent call last):"),
+                            ev("python_exception", None, 591, "nccl", rank=0, job_id="7", attrs={"exception": exception},
                                message=f"{exception}: see above")]
     ranked = candidates(place_ranks(frame(rows), NODES), RUN, load_causes())
     top = ranked.row(0, named=True)
