@@ -77,6 +77,11 @@ class Kernel(Collector):
         return (line.str.contains(r"^(?: {2,}\S|(?:\[[^\]]*\])?\s?NVRM: {2,}\S)|^ [A-Z_]+=")
                 & ~line.str.contains(INDENTED_DEVICE))
 
+    def relayed_for(self, sample: list[str]) -> bool:
+        """Syslog-framed kernel lines (``host kernel: ...``) in a file found, not named ``kernel``, are a
+        syslog daemon's file: ``logger -t kernel`` writes the same (kern.log is trusted as named)."""
+        return bool(sample) and pl.Series(sample, dtype=pl.String).str.contains(SNIFF).any()
+
     def parse(self, records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
         """Route syslog-framed lines to the syslog parser and parse the others' dmesg/kmsg prefix."""
         framed = records.get_column("raw").str.contains(SNIFF)

@@ -20,6 +20,7 @@ from pathlib import Path
 import polars as pl
 
 from observe import collector as registry
+from observe import provenance
 from observe.printable import printable
 from observe.collector import Collector, Context
 from observe.ingest import (InputError, ParseInput, choose, job_from_name, joined_records, last_record_start,
@@ -112,6 +113,7 @@ class NodeCollector:
                         for spec in config.inputs if spec.type == "file"}
         self.streams = {spec.key: _stream(spec, config.node) for spec in config.inputs if spec.type != "file"}
         self.kinds: dict[str, Collector] = {}
+        self.relayed: dict[str, bool] = {}  # file_id: its format was told from a syslog daemon's lines
         self.counters = Counters()
         self.refused: set[str] = set()
         self.waiting: set[str] = set()  # files the byte budget left unread last cycle: read first
@@ -183,7 +185,8 @@ class NodeCollector:
             more = more or cut_here or long_next or start + len(data) < found.size
             lag += found.size - start - used
             for at, body, n in pieces:
-                groups.setdefault((c.name, spec.tz, found.route), []).append((found, start + at, body, n, spec))
+                route = provenance.input_route(found.route, self.relayed.get(found.file_id, False))
+                groups.setdefault((c.name, spec.tz, route), []).append((found, start + at, body, n, spec))
             if cut_here:
                 cut.update(f"{found.file_id}@{start + at}" for at, _, _ in pieces)
                 self.counters.truncated_records += len(pieces)
@@ -225,9 +228,11 @@ class NodeCollector:
             return registry.get(spec.source)
         if found.file_id not in self.kinds:
             try:
-                c = choose("auto", sample_of(peek_head(found.path)), found.path, found.route)
+                sample = sample_of(peek_head(found.path))
+                c = choose("auto", sample, found.path, found.route)
                 if c.whole_file:
                     raise InputError(f"{found.path}: {c.name} documents are not followed line by line")
+                self.relayed[found.file_id] = c.relayed_for(sample)  # told from syslog-framed lines
             except (InputError, OSError) as exc:
                 c = None
                 self.counters.last_error = str(exc)

@@ -51,6 +51,12 @@ class Collector:
     # is costly: it is then evaluated on those lines only.
     continuation_hint: str | None = None
 
+    def relayed_for(self, sample: list[str]) -> bool:
+        """Whether an input whose format was told from ``sample`` (its first lines), not named, holds
+        what a syslog daemon wrote for any local process (``relayed``): a format that also reads
+        syslog-framed lines (the kernel's, ``host kernel: ...``) says so of such a sample."""
+        return self.relayed
+
     def continuation(self, line: pl.Expr) -> pl.Expr:
         """True for lines that continue the previous record (joined to it with a newline)."""
         return pl.lit(False)

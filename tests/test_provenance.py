@@ -89,6 +89,18 @@ def test_a_syslog_file_vouches_for_no_sender(tmp_path: Path) -> None:
                          now + timedelta(minutes=1)).height == 0
 
 
+def test_a_syslog_file_of_kernel_lines_only_is_still_a_syslog_file(tmp_path: Path) -> None:
+    """A syslog file whose first lines are all ``host kernel: ...`` (after rotation, a user's flood of
+    ``logger -t kernel``) is told to be kernel text: still a syslog daemon's file, untrusted, unless
+    it is named a kernel log (``--source kernel``: kern.log, the kernel facility only)."""
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    text = _xid_line(now - timedelta(minutes=6)) + _xid_line(now - timedelta(minutes=5))
+    told = _ingest(tmp_path / "told", "syslog", text).filter(pl.col("kind") == "gpu_xid")
+    assert told.height and set(told.get_column("route")) == {"syslog_file"}, told.select("source", "route")
+    named = _ingest(tmp_path / "named", "kern.log", text, source="kernel").filter(pl.col("kind") == "gpu_xid")
+    assert set(named.get_column("route")) == {"system_file"}
+
+
 def test_a_future_stamp_is_clamped_and_set_healthy_ends_its_fault(tmp_path: Path) -> None:
     """A fatal Xid dated next year would stay after every recovery: its time is clamped to when it
     was read (the stamp kept in attrs.ts_claimed), so a later set-healthy ends it."""

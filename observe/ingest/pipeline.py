@@ -85,6 +85,8 @@ def ingest_file(path: str, store: Store, source: str = "auto", node: str | None 
         if path != "-":  # what is read decides, not what the path named when listed
             route = provenance.read_route(stream.fileno(), route, job or job_from_name(path))
         c = choose(source, sample, path, route)
+        if source == "auto":  # told from syslog-framed lines: a syslog daemon's file
+            route = provenance.input_route(route, c.relayed_for(sample))
         booted = boot_time or learned_boot_time or (summary.boot_times.get(node) if node else None)
         mtime = Path(path).stat().st_mtime if path != "-" else time.time()
         if planned is not None and planned.file_id:

@@ -142,6 +142,10 @@ def plan(inputs: list[tuple[str, dict]], store: Store | None = None) -> list[Pla
             chosen.append((registry.get(source) if source != "auto" else _chosen(best, score, path, opts["route"]), scores))
         except (InputError, ValueError):
             chosen.append((None, scores))
+    # a format told from a sample of syslog-framed lines is a syslog daemon's file, whatever its name
+    inputs = [(path, {**opts, "route": provenance.input_route(opts["route"], c.relayed_for(sample))})
+              if c is not None and opts.get("source", "auto") == "auto" else (path, opts)
+              for (path, opts), (c, _), sample in zip(inputs, chosen, samples)]
     ids = [identity(path, head, opts.get("node"), opts.get("job"),
                      opts.get("boot_time") if c is not None and c.source == "kernel" else None)[0] if head else None
            for (path, opts), head, (c, _) in zip(inputs, heads, chosen)]
