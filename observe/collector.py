@@ -52,10 +52,10 @@ class Collector:
     continuation_hint: str | None = None
 
     def relayed_for(self, sample: list[str]) -> bool:
-        """Whether an input whose format was told from ``sample`` (its first lines), not named, holds
-        what a syslog daemon wrote for any local process (``relayed``): a format that also reads
-        syslog-framed lines (the kernel's, ``host kernel: ...``) says so of such a sample."""
-        return self.relayed
+        """Whether an input whose format was told from ``sample`` (its first lines), not named, is a
+        syslog daemon's file though the format is not ``relayed`` (whose parse routes each record
+        itself): a format that also reads syslog-framed lines (``host kernel: ...``) says so."""
+        return False
 
     def continuation(self, line: pl.Expr) -> pl.Expr:
         """True for lines that continue the previous record (joined to it with a newline)."""

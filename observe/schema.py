@@ -4,6 +4,9 @@ from __future__ import annotations
 import polars as pl
 import pyarrow as pa
 
+from observe import timeparse as tp
+from observe.frames import attrs_json, merge_attrs, scatter_rows
+
 SOURCES = ("slurm", "syslog", "kernel", "nccl", "gpu", "health")
 SEVERITIES = ("emerg", "alert", "crit", "err", "warning", "notice", "info", "debug")
 
@@ -44,6 +47,9 @@ KEY = ("file_id", "offset")
 
 def conform(df: pl.DataFrame) -> pl.DataFrame:
     """Cast and order ``df`` to the event schema; missing columns become null, unknown ones are an error.
+    A value a column's type cannot hold becomes null, and so does a time out of range
+    (:data:`observe.timeparse.TS_MIN` .. ``TS_MAX``): whatever a frame holds, a stored one holds none
+    (a parsed record's is taken out earlier, with its reason, by :func:`bounded`).
 
     A frame without a ``route`` was made by observe itself (parsers always set one): route ``observe``.
     """
@@ -53,10 +59,51 @@ def conform(df: pl.DataFrame) -> pl.DataFrame:
     missing = {"route": "observe"}
     return df.select(
         [
-            pl.col(n).cast(t, strict=False) if n in df.columns else pl.lit(missing.get(n), dtype=t).alias(n)
+            _cast(n, t) if n in df.columns else pl.lit(missing.get(n), dtype=t).alias(n)
             for n, t in POLARS_SCHEMA.items()
         ]
     )
+
+
+def _cast(name: str, dtype: pl.DataType) -> pl.Expr:
+    col = pl.col(name).cast(dtype, strict=False)
+    return pl.when(tp.in_range(col)).then(col).alias(name) if name == "ts" else col
+
+
+# attrs.parse_error of a record a value of which :func:`bounded` refused: this, then what (``time``,
+# ``uptime``); never the start of a contained parse's reason (an exception's name comes first there)
+OUT_OF_RANGE = "out of range: "
+# an attrs.uptime text that is surely a sane one (up to 9 integer digits: under UPTIME_MAX); any other is checked
+_SANE_UPTIME_TEXT = r'"uptime":"\d{1,9}(?:\.\d*)?"'
+_UPTIME_MEMBER = r'"uptime":"(?:[^"\\]|\\.)*",?'
+
+
+def bounded(df: pl.DataFrame) -> pl.DataFrame:
+    """Where what a parser read from its input enters the schema: a time out of range
+    (:func:`observe.timeparse.in_range`: a user's ``[0000-01-01 ...]``, journald's stamp of -2^63)
+    becomes null, and a kernel uptime that is none (:func:`observe.timeparse.sane_uptime`:
+    ``[99999999999999999999.0]``) leaves attrs; the record keeps its text and says which in
+    ``attrs.parse_error`` (``out of range: time``). Boot times, partitions and the store see sane
+    values only. Only those rows are touched (the uptimes of kernel lines are checked by a regex
+    over attrs, their JSON read only where it does not match a plain one)."""
+    ts, attrs = pl.col("ts"), pl.col("attrs")
+    bad_ts = (~tp.in_range(ts)).fill_null(False) if isinstance(df.schema.get("ts"), pl.Datetime) else pl.lit(False)
+    odd_up = (attrs.str.contains('"uptime":"', literal=True) & ~attrs.str.contains(_SANE_UPTIME_TEXT)).fill_null(False) \
+        if df.schema.get("attrs") == pl.String else pl.lit(False)
+    flags = df.select(bad_ts.alias("_t"), odd_up.alias("_u"))
+    rows = flags.select(pl.col("_t") | pl.col("_u")).to_series().arg_true()
+    if not len(rows):
+        return df
+    part = df.select("ts", "attrs").gather(rows).with_columns(flags.gather(rows))
+    t, u = pl.col("_t"), pl.col("_u") & tp.sane_uptime(attrs.str.json_path_match("$.uptime")).is_null()
+    what = pl.concat_str([pl.when(t).then(pl.lit("time")), pl.when(u).then(pl.lit("uptime"))], separator=", ", ignore_nulls=True)
+    stripped = attrs.str.replace_all(_UPTIME_MEMBER, "").str.replace(r",\}$", "}")
+    stripped = pl.when(stripped != "{}").then(stripped)
+    fixed = part.select(
+        pl.when(t).then(pl.lit(None, dtype=df.schema["ts"])).otherwise(ts).alias("ts"),
+        merge_attrs(pl.when(u).then(stripped).otherwise(attrs),
+                    attrs_json([("parse_error", pl.when(t | u).then(pl.lit(OUT_OF_RANGE) + what))])).alias("attrs"))
+    return scatter_rows(df, rows, fixed)
 
 
 def to_stored(df: pl.DataFrame) -> pl.DataFrame:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import date, datetime, time, timedelta
+from datetime import date, datetime, time, timedelta, timezone
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import polars as pl
@@ -42,6 +42,15 @@ _MONTHS = {
 }
 MONTHS: dict[str, int] = {name: n for n, names in _MONTHS.items() for name in names.split()}
 MONTHS.update({f"{n}{suffix}": n for n in range(1, 13) for suffix in "月월"})  # zh/ja ``3月``, ko ``3월``
+# The times an event may carry: from the epoch to 2200 (UTC). A stamp outside is no real event's (a
+# user's ``[0000-01-01 ...]``, journald's ``__REALTIME_TIMESTAMP`` of -2^63, a boot time less an uptime
+# of 10^20 s): the schema takes it as no time (observe/schema.py bounded_times), so partitions, boot
+# times and the store's statistics only ever see these.
+TS_MIN = datetime(1970, 1, 1, tzinfo=timezone.utc)
+TS_MAX = datetime(2200, 1, 1, tzinfo=timezone.utc)
+_MIN_US, _MAX_US = 0, int((TS_MAX - TS_MIN).total_seconds()) * 1_000_000
+# Seconds since boot a kernel stamp may claim: finite, not negative, and not more than that span.
+UPTIME_MAX = (TS_MAX - TS_MIN).total_seconds()
 ISO_SHAPE = r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d(?::?\d\d)?)?$"
 _UTC = "UTC"
 UTC_US = pl.Datetime("us", _UTC)
@@ -268,23 +277,45 @@ def _yearless_general(f: pl.DataFrame, reference: datetime, tz: str, has_year: b
 
 def epoch(text: pl.Expr) -> pl.Expr:
     """Seconds since the epoch with an optional fraction (``1709283600.123456``, journalctl
-    ``-o short-unix``) to UTC, exactly (integer microseconds, no float rounding)."""
+    ``-o short-unix``) to UTC, exactly (integer microseconds, no float rounding); null where the
+    microseconds would overflow (a time out of range otherwise is the schema's to refuse, observe/schema.py)."""
     parts = text.str.strip_chars().str.splitn(".", 2)
     secs = parts.struct.field("field_0").cast(pl.Int64, strict=False)
     us = _micros(parts.struct.field("field_1"))
-    return pl.from_epoch(secs * 1_000_000 + us, time_unit="us").dt.replace_time_zone(_UTC)
+    ok = secs.abs() < 9_000_000_000_000  # 9e18 us: the Int64 microseconds do not wrap
+    return pl.from_epoch(pl.when(ok).then(secs * 1_000_000 + us), time_unit="us").dt.replace_time_zone(_UTC)
+
+
+def in_range(ts: pl.Expr) -> pl.Expr:
+    """Whether a time (any unit or zone) lies within :data:`TS_MIN`..:data:`TS_MAX`; null where it is null."""
+    return ts.dt.epoch("us").is_between(_MIN_US, _MAX_US)
+
+
+def sane_uptime(seconds: pl.Expr) -> pl.Expr:
+    """Seconds since boot as Float64 where finite and within 0..:data:`UPTIME_MAX`, else null (a
+    kernel stamp of ``[99999999999999999999.0]`` or ``[inf]`` is no uptime)."""
+    up = seconds.cast(pl.Float64, strict=False)
+    return pl.when(up.is_finite() & up.is_between(0.0, UPTIME_MAX)).then(up)
 
 
 def boot_time_of() -> pl.Expr:
     """The boot time kernel events that carry both clocks tell (their time less their ``attrs.uptime``),
-    the median over the rows: the inverse of :func:`since_boot`, in one place."""
-    up = pl.col("attrs").str.json_path_match("$.uptime").cast(pl.Float64)
-    return (pl.col("ts") - pl.duration(microseconds=(up * 1e6).cast(pl.Int64))).median()
+    the median over the rows: the inverse of :func:`since_boot`, in one place. Rows whose time or
+    uptime is out of range tell nothing; null where none is left or the boot time itself is out of range."""
+    up = sane_uptime(pl.col("attrs").str.json_path_match("$.uptime"))
+    ts = pl.when(in_range(pl.col("ts"))).then(pl.col("ts"))
+    boot = (ts - pl.duration(microseconds=(up * 1e6).cast(pl.Int64, strict=False))).median()
+    return pl.when(in_range(boot)).then(boot)
 
 
 def since_boot(seconds: pl.Expr, boot_time: datetime | None) -> pl.Expr:
-    """Seconds since boot to UTC given the boot time; null when the boot time is unknown."""
-    if boot_time is None:
+    """Seconds since boot to UTC given the boot time; null when the boot time is unknown or out of
+    range, or the seconds are no sane uptime (:func:`sane_uptime`)."""
+    if boot_time is None or not TS_MIN <= _aware(boot_time) <= TS_MAX:
         return pl.lit(None, dtype=pl.Datetime("us", _UTC))
     base = pl.lit(boot_time).dt.convert_time_zone(_UTC).dt.cast_time_unit("us")
-    return base + pl.duration(microseconds=(seconds * 1_000_000).round(0).cast(pl.Int64))
+    return base + pl.duration(microseconds=(sane_uptime(seconds) * 1_000_000).round(0).cast(pl.Int64, strict=False))
+
+
+def _aware(t: datetime) -> datetime:
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)

@@ -3,6 +3,7 @@
 with both clocks tell of a node's boot time."""
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -16,7 +17,7 @@ from observe.collector import Collector, Context, per_value
 from observe.frames import attrs_json, merge_attrs
 from observe.ingest.records import INPUT_BITS, blank_lines, joined_records
 from observe.pci import gpu_ids
-from observe.schema import FIELDS, POLARS_SCHEMA, conform
+from observe.schema import FIELDS, OUT_OF_RANGE, POLARS_SCHEMA, bounded, conform
 from observe.store import buffered_parts, no_records
 
 
@@ -46,6 +47,7 @@ def finalize(df: pl.DataFrame, c: Collector, ctx: Context, file_id: str | None =
         pl.coalesce(pl.col("source"), pl.lit(c.source)).alias("source"),
         _route(ctx, c).alias("route"),
     )
+    df = bounded(df)  # a time or uptime out of range: none, with attrs.parse_error (before rules and boot times)
     if provenance.user_written(ctx.route):  # the node a user's text names is only a claim (attrs.claimed_node)
         claim = pl.when(pl.col("node") != given.fill_null("")).then(pl.col("node"))
         df = df.with_columns(given.alias("node"), merge_attrs(pl.col("attrs"), attrs_json([("claimed_node", claim)])).alias("attrs"))
@@ -117,8 +119,13 @@ def parse_unit(recs: pl.DataFrame, inputs: list[ParseInput], c: Collector, ctx: 
     if not recs.height:
         return Parsed(blank=int(blank.sum()))
     done = Parsed(blank=int(blank.sum()))
-    out = pl.concat(contained(recs, lambda r: _events(r, inputs, c, ctx),
-                              lambda r, why: _quarantined(r, why, inputs, c, ctx), done), how="vertical_relaxed")
+
+    def events(part: pl.DataFrame) -> pl.DataFrame:
+        out = _events(part, inputs, c, ctx)
+        _count_out_of_range(out, done)
+        return out
+
+    out = pl.concat(contained(recs, events, lambda r, why: _quarantined(r, why, inputs, c, ctx), done), how="vertical_relaxed")
     order, out = out.get_column("_order"), out.drop("_order")  # file order (a batch: input by input)
     done.records, done.kinds = out.height, dict(out.get_column("kind").value_counts().iter_rows())
     done.nbytes = int(recs.get_column("raw").str.len_bytes().sum())
@@ -172,6 +179,16 @@ def _events(recs: pl.DataFrame, inputs: list[ParseInput], c: Collector, ctx: Con
     return finalize(_with_inputs(out, inputs), c, ctx).with_columns(order.alias("_order"))
 
 
+def _count_out_of_range(out: pl.DataFrame, done: Parsed) -> None:
+    """Records a value of which was out of range (stored, that value left out: :func:`observe.schema.bounded`)
+    count as quarantined, the first one's reason kept."""
+    mark = out.get_column("attrs").str.contains(f'"parse_error":"{OUT_OF_RANGE}', literal=True).fill_null(False)
+    n = int(mark.sum())
+    if n:
+        done.quarantined += n
+        done.error = done.error or json.loads(out.get_column("attrs").filter(mark)[0])["parse_error"]
+
+
 def _quarantined(recs: pl.DataFrame, why: str, inputs: list[ParseInput], c: Collector, ctx: Context) -> pl.DataFrame:
     """Records no parse could read, as unparsed events of their input with ``attrs.parse_error``."""
     out = recs.select("raw", "offset", pl.col("raw").alias("message"), pl.lit("unparsed").alias("kind"),
@@ -196,7 +213,9 @@ def _with_inputs(out: pl.DataFrame, inputs: list[ParseInput]) -> pl.DataFrame:
 
 
 def learn_boot_times(events: pl.DataFrame, known: dict[str, datetime]) -> None:
-    """Record each node's boot time from kernel events that carry both wall-clock time and uptime."""
+    """Record each node's boot time from kernel events that carry both wall-clock time and uptime.
+    Only sane ones (:func:`observe.timeparse.boot_time_of` leaves out times and uptimes out of range,
+    and gives no boot time out of range): a node whose lines tell none learns nothing."""
     kernel = events.filter(pl.col("source") == "kernel")  # first: the text test only on its rows
     both = kernel.filter(pl.col("ts").is_not_null(), pl.col("node").is_not_null(),
                          pl.col("attrs").str.contains('"uptime"', literal=True))
@@ -204,4 +223,5 @@ def learn_boot_times(events: pl.DataFrame, known: dict[str, datetime]) -> None:
         return
     boots = both.group_by("node").agg(tp.boot_time_of().alias("boot"))
     for node, boot in boots.iter_rows():
-        known.setdefault(node, boot)
+        if boot is not None:
+            known.setdefault(node, boot)

@@ -192,7 +192,14 @@ def split_partitions(df: pl.DataFrame, order: pl.Series | None = None) -> dict[t
 
 
 def _day_name(day: int) -> str:
-    return (date(1970, 1, 1) + timedelta(days=day)).isoformat() if day != _NO_DAY else UNKNOWN_DATE
+    """A partition's date; ``unknown`` without a time, and for a day no date names (conformed rows
+    have none: observe/schema.py keeps times within 1970..2200)."""
+    if day == _NO_DAY:
+        return UNKNOWN_DATE
+    try:
+        return (date(1970, 1, 1) + timedelta(days=day)).isoformat()
+    except OverflowError:
+        return UNKNOWN_DATE
 
 
 def buffered_parts(df: pl.DataFrame, order: pl.Series | None = None) -> dict[tuple[str, str], pl.DataFrame]:
