@@ -180,7 +180,12 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
         notes.append(pl.when(background).then(pl.format("background: logged in {}% of the hours of the {} days before",
                                                         (share * 100).round(0).cast(pl.Int64), pl.lit(sc["base_rate_days"]))))
     evidence = pl.concat_list(notes).list.drop_nulls()
-    return (groups.with_columns(pl.sum_horizontal(points).alias("score"), evidence.alias("evidence"))
+    unconfirmed = (pl.col("node_action") == "drain") & ~pl.col("trusted")  # a user could have written it: no trigger
+    return (groups.with_columns(pl.sum_horizontal(points).alias("score"), evidence.alias("evidence"),
+                                pl.when(unconfirmed).then(pl.lit("verify")).otherwise("node_action").alias("node_action"),
+                                pl.when(unconfirmed).then(pl.format("confirm on the node with an active check (observe "
+                                                                    "health check) first, then: {}", "action"))
+                                .otherwise("action").alias("action"))
             .drop("_nodes", "lead_s", "lag_s", "needs", "says",
                   *(["succeeded", "fleet", "hours_share", "fleet_hours_share"] if succeeded_with else []),
                   *(["_flap"] if "_flap" in groups.columns else []))
@@ -317,8 +322,6 @@ def explain(store: Store, job_id: str, at: datetime | None = None, before: timed
         # error), or too close a call: unsure
         unsure = top["symptom"] or top["context"] or root["confidence"] < causes.scoring["undetermined_below"]
         root["verdict"] = "undetermined" if unsure else "cause"
-        if root["node_action"] == "drain" and not root["trusted"]:  # a user could have written it: evidence, no trigger
-            root["node_action"] = "verify"
     mine = events.filter(pl.col("job_id").is_null() | (pl.col("job_id") == run.job_id))
     return Explanation(run.job_id, run.state, run.exit_code, run.nodes, run.start, run.end, root,
                        ranked.head(10).to_dicts(), timeline(events, causes, timeline_rows), missing(events, run),

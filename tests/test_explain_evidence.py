@@ -127,6 +127,8 @@ def test_a_fault_from_a_route_users_write_is_verified_not_drained(store, route: 
     root = e.root_cause
     assert (root["node"], root["code"], root["node_action"]) == ("gpu003", 79, node_action), root
     assert any(line.startswith("  unconfirmed:") for line in report(e)) == (node_action == "verify")
+    assert e.candidates[0]["node_action"] == node_action  # the JSON's candidates say the same
+    assert root["action"].startswith("confirm on the node") == (node_action == "verify"), root["action"]
 
 
 def test_the_programs_cuda_error_names_the_gpu_for_a_check(store, tmp_path) -> None:
