@@ -17,21 +17,19 @@ from queries.search import search
 
 def unrecovered(store: Store, nodes: list[str], kinds: list[str], since: datetime, until: datetime,
                 recovered_by: list[str], slack: timedelta = timedelta(seconds=5)) -> pl.DataFrame:
-    """Events of ``kinds`` on ``nodes`` between ``since`` and ``until`` that nothing ended by
-    ``until`` (give or take ``slack``: a node returned to service and given a job the same second,
-    clocks that disagree): no trusted event of ``recovered_by`` on the node after them (a reboot, a
-    driver reload, an operator's all-clear: a forged one ends nothing) and no job on the node that
-    completed after them (the node worked through it, or again). The last such event per (node,
-    kind, code, gpu). Faults from any route: one a user could have written is evidence (explain's
-    verdict on it is to verify), never a trigger."""
+    """Trusted events of ``kinds`` on ``nodes`` between ``since`` and ``until`` that nothing ended
+    by ``until`` (give or take ``slack``: a node returned to service and given a job the same
+    second, clocks that disagree): no event of ``recovered_by`` on the node after them (a reboot, a driver reload,
+    an operator's all-clear) and no job on the node that completed after them (the node worked
+    through it, or again). The last such event per (node, kind, code, gpu)."""
     if not nodes or not kinds:
         return pl.DataFrame(schema=POLARS_SCHEMA)
     faults = (search(store, since=since, until=until, nodes=nodes, kinds=kinds, copies=True)  # whether
-              .filter(pl.col("ts").is_not_null()).collect())
+              .filter(provenance.trusted(), pl.col("ts").is_not_null()).collect())
     if faults.is_empty():
         return faults
     ends = (search(store, since=since, until=until + slack, nodes=nodes, kinds=recovered_by, copies=True)
-            .filter(provenance.trusted()).select("node", "ts").drop_nulls().collect())
+            .select("node", "ts").drop_nulls().collect())
     completed = jobs.completed_on_nodes(store)
     if completed is not None:
         ok = (completed.filter(pl.col("end") >= since, pl.col("end") < until + slack, pl.col("node").is_in(nodes))

@@ -86,17 +86,6 @@ def test_slurmctld_notices_a_dead_node_a_slurmd_timeout_late() -> None:
     assert not any("consequence" in why for why in top["evidence"]), top["evidence"]
 
 
-def test_a_past_fault_from_a_syslog_file_is_evidence_to_verify(store) -> None:
-    """The previous job's Xid 48 came through a syslog file (central syslog): it still explains job
-    7's failure on gpu003, as a verdict to verify, not a drain; and a recovery a user could forge
-    (a syslog-file boot line) ends nothing."""
-    xid = {**XID48, "route": "syslog_file"}
-    boot = ev("kernel_boot", "gpu003", -2 * 3600, "syslog", route="syslog_file", message="Linux version 6.8.0")
-    _write(store, _job("6", -4 * 3600, -3 * 3600 + 60, "FAILED") + [xid, boot] + FAILED_7)
-    root = explain(store, "7").root_cause
-    assert (root["node"], root["kind"], root["code"], root["node_action"]) == ("gpu003", "gpu_xid", 48, "verify"), root
-
-
 def test_slurm_allocating_the_node_ends_its_not_responding(store) -> None:
     """slurmctld set gpu003 DOWN as not responding two hours before job 7; it allocates only nodes
     that are back, so job 7's allocation of gpu003 ends that fault: the job's own error explains it."""
