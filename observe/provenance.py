@@ -90,7 +90,8 @@ def read_route(fd: int, planned: str | None, job: str | None) -> str | None:
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode) or not is_trusted(planned):
         return planned
-    return planned if is_trusted(file_route(st, job)) else file_route(st, job)
+    read = file_route(st, job)
+    return planned if is_trusted(read) else read
 
 
 def input_route(route: str | None, relayed: bool) -> str | None:

@@ -58,8 +58,8 @@ def expected_ranks(events: pl.DataFrame, nodes: list[str]) -> pl.DataFrame:
     init = events.filter(pl.col("kind") == "nccl_comm_init", pl.col("rank").is_not_null())
     if init.height or not nodes or events.get_column("rank").is_null().all():
         return init.select("rank", "node").unique("rank")
-    everyone = pl.DataFrame({"rank": pl.Series(range(world_size(events, nodes)), dtype=pl.Int32)})
-    return everyone.with_columns(_block(world_size(events, nodes), nodes).alias("node"))
+    world = world_size(events, nodes)
+    return pl.DataFrame({"rank": pl.Series(range(world), dtype=pl.Int32)}).with_columns(_block(world, nodes).alias("node"))
 
 
 def empty() -> pl.DataFrame:
