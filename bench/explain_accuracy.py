@@ -4,19 +4,17 @@ alarming-looking background) built from the labelled real records of one corpus 
 simulated nodes.
 
     python bench/explain_accuracy.py                      # held-out test lines: the figures to believe
-    python bench/explain_accuracy.py --lines tune --fit   # print a calibration table for causes.toml
     python bench/explain_accuracy.py --lines dev --wrong  # DEV lines (tuning); list the jobs explain got wrong
 
 The real lines: tests/fixtures/corpus/real (dev: what the rules and weights were written and tuned on) and
 tests/fixtures/corpus/heldout (collected afterwards from other public threads), split in two by source
-thread (observe.simulate.real_lines.halves): tune (half 0) is what the confidence calibration is fitted on and
-the parsers may be fixed against, heldout (half 1) is used for nothing but this report. --lines none uses the generator's own templates only
+thread (observe.simulate.real_lines.halves): tune (half 0) is what the parsers may be fixed against, heldout (half 1) is used for nothing but this report. --lines none uses the generator's own templates only
 (a regression bar). Where a set has no real record of a kind (few threads show some Xids), the generator
 falls back to its templates for that incident. Prints top-1 and top-3
 per scenario type (goal: top-1 >= 95% overall, no type under 85%), drains recommended, undetermined
 verdicts, the reliability table (confidence bins: count, mean confidence, share right) and the expected
-calibration error (goal <= 0.05), and the median explain latency. --fit prints the [calibration] table
-for queries/causes.toml fitted on this run (fit on the tune lines only).
+calibration error (goal <= 0.05), and the median explain latency. Nothing is fitted on it: explain's
+confidence is the model's posterior (queries/causes.toml).
 """
 from __future__ import annotations
 
@@ -29,7 +27,7 @@ from pathlib import Path
 
 from observe.ingest import ingest_inputs
 from observe.simulate import BENCH, FLEET_MIX, scenarios
-from observe.simulate.accuracy import fit, lines, score, summary
+from observe.simulate.accuracy import lines, score, summary
 from observe.simulate.real_lines import RealLines
 from observe.store import Store
 
@@ -41,7 +39,6 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lines", choices=[*SETS, "none"], default="heldout", help="which real lines build the scenarios")
     ap.add_argument("--seeds", type=int, default=len(BENCH["seeds"]), help="how many clusters (default %(default)s)")
-    ap.add_argument("--fit", action="store_true", help="print a calibration table fitted on this run")
     ap.add_argument("--wrong", action="store_true", help="list the failures explain got wrong")
     args = ap.parse_args()
     try:
@@ -66,9 +63,6 @@ def main() -> None:
         took = time.perf_counter() - t
         print("\n" + "\n".join(lines(summary(scored), scored)))
         print(f"\n{len(incidents)} failures explained in {took:.1f}s ({1000 * took / len(incidents):.0f} ms each)")
-        if args.fit:
-            margin, right = fit(scored)
-            print(f"\n[calibration]\nmargin = {margin}\nright = {right}")
         if args.wrong:
             for row in scored.filter(~scored["top1"]).iter_rows(named=True):
                 print(f"  {row['type']:20} job {row['job_id']}: said {row['node']} {row['kind']} "

@@ -87,12 +87,22 @@ class Kernel(Collector):
         framed = records.get_column("raw").str.contains(SNIFF)
         parts = []
         if framed.any():
-            parts.append(parse_syslog(records.filter(framed), ctx).with_columns(pl.lit("kernel").alias("source")))
+            parts.append(_kernel_tag(parse_syslog(records.filter(framed), ctx)).with_columns(pl.lit("kernel").alias("source")))
             if ctx.boot_time is None:  # lines carrying both stamps tell the boot time for the others
                 ctx = replace(ctx, boot_time=_boot_from(parts[0]))
         if not framed.all():
             parts.append(_dmesg(records.filter(~framed), ctx))
         return pl.concat(parts, how="diagonal_relaxed")
+
+
+def _kernel_tag(framed: pl.DataFrame) -> pl.DataFrame:
+    """A line with a stamp and no host (``Sep 18 20:07:01 NVRM: Xid ...``: its host and ``kernel:`` tag cut
+    away) has no tag either: the word the header reader took for one is the start of the kernel's own text
+    (its driver's prefix), put back in front of the message. Lines with a host keep their tag (a journal's
+    other programs in ``journalctl -o short-monotonic`` output)."""
+    other = pl.col("program").is_not_null() & (pl.col("program") != "kernel") & pl.col("node").is_null()
+    return framed.with_columns(pl.when(other).then(pl.format("{}: {}", "program", "message")).otherwise("message").alias("message"),
+                               pl.when(other).then(pl.lit("kernel")).otherwise("program").alias("program"))
 
 
 def _boot_from(framed: pl.DataFrame) -> datetime | None:

@@ -9,6 +9,8 @@ text is kept as ``log``; the NCCL ``[N]`` device index goes to ``gpu``, ``[rankN
 from __future__ import annotations
 
 import re
+from dataclasses import replace
+from datetime import datetime, timezone
 
 import polars as pl
 
@@ -136,6 +138,12 @@ GLOG_SEVERITY = {"E": "err", "W": "warning", "I": "info", "F": "crit"}
 NCCL_SEVERITY = {"WARN": "warning", "INFO": "info", "TRACE": "debug", "CALL": "debug", "ABORT": "crit", "ERROR": "err"}
 
 
+# a full date, year first, near a line's start: an ISO or Python logging stamp, or torchrun's failure block
+# ("time      : 2025-03-03_02:13:41": torch/distributed/elastic/multiprocessing/errors ProcessFailure,
+# time.strftime("%Y-%m-%d_%H:%M:%S"))
+DATED = r"(?m)^[^\n]{0,40}?(?:19|20)\d\d-[01]\d-[0-3]\d[T _][0-2]\d:[0-5]\d:[0-5]\d"
+
+
 @register
 class Nccl(Collector):
     name = "nccl"
@@ -153,8 +161,10 @@ class Nccl(Collector):
 
     def parse(self, records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
         """A launcher's prefix (collectors/_launchers.py) is header: cut away, its rank, pid and time
-        kept, before the line's own header is read."""
-        return launcher_cut(records, ctx, self._parse)
+        kept, before the line's own header is read. Stamps without a year (glog's ``E0303 02:13:40``)
+        take it from the output's own dated lines (torchrun's, Python logging's), else from the file's
+        time (a copied archive's file time says nothing of the year its job ran)."""
+        return launcher_cut(records, _dated(records, ctx), self._parse)
 
     def _parse(self, records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
         """NCCL, PyTorch and Slurm client prefixes; any other text is a valid message.
@@ -183,6 +193,20 @@ class Nccl(Collector):
 #   torch/distributed/elastic/multiprocessing/api.py (PContext close, v1.9-v2.9): logger.warning("Sending process
 #   %s closing signal %s", handler.proc.pid, death_sig.name)
 CLOSING = r"Sending process (\d+) closing signal SIG[A-Z]+"
+
+
+def _dated(records: pl.DataFrame, ctx: Context) -> Context:
+    """``ctx`` with the latest full date the records carry near a line's start as the reference for year-less
+    stamps (of every line of a record: torchrun's block is one record with its traceback)."""
+    found = (records.select(pl.col("raw").str.extract_all(DATED).list.eval(pl.element().str.tail(19)).explode().max())
+             .item())
+    if found is None:
+        return ctx
+    try:
+        latest = datetime.fromisoformat(found[:10] + "T" + found[11:]).replace(tzinfo=timezone.utc)
+    except ValueError:
+        return ctx
+    return replace(ctx, reference_time=latest)
 
 
 def _from_message(df: pl.DataFrame, name: str, dtype: pl.DataType, literals: list[str], found: pl.Expr) -> pl.DataFrame:

@@ -1,5 +1,5 @@
-"""The cause catalog: how much each event kind weighs as the root cause of a failed job, its
-category and recommended action, and the scoring constants (``causes.toml``, then a ``causes.toml`` in
+"""The cause catalog: how probable each event kind is as the root cause of a failed job, its
+category and recommended action, the likelihood ratios of the evidence, and the scoring constants (``causes.toml``, then a ``causes.toml`` in
 each directory of ``OBSERVE_RULES``). Used by explain, incidents and nodes."""
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ class CauseError(ValueError):
 @dataclass(frozen=True)
 class Cause:
     kind: str
-    weight: float
+    prior: float  # the chance that an event of this kind in a failed job's window is what failed it
     category: str
     action: str
     node: str  # one of NODE_ACTIONS
@@ -38,16 +38,18 @@ class Cause:
     began: str | None = None  # the attr (``*_ms`` or ``*_s``) with how long a timeout waited before its line
     context: bool = False  # cannot fail a job by itself (a corrected error): evidence, never the verdict
     lag_s: float = 0.0  # how long after the fault its detector prints the line, at most (a daemon's timeout)
+    cgroup: str | None = None  # the attr naming the cgroup of the process the event hit
 
 
 @dataclass(frozen=True)
 class Causes:
-    """The cause catalog and scoring constants (``causes.toml``, then site overrides)."""
+    """The cause catalog, the evidence's likelihood ratios and the scoring constants (``causes.toml``,
+    then site overrides)."""
 
     causes: dict[tuple[str, tuple], Cause]
     scoring: dict
     nodes: dict
-    calibration: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())  # margin -> chance of being right
+    evidence: dict  # name -> likelihood ratio
 
     def kinds(self) -> list[str]:
         return sorted({c.kind for c in self.causes.values()})
@@ -55,20 +57,20 @@ class Causes:
     @cached_property
     def table(self) -> pl.DataFrame:
         """The entries as a frame: kind, the attrs condition (``cond``, JSON or null) and the values."""
-        rows = [{"kind": c.kind, "cond": json.dumps(dict(c.attrs)) if c.attrs else None, "weight": c.weight,
+        rows = [{"kind": c.kind, "cond": json.dumps(dict(c.attrs)) if c.attrs else None, "prior": c.prior,
                  "category": c.category, "action": c.action, "node_action": c.node, "symptom": c.symptom,
                  "lead_s": c.lead_s, "needs": list(c.needs), "says": c.says, "began": c.began, "context": c.context,
-                 "lag_s": c.lag_s}
+                 "lag_s": c.lag_s, "cgroup": c.cgroup}
                 for c in self.causes.values()]
-        return pl.DataFrame(rows, schema={"kind": pl.String, "cond": pl.String, "weight": pl.Float64,
+        return pl.DataFrame(rows, schema={"kind": pl.String, "cond": pl.String, "prior": pl.Float64,
                                           "category": pl.String, "action": pl.String, "node_action": pl.String,
                                           "symptom": pl.Boolean, "lead_s": pl.Float64, "needs": pl.List(pl.String),
                                           "says": pl.String, "began": pl.String, "context": pl.Boolean,
-                                          "lag_s": pl.Float64})
+                                          "lag_s": pl.Float64, "cgroup": pl.String})
 
     def annotate(self, events: pl.DataFrame) -> pl.DataFrame:
-        """Events of catalogued kinds with weight, category, action, node_action, symptom, lead_s, needs, says, began,
-        context and lag_s (the most specific entry wins: one whose attrs condition matches over the plain one)."""
+        """Events of catalogued kinds with prior, category, action, node_action, symptom, lead_s, needs, says, began,
+        context, lag_s and cgroup (the most specific entry wins: one whose attrs condition matches over the plain one)."""
         table = self.table
         plain = table.filter(pl.col("cond").is_null()).drop("cond")
         ev = events.join(plain, on="kind", how="inner", maintain_order="left")
@@ -100,37 +102,32 @@ def _load_causes(paths: tuple[Path, ...]) -> Causes:
     causes: dict[tuple[str, tuple], Cause] = {}
     scoring: dict = {}
     nodes: dict = {}
-    calibration = {}
+    evidence: dict = {}
     for path in paths:
         try:
             doc = tomllib.loads(path.read_text())
             scoring.update(doc.get("scoring", {}))
             nodes.update(doc.get("nodes", {}))
-            calibration.update(doc.get("calibration", {}))
+            evidence.update(doc.get("evidence", {}))
             for entry in doc.get("cause", []):
-                cause = Cause(entry["kind"], float(entry["weight"]), entry.get("category", "unknown"),
+                cause = Cause(entry["kind"], float(entry["prior"]), entry.get("category", "unknown"),
                               entry.get("action", ""), entry["node"], bool(entry.get("symptom", False)), entry.get("lead_s"),
                               tuple(entry.get("needs", [])),
                               tuple(sorted((k, str(v)) for k, v in entry.get("attrs", {}).items())), entry.get("says", ""),
-                              entry.get("began"), bool(entry.get("context", False)), float(entry.get("lag_s", 0.0)))
+                              entry.get("began"), bool(entry.get("context", False)), float(entry.get("lag_s", 0.0)),
+                              entry.get("cgroup"))
+                if not 0 < cause.prior < 1:
+                    raise ValueError(f"{cause.kind}: prior {cause.prior} is not a probability between 0 and 1")
                 if cause.category not in CATEGORIES:
                     raise ValueError(f"category {cause.category!r} not one of {', '.join(CATEGORIES)}")
                 if cause.node not in NODE_ACTIONS:
                     raise ValueError(f"{cause.kind}: node {cause.node!r} not one of {', '.join(NODE_ACTIONS)}")
                 causes[(cause.kind, cause.attrs)] = cause
+            bad = [k for k, v in evidence.items() if not isinstance(v, (int, float)) or v <= 0]
+            if bad:
+                raise ValueError(f"[evidence] {', '.join(bad)}: a likelihood ratio is a number above 0")
         except KeyError as exc:
-            raise CauseError(f"{path}: a [[cause]] without {exc} (every cause needs kind, weight and node)") from None
+            raise CauseError(f"{path}: a [[cause]] without {exc} (every cause needs kind, prior and node)") from None
         except (tomllib.TOMLDecodeError, TypeError, ValueError) as exc:
             raise CauseError(f"{path}: {exc}") from None
-    return Causes(causes, scoring, nodes, _calibration(calibration, paths[-1] if paths else CAUSES))
-
-
-def _calibration(table: dict, where: Path) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    margin, right = table.get("margin", []), table.get("right", [])
-    ok = (len(margin) == len(right) >= 2 and all(isinstance(v, (int, float)) for v in [*margin, *right])
-          and all(a < b for a, b in zip(margin, margin[1:])) and all(a <= b for a, b in zip(right, right[1:]))
-          and all(0 <= v <= 1 for v in right))
-    if not ok:
-        raise CauseError(f"{where}: [calibration] needs margin (increasing) and right (non-decreasing, 0-1) "
-                         "lists of the same length, at least two points")
-    return tuple(map(float, margin)), tuple(map(float, right))
+    return Causes(causes, scoring, nodes, evidence)

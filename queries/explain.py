@@ -1,5 +1,5 @@
 """Why did job N fail: the job's run (nodes, times, state), every event on its nodes around it, and
-candidate root causes ranked by the weights in ``causes.toml``.
+candidate root causes ranked by how probable the evidence makes them (the model in ``causes.toml``).
 
 The ranking separates causes from symptoms: what every rank reports once a collective hangs (NCCL
 timeouts, aborts) marks the onset of the failure; a hardware or kernel event on one node shortly
@@ -13,7 +13,6 @@ import math
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 
-import numpy as np
 import polars as pl
 
 from observe import provenance, sessions
@@ -80,13 +79,18 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
                                  for flag in ("approx", "past"))
     ev = causes.annotate(events.filter(pl.col("job_id").is_null() | (pl.col("job_id") == run.job_id)))
     ev = ev.filter(~pl.col("past") | (pl.col("node_action") == "drain"))  # of the past, only what takes a node out
+    ev = ev.with_columns(_cgroup(run.job_id, causes))
     if run.end is not None:
         ev = ev.filter(pl.col("ts").is_null() | (pl.col("ts") <= run.end + timedelta(minutes=10)))
-    # the peer other ranks lost: evidence for what its node logged, else a candidate of its own
+    # the peer other ranks lost, the ranks that stalled or fell silent: evidence for what their node logged
+    # (an OOM kill of a rank, a peer's panic), else candidates of their own
     lost = ranks.lost_peers(events, run, sc)
-    logged = set(ev.filter(~pl.col("symptom")).get_column("node").drop_nulls())
-    derived = pl.concat([ranks.stalls(events, run, sc), lost.filter(~pl.col("node").is_in(list(logged)))],
-                        how="diagonal_relaxed")
+    stalled = ranks.stalls(events, run, sc)
+    logged = list(set(ev.filter(~pl.col("symptom"), ~pl.col("context"), pl.col("_cg_mine")
+                                | pl.col("_cg").is_null()).get_column("node").drop_nulls()))
+    stuck = stalled.filter(pl.col("node").is_in(logged)).get_column("node").drop_nulls().unique().to_list()
+    elsewhere = ~pl.col("node").is_in(logged).fill_null(False)
+    derived = pl.concat([stalled.filter(elsewhere), lost.filter(elsewhere)], how="diagonal_relaxed")
     if ev.is_empty() and not derived.height:
         return ranks.empty()
     onset = _onset(ev, run)
@@ -96,100 +100,162 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
     groups = (ev.sort("ts", nulls_last=True).with_columns(episode.cum_sum().over(same).alias("_episode"))
               .group_by(*same, "_episode", maintain_order=True)
               .agg(pl.col("ts").min(), pl.len().alias("count"), pl.col("message").first(),
-                   pl.col("weight").first(), pl.col("category").first(), pl.col("action").first(),
+                   pl.col("prior").first(), pl.col("category").first(), pl.col("action").first(),
                    pl.col("node_action").first(),
                    pl.col("symptom").first(), pl.col("context").first(), pl.col("lead_s").first(), pl.col("lag_s").first(),
                    pl.col("needs").first(),
                    pl.col("approx").all(),
                    pl.col("past").any(), pl.col("says").first(),
-                   pl.col("rank").drop_nulls().first(), provenance.trusted().any().alias("trusted")))
+                   pl.col("rank").drop_nulls().first(), provenance.trusted().any().alias("trusted"),
+                   pl.col("_cg").drop_nulls().first(), (pl.col("_cg_mine").any() | pl.col("_cg").is_null().all()).alias("_mine")))
     groups = (pl.concat([groups.drop("_episode"), derived], how="diagonal_relaxed")
               .with_columns(pl.col("approx").fill_null(False), pl.col("trusted").fill_null(False),
-                            pl.col("past").fill_null(False), pl.col("context").fill_null(False)))
+                            pl.col("past").fill_null(False), pl.col("_mine").fill_null(True),
+                            (pl.col("context").fill_null(False) | ~pl.col("_mine").fill_null(True)).alias("context")))
     spread = (groups.filter(pl.col("node").is_not_null()).group_by("kind", "code")
               .agg(pl.col("node").n_unique().alias("_nodes")))
     groups = groups.join(spread, on=["kind", "code"], how="left", maintain_order="left", nulls_equal=True)
-    first_cause = groups.filter(~pl.col("symptom"), ~pl.col("approx"), pl.col("ts").is_not_null()).get_column("ts").min()
+    first_cause = (groups.filter(~pl.col("symptom"), ~pl.col("context"), ~pl.col("approx"), ~pl.col("past"),
+                                 pl.col("ts").is_not_null())
+                   .get_column("ts").min())
     if succeeded_with is not None:
         groups = (groups.join(succeeded_with.node, on=["node", "kind", "code"], how="left", maintain_order="left",
                               nulls_equal=True)
                   .join(succeeded_with.fleet, on=["kind", "code"], how="left", maintain_order="left", nulls_equal=True))
     ts = pl.col("ts")
-    # each term: its points where it applies, and what it says, for and against (``evidence``)
+    lr = causes.evidence
+    # the cause's prior odds, then each piece of evidence that applied: its likelihood ratio and what it says
     says = pl.when(pl.col("says").fill_null("") != "").then(pl.format(" ({})", pl.col("says"))).otherwise(pl.lit(""))
-    terms = [(pl.col("weight"), pl.format("weight of {}{}", pl.col("kind"), says)),
-             (pl.when((pl.col("_nodes") == 1) & (len(run.nodes) > 1)).then(sc["unique_node"]),
+    prior = pl.col("prior").clip(1e-6, 1 - 1e-6)
+    terms = [(prior / (1 - prior), pl.format("prior of {}: {}{}", pl.col("kind"), pl.col("prior"), says)),
+             (pl.when((pl.col("_nodes") == 1) & (len(run.nodes) > 1) & ~pl.col("past")).then(lr["unique_node"]),
               pl.lit(f"on this node only, of the job's {len(run.nodes)}"))]
     if onset is not None:
         late = timedelta(seconds=sc["late_s"])
         lead = pl.duration(seconds=pl.col("lead_s").fill_null(sc["onset_window_s"]))
         began = ts - pl.duration(seconds=pl.col("lag_s").fill_null(0.0))  # a detector's line comes after its fault
-        terms += [(pl.when((began <= _lit(onset) + skew) & (ts >= _lit(onset) - lead)).then(sc["precedes_onset"]),
-                   pl.lit("came before the failure's first symptom")),
-                  (pl.when((ts < _lit(onset) - lead) & ~pl.col("past")).then(sc["stale"]),
-                   pl.lit("long before the failure's first symptom")),
-                  (pl.when(began > _lit(onset) + late).then(sc["after_onset"]),
+        terms += [(pl.when((began <= _lit(onset) + skew) & (ts >= _lit(onset) - lead)).then(lr["precedes_onset"]),
+                   pl.lit("came before the failure began")),
+                  (pl.when((ts < _lit(onset) - lead) & ~pl.col("past")).then(lr["stale"]),
+                   pl.lit("long before the failure began")),
+                  (pl.when(began > _lit(onset) + late).then(lr["after_onset"]),
                    pl.lit("after the failure began: a consequence"))]
     if run.start is not None:
-        terms.append((pl.when((ts < _lit(run.start) - skew) & ~pl.col("past")).then(sc["before_start"]),
+        terms.append((pl.when((ts < _lit(run.start) - skew) & ~pl.col("past")).then(lr["before_start"]),
                       pl.lit("before the run started")))
-    terms.append((pl.when(pl.col("past")).then(sc["unrecovered"]),
-                  pl.lit("a fault that takes the node out, logged before the run, with no recovery since")))
+    if onset is not None and run.start is not None:  # a node left broken fails the next job as soon as it touches it
+        ran = max(0.0, (onset - run.start).total_seconds())
+        doa = ran <= sc["arrival_s"]
+        terms.append((pl.when(pl.col("past")).then(lr["unrecovered"] if doa else lr["worked_since"]),
+                      pl.lit("a fault that takes the node out, logged before the run, with no recovery since, and the run "
+                             f"failed {ran / 60:.0f} min after it started" if doa else
+                             f"a fault logged before the run, but the run worked {ran / 60:.0f} min before it failed")))
     own = events.filter(pl.col("job_id") == run.job_id)
     if own.filter(pl.col("source") == "nccl").height:  # the job logs NCCL/PyTorch output: it can corroborate
         seen = own.get_column("kind").unique().to_list()
         terms.append((pl.when(pl.col("needs").list.len() > 0, ~pl.col("needs").list.eval(pl.element().is_in(seen)).list.any())
-                      .then(sc["uncorroborated"]),
+                      .then(lr["uncorroborated"]),
                       pl.format("the job's output shows none of {}", pl.col("needs").list.join(", "))))
     if first_cause is not None:
-        terms.append((pl.when(~pl.col("symptom") & ~pl.col("approx") & (ts <= _lit(first_cause) + skew))
-                      .then(sc["earliest"]), pl.lit("the first cause logged")))
+        terms.append((pl.when(~pl.col("symptom") & ~pl.col("context") & ~pl.col("approx") & ~pl.col("past")
+                              & (ts <= _lit(first_cause) + skew))
+                      .then(lr["earliest"]), pl.lit("the first cause logged")))
     up = events.filter(pl.col("kind") == "ib_link_up", pl.col("ts").is_not_null()).select("node", pl.col("ts").alias("_up"))
     if up.height:  # a link back up within seconds flapped; one that stayed down broke the job
         back = (groups.with_row_index("_i").filter(pl.col("kind") == "ib_link_down", pl.col("ts").is_not_null()).sort("ts")
                 .join_asof(up.sort("_up"), left_on="ts", right_on="_up", by="node", strategy="forward", check_sortedness=False)
                 .filter(pl.col("_up") - pl.col("ts") <= timedelta(seconds=sc["flap_s"])).get_column("_i"))
         groups = groups.with_row_index("_i").with_columns(pl.col("_i").is_in(back.implode()).alias("_flap")).drop("_i")
-        terms.append((pl.when(pl.col("_flap")).then(sc["flapped"]),
+        terms.append((pl.when(pl.col("_flap")).then(lr["flapped"]),
                       pl.format("the link came back within {} s: a flap", pl.lit(sc["flap_s"]))))
     first = ranks.first_failed(own)
     if first:
-        terms.append((pl.when((pl.col("node") == first) & ~pl.col("symptom")).then(sc["first_to_fail"]),
+        terms.append((pl.when((pl.col("node") == first) & ~pl.col("symptom")).then(lr["first_to_fail"]),
                       pl.lit("the first of the job's processes to die ran on this node")))
+    if stuck:
+        terms.append((pl.when(pl.col("node").is_in(stuck) & ~pl.col("symptom")).then(lr["stalled_here"]),
+                      pl.lit("ranks on this node stalled or fell silent while the others waited")))
     if lost.height:
         terms.append((pl.when(pl.col("node").is_in(lost.get_column("node").to_list()) & ~pl.col("symptom")
-                              & (pl.col("kind") != "nccl_peer_lost")).then(sc["peer_named"]),
+                              & (pl.col("kind") != "nccl_peer_lost")).then(lr["peer_named"]),
                       pl.lit("other ranks' NCCL errors name this node as the peer they lost")))
     if succeeded_with is not None:
-        per, most = sc["succeeded_with"], sc["succeeded_with_max"]
         jobs_ok = pl.col("succeeded").fill_null(0)
-        terms.append((pl.when(jobs_ok > 0).then(pl.max_horizontal(jobs_ok * per, pl.lit(most))),
+        terms.append((pl.when(jobs_ok > 0).then(pl.max_horizontal(pl.lit(lr["succeeded_with"]) ** jobs_ok,
+                                                                    pl.lit(lr["succeeded_with_min"]))),
                       pl.format("also seen on this node during {} successful job(s)", jobs_ok)))
         fleet_ok = pl.col("fleet").fill_null(0)
-        terms.append((pl.when(fleet_ok > 0).then(pl.max_horizontal(fleet_ok * sc["fleet_succeeded_with"],
-                                                                   pl.lit(sc["fleet_succeeded_with_max"]))),
+        terms.append((pl.when(fleet_ok > 0).then(pl.max_horizontal(pl.lit(lr["fleet_succeeded_with"]) ** fleet_ok,
+                                                                    pl.lit(lr["fleet_succeeded_with_min"]))),
                       pl.format("seen fleet-wide during {} successful job(s)", fleet_ok)))
-    points = [p.fill_null(0) for p, _ in terms]
-    signed = [pl.when(p > 0).then(pl.lit("+")).otherwise(pl.lit("")) + p.round(0).cast(pl.Int64).cast(pl.String)
-              for p in points]  # +15 for, -40 against
-    notes = [pl.when(p != 0).then(pl.format("{} {}", sign, why)) for p, sign, (_, why) in zip(points, signed, terms)]
+    ratios = [r.cast(pl.Float64).fill_null(1.0) for r, _ in terms]
+    shown = [pl.when(i == 0).then(pl.lit("odds ")).otherwise(pl.lit("x")) + _number(r) for i, r in enumerate(ratios)]
+    notes = [pl.when((r != 1.0) | (i == 0)).then(pl.format("{} {}", text, why))
+             for i, (r, text, (_, why)) in enumerate(zip(ratios, shown, terms))]
     if succeeded_with is not None:  # what shows in most hours shows near any failure: background, not a cause
         share = pl.max_horizontal(pl.col("hours_share").fill_null(0.0), pl.col("fleet_hours_share").fill_null(0.0))
         background = ~pl.col("symptom") & (share >= sc["background_share"])
         groups = groups.with_columns((pl.col("context") | background).alias("context"))
         notes.append(pl.when(background).then(pl.format("background: logged in {}% of the hours of the {} days before",
                                                         (share * 100).round(0).cast(pl.Int64), pl.lit(sc["base_rate_days"]))))
+    notes.append(pl.when(~pl.col("_mine")).then(pl.format("hit a process in {}, not in the job's cgroup: not the job's",
+                                                           pl.col("_cg"))))
     evidence = pl.concat_list(notes).list.drop_nulls()
     unconfirmed = (pl.col("node_action") == "drain") & ~pl.col("trusted")  # a user could have written it: no trigger
-    return (groups.with_columns(pl.sum_horizontal(points).alias("score"), evidence.alias("evidence"),
-                                pl.when(unconfirmed).then(pl.lit("verify")).otherwise("node_action").alias("node_action"),
-                                pl.when(unconfirmed).then(pl.format("confirm on the node with an active check (observe "
-                                                                    "health check) first, then: {}", "action"))
-                                .otherwise("action").alias("action"))
-            .drop("_nodes", "lead_s", "lag_s", "needs", "says",
-                  *(["succeeded", "fleet", "hours_share", "fleet_hours_share"] if succeeded_with else []),
-                  *(["_flap"] if "_flap" in groups.columns else []))
-            .sort(["context", "score", "ts"], descending=[False, True, False], nulls_last=True))  # context never leads
+    ranked = (groups.with_columns(pl.sum_horizontal(r.log() for r in ratios).alias("score"), evidence.alias("evidence"),
+                                  pl.when(unconfirmed).then(pl.lit("verify")).otherwise("node_action").alias("node_action"),
+                                  pl.when(unconfirmed).then(_verify_first("action")).otherwise("action").alias("action"))
+              .drop("_nodes", "lead_s", "lag_s", "needs", "says", "prior", "_cg", "_mine",
+                    *(["succeeded", "fleet", "hours_share", "fleet_hours_share"] if succeeded_with else []),
+                    *(["_flap"] if "_flap" in groups.columns else []))
+              .sort(["context", "score", "ts"], descending=[False, True, False], nulls_last=True))  # context never leads
+    return ranked.with_columns(probability(ranked, sc["unlogged"]))
+
+
+def _cgroup(job_id: str, causes: Causes) -> list[pl.Expr]:
+    """``_cg``: the cgroup the event's process was in (its cause's ``cgroup`` attr), and ``_cg_mine``: whether
+    that is the job's (Slurm's ``job_<id>``; an array task's cgroup has a number of its own, so only a plain
+    job id is compared)."""
+    cg = pl.lit(None, dtype=pl.String)
+    for name in causes.table.get_column("cgroup").drop_nulls().unique().to_list():
+        cg = pl.when(pl.col("cgroup") == name).then(pl.col("attrs").str.json_path_match(f"$.{name}")).otherwise(cg)
+    mine = cg.str.contains(f"/job_{job_id}(?:/|$)") if job_id.isdigit() else pl.lit(True)
+    return [cg.alias("_cg"), mine.fill_null(False).alias("_cg_mine")]
+
+
+def _number(ratio: pl.Expr) -> pl.Expr:
+    """A likelihood ratio or odds as people read it: 3, 0.05, 99."""
+    return (pl.when(ratio >= 10).then(ratio.round(0).cast(pl.Int64).cast(pl.String))
+            .otherwise(ratio.round_sig_figs(2).cast(pl.String)))
+
+
+def _verify_first(action: str) -> pl.Expr:
+    return pl.format("confirm on the node with an active check (observe health check) first, then: {}", action)
+
+
+def _diagnosis() -> pl.Expr:
+    """What a candidate says: its category, and its node where it calls for something on the node."""
+    return pl.struct(pl.col("category"), pl.when(pl.col("node_action") != "none").then(pl.col("node")))
+
+
+def _odds(ranked: pl.DataFrame) -> float:
+    """The diagnoses' odds, summed: each diagnosis worth its best candidate's; context is no diagnosis."""
+    return float(ranked.filter(~pl.col("context")).group_by(_diagnosis()).agg(pl.col("score").max().exp())
+                 .get_column("score").sum())
+
+
+def unlogged(ranked: pl.DataFrame, odds: float) -> float:
+    """The probability that the cause left no line in the store (``odds``: that hypothesis's, causes.toml)."""
+    return odds / (odds + _odds(ranked))
+
+
+def probability(ranked: pl.DataFrame, odds: float) -> pl.Expr:
+    """Each candidate's diagnosis's probability: candidates that say the same thing (one category, and one
+    node where it calls for something on the node) are one diagnosis, worth its best candidate's odds;
+    with the hypothesis that the cause left no line (``odds``), the diagnoses' odds normalised. Context
+    (what cannot fail a job by itself) is no diagnosis: 0."""
+    live = pl.when(~pl.col("context")).then(pl.col("score"))
+    return (live.max().over(_diagnosis()).exp() / (_odds(ranked) + odds)).fill_null(0.0).alias("probability")
 
 
 def _onset(annotated: pl.DataFrame, run: Run) -> datetime | None:
@@ -209,24 +275,6 @@ def _onset(annotated: pl.DataFrame, run: Run) -> datetime | None:
 def _lit(ts: datetime) -> pl.Expr:
     return pl.lit(ts).dt.cast_time_unit("us")
 
-
-def margin(ranked: pl.DataFrame) -> float:
-    """How far the verdict leads: the top score minus the best rival's. A rival says something else:
-    another category, or another node where the verdict calls for something on its node (the same
-    fault of the job's own on every node is one diagnosis, not rivals)."""
-    top = ranked.row(0, named=True)
-    other = pl.col("category") != top["category"]
-    if top["node_action"] != "none":
-        other = other | pl.col("node").ne_missing(top["node"])
-    else:
-        other = other | pl.col("node_action").ne_missing("none")
-    return float(top["score"] - (ranked.slice(1).filter(other).get_column("score").max() or 0.0))
-
-
-def confidence(lead: float, calibration: tuple[tuple[float, ...], tuple[float, ...]]) -> float:
-    """The chance that a verdict leading by ``lead`` points is right: the calibration table of
-    causes.toml (measured on scenarios, see bench/explain_accuracy.py --fit), interpolated."""
-    return round(float(np.interp(lead, *calibration)), 2)
 
 
 # ------------------------------------------------------------------------------------- the query
@@ -315,13 +363,18 @@ def explain(store: Store, job_id: str, at: datetime | None = None, before: timed
     if ranked.height and (run.state or "").split()[:1] != ["COMPLETED"]:
         top = ranked.row(0, named=True)
         root = {k: top[k] for k in ("node", "kind", "code", "gpu", "ts", "message", "category", "action", "node_action",
-                                    "rank", "score", "trusted")}
-        root["margin"] = margin(ranked)
-        root["confidence"] = confidence(root["margin"], causes.calibration)
-        # only a symptom every rank reports whatever broke (a watchdog timeout), only background (a corrected
-        # error), or too close a call: unsure
-        unsure = top["symptom"] or top["context"] or root["confidence"] < causes.scoring["undetermined_below"]
+                                    "rank", "score", "trusted", "symptom", "context")}
+        # only a symptom every rank reports whatever broke (a watchdog timeout) or only background (a corrected
+        # error): no cause established, as probable as that the cause left no line; else the likeliest's
+        # probability, undetermined when too low
+        nothing = top["symptom"] or top["context"]
+        root["confidence"] = round(unlogged(ranked, causes.scoring["unlogged"]) if nothing else float(top["probability"]), 2)
+        root["probability"] = round(float(top["probability"]), 2)
+        unsure = nothing or root["confidence"] < causes.scoring["undetermined_below"]
         root["verdict"] = "undetermined" if unsure else "cause"
+        if top["node_action"] == "drain" and root["confidence"] < causes.scoring["drain_above"]:  # not sure enough to act
+            root["node_action"] = "verify"
+            root["action"] = ranked.select(_verify_first("action")).item(0, 0)
     mine = events.filter(pl.col("job_id").is_null() | (pl.col("job_id") == run.job_id))
     return Explanation(run.job_id, run.state, run.exit_code, run.nodes, run.start, run.end, root,
                        ranked.head(10).to_dicts(), timeline(events, causes, timeline_rows), missing(events, run),

@@ -23,35 +23,41 @@ def kinds_read() -> list[str]:
     return sorted(set(load_causes().kinds()) | set(jobs.RUN_KINDS))
 
 
-def faults(events: pl.LazyFrame, min_weight: float = 60.0) -> pl.LazyFrame:
+def faults(events: pl.LazyFrame, trusted_only: bool = False) -> pl.LazyFrame:
     """Events that are faults of the infrastructure in their own right: catalogued causes that are
-    not symptoms, not the job's own fault (category user), weigh at least ``min_weight`` and came
-    by a trusted route (a user's forged kernel line is no incident and makes no node flaky)."""
+    not symptoms, not the job's own fault (category user) and at least ``min_prior`` probable causes
+    (causes.toml [nodes]), with ``trusted``: whether a trusted route carried them. A kernel line that came
+    through a syslog file is evidence (the common central-syslog setup), shown unconfirmed; what acts or
+    alerts passes ``trusted_only`` (a user's forged kernel line is no incident it pages for)."""
     causes = load_causes()
-    ev = events.filter(pl.col("ts").is_not_null(), pl.col("node").is_not_null(),
-                       pl.col("kind").is_in(causes.kinds()), provenance.trusted())
-    return ev.collect().pipe(causes.annotate).filter(
-        ~pl.col("symptom"), pl.col("weight") >= min_weight, pl.col("category") != "user").lazy()
+    ev = events.filter(pl.col("ts").is_not_null(), pl.col("node").is_not_null(), pl.col("kind").is_in(causes.kinds()))
+    if trusted_only:
+        ev = ev.filter(provenance.trusted())
+    return ev.with_columns(provenance.trusted().alias("trusted")).collect().pipe(causes.annotate).filter(
+        ~pl.col("symptom"), pl.col("prior") >= causes.nodes["min_prior"], pl.col("category") != "user").lazy()
 
 
-def incidents(events: pl.LazyFrame, gap: timedelta = GAP, linger: timedelta = LINGER) -> pl.DataFrame:
+def incidents(events: pl.LazyFrame, gap: timedelta = GAP, linger: timedelta = LINGER,
+              trusted_only: bool = False) -> pl.DataFrame:
     """One row per incident, oldest first: when, what (category, kinds), where (nodes), how many
-    events, which job runs it hit, and whether a shared cause is likely.
+    events, which job runs it hit, whether a shared cause is likely, and whether it is ``unconfirmed``
+    (no line of it came by a trusted route: see :func:`faults`).
 
     A node's repeated reports (slurmctld's "not responding" every 100 s) are one episode; episodes
     of one category on different nodes that begin within ``gap`` of each other are one incident.
     """
-    found = faults(events).collect()
+    found = faults(events, trusted_only).collect()
     if found.is_empty():
         return pl.DataFrame(schema=SCHEMA)
     episodes = (grouped_sessions(found, ["node", "category"], "ts", linger)
                 .agg(pl.col("ts").min().alias("start"), pl.col("ts").max().alias("end"),
-                     pl.col("kind").unique(maintain_order=True), pl.len().alias("events")))
+                     pl.col("kind").unique(maintain_order=True), pl.len().alias("events"), pl.col("trusted").any()))
     grouped = (grouped_sessions(episodes, ["category"], "start", gap)
                .agg(pl.col("start").min(), pl.col("end").max(),
                     pl.col("kind").list.explode(keep_nulls=False, empty_as_null=False).unique(maintain_order=True).str.join(",").alias("kinds"),
                     pl.col("node").n_unique().cast(pl.UInt32).alias("nodes"),
-                    pl.col("node").unique().sort().alias("_nodes"), pl.col("events").sum().cast(pl.UInt32))
+                    pl.col("node").unique().sort().alias("_nodes"), pl.col("events").sum().cast(pl.UInt32),
+                    (~pl.col("trusted").any()).alias("unconfirmed"))
                .sort("start"))
     runs = jobs.runs(events)
     hit = [jobs.on_nodes(runs, row["_nodes"], row["start"], row["end"]).get_column("job_id").unique().sort().to_list()
@@ -73,4 +79,4 @@ def grouped_sessions(df: pl.DataFrame, by: list[str], ts: str, gap: timedelta):
 
 SCHEMA = {"incident": pl.UInt32, "start": pl.Datetime("us", "UTC"), "end": pl.Datetime("us", "UTC"),
           "category": pl.String, "kinds": pl.String, "nodes": pl.UInt32, "nodelist": pl.String,
-          "events": pl.UInt32, "jobs": pl.List(pl.String), "shared_cause": pl.Boolean}
+          "events": pl.UInt32, "jobs": pl.List(pl.String), "shared_cause": pl.Boolean, "unconfirmed": pl.Boolean}

@@ -8,7 +8,6 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
-from observe import provenance
 from observe.schema import POLARS_SCHEMA
 from observe.store import Store
 from queries import jobs
@@ -17,15 +16,17 @@ from queries.search import search
 
 def unrecovered(store: Store, nodes: list[str], kinds: list[str], since: datetime, until: datetime,
                 recovered_by: list[str], slack: timedelta = timedelta(seconds=5)) -> pl.DataFrame:
-    """Trusted events of ``kinds`` on ``nodes`` between ``since`` and ``until`` that nothing ended
-    by ``until`` (give or take ``slack``: a node returned to service and given a job the same
-    second, clocks that disagree): no event of ``recovered_by`` on the node after them (a reboot, a driver reload,
-    an operator's all-clear) and no job on the node that completed after them (the node worked
-    through it, or again). The last such event per (node, kind, code, gpu)."""
+    """Events of ``kinds`` on ``nodes`` between ``since`` and ``until`` that nothing ended by ``until``
+    (give or take ``slack``: a node returned to service and given a job the same second, clocks that
+    disagree): no event of ``recovered_by`` on the node after them (a reboot, a driver reload, an
+    operator's all-clear) and no job on the node that completed after them (the node worked through it,
+    or again). The last such event per (node, kind, code, gpu). From any route: a fault a user could
+    have written is evidence (explain's verdict on it is to verify), never a trigger; a recovery from any
+    route ends one (a forged one can only hide evidence, never act)."""
     if not nodes or not kinds:
         return pl.DataFrame(schema=POLARS_SCHEMA)
     faults = (search(store, since=since, until=until, nodes=nodes, kinds=kinds, copies=True)  # whether
-              .filter(provenance.trusted(), pl.col("ts").is_not_null()).collect())
+              .filter(pl.col("ts").is_not_null()).collect())
     if faults.is_empty():
         return faults
     ends = (search(store, since=since, until=until + slack, nodes=nodes, kinds=recovered_by, copies=True)

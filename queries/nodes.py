@@ -1,5 +1,6 @@
 """Flaky nodes and GPUs: fault history per node and per GPU, repeat offenders flagged, with a
-recommendation (watch / drain / rma). Thresholds are in ``causes.toml`` (``[nodes]``)."""
+recommendation (watch / verify / drain / rma: a drain or an RMA rests on episodes a trusted route carried;
+those that only came through routes users write, counted in ``unconfirmed``, call for verify). Thresholds are in ``causes.toml`` (``[nodes]``)."""
 from __future__ import annotations
 
 import polars as pl
@@ -24,13 +25,14 @@ def kinds_read() -> list[str]:
 
 def _episodes(events: pl.LazyFrame, by: list[str]) -> pl.DataFrame:
     limits = load_causes().nodes
-    found = faults(events, min_weight=limits["min_weight"]).collect().filter(
+    found = faults(events).collect().filter(
         ~pl.col("kind").is_in(limits["ignore_kinds"]))
     if by == ["node", "gpu"]:
         found = found.filter(pl.col("gpu").is_not_null())
     return (grouped_sessions(found, by, "ts", LINGER)
             .agg(pl.col("ts").min().alias("start"), pl.col("kind").first(), pl.col("code").drop_nulls().first(),
-                 pl.col("category").first(), pl.col("message").first(), pl.len().alias("events")))
+                 pl.col("category").first(), pl.col("message").first(), pl.len().alias("events"),
+                 pl.col("trusted").any()))
 
 
 def rank_nodes(events: pl.LazyFrame, drain_rules: Drain | None = None) -> pl.DataFrame:
@@ -48,13 +50,21 @@ def rank_nodes(events: pl.LazyFrame, drain_rules: Drain | None = None) -> pl.Dat
            .agg(pl.len().cast(pl.UInt32).alias("episodes"), pl.col("events").sum().cast(pl.UInt32),
                 pl.col("start").dt.date().n_unique().cast(pl.UInt32).alias("days"),
                 pl.col("kind").unique().sort().str.join(",").alias("kinds"),
-                pl.col("start").max().alias("last"), pl.col("message").last().alias("last_message")))
+                pl.col("start").max().alias("last"), pl.col("message").last().alias("last_message"),
+                (~pl.col("trusted")).sum().cast(pl.UInt32).alias("unconfirmed"),
+                pl.col("trusted").sum().cast(pl.UInt32).alias("_confirmed"),
+                pl.col("start").filter("trusted").dt.date().n_unique().cast(pl.UInt32).alias("_confirmed_days")))
     repeat = (pl.col("episodes") >= limits["repeat_episodes"]) & (pl.col("days") >= 2)
-    advice = pl.when(pl.col("episodes") >= limits["drain_episodes"]).then(pl.lit("drain")) \
-        .when(repeat).then(pl.lit("drain")).otherwise(pl.lit("watch"))
-    return (out.with_columns(repeat.alias("repeat"), advice.alias("advice"))
+    # a drain rests on episodes a trusted route carried; those only a user could have written call for a check
+    drain = ((pl.col("_confirmed") >= limits["drain_episodes"])
+             | ((pl.col("_confirmed") >= limits["repeat_episodes"]) & (pl.col("_confirmed_days") >= 2)))
+    advice = (pl.when(drain).then(pl.lit("drain"))
+              .when((pl.col("episodes") >= limits["drain_episodes"]) | repeat).then(pl.lit("verify"))
+              .otherwise(pl.lit("watch")))
+    return (out.with_columns(repeat.alias("repeat"), advice.alias("advice")).drop("_confirmed", "_confirmed_days")
             .join(drained, on="node", how="full", coalesce=True)
-            .with_columns(pl.col("episodes", "events", "days", "drains").fill_null(0), pl.col("repeat").fill_null(False),
+            .with_columns(pl.col("episodes", "events", "days", "drains", "unconfirmed").fill_null(0),
+                          pl.col("repeat").fill_null(False),
                           pl.col("advice").fill_null("watch"))
             .pipe(NODE_ORDER.apply))
 
@@ -66,7 +76,9 @@ def rank_gpus(events: pl.LazyFrame) -> pl.DataFrame:
     out = (ep.group_by("node", "gpu")
            .agg(pl.len().cast(pl.UInt32).alias("episodes"),
                 pl.col("code").drop_nulls().unique().sort().cast(pl.String).str.join(",").alias("xids"),
-                pl.col("kind").unique().sort().str.join(",").alias("kinds"), pl.col("start").max().alias("last")))
+                pl.col("kind").unique().sort().str.join(",").alias("kinds"), pl.col("start").max().alias("last"),
+                (~pl.col("trusted")).sum().cast(pl.UInt32).alias("unconfirmed")))
     rma = pl.col("episodes") >= limits["rma_gpu_episodes"]
-    return (out.with_columns(rma.alias("repeat"), pl.when(rma).then(pl.lit("rma")).otherwise(pl.lit("watch")).alias("advice"))
-            .pipe(GPU_ORDER.apply))
+    confirmed = pl.col("episodes") - pl.col("unconfirmed") >= limits["rma_gpu_episodes"]
+    advice = pl.when(confirmed).then(pl.lit("rma")).when(rma).then(pl.lit("verify")).otherwise(pl.lit("watch"))
+    return out.with_columns(rma.alias("repeat"), advice.alias("advice")).pipe(GPU_ORDER.apply)

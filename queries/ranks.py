@@ -67,7 +67,7 @@ def empty() -> pl.DataFrame:
                                 "ts": pl.Datetime("us", "UTC"), "count": pl.UInt32, "message": pl.String,
                                 "category": pl.String, "action": pl.String, "node_action": pl.String,
                                 "symptom": pl.Boolean, "context": pl.Boolean,
-                                "rank": pl.Int32, "trusted": pl.Boolean, "score": pl.Float64,
+                                "rank": pl.Int32, "trusted": pl.Boolean, "score": pl.Float64, "probability": pl.Float64,
                                 "evidence": pl.List(pl.String)})
 
 
@@ -95,20 +95,30 @@ def lost_peers(events: pl.DataFrame, run: Run, sc: dict) -> pl.DataFrame:
     errors = (events.filter(pl.col("kind") == "nccl_net_error", pl.col("job_id") == run.job_id)
               .with_columns(attr("$.peer").str.replace(r"<\d+>$", "").alias("_peer")).drop_nulls("_peer"))
     if errors.is_empty():
-        return empty().drop("score")
+        return empty().drop("score", "probability")
     short = pl.col("_peer").str.extract(r"^([^.:%]+?)(?:-ib)?(?:\.|$)", 1)  # gpu004-ib.cluster -> gpu004
     named = errors.with_columns(
         pl.coalesce(pl.col("_peer").replace_strict(addresses, default=None, return_dtype=pl.String),
                     pl.when(short.is_in(run.nodes or [])).then(short)).alias("_lost")).drop_nulls("_lost")
+    # the culprit's own ranks name each peer they talked to; every other node's ranks name the culprit: the
+    # node named from the most other nodes is the one they lost (of two, the one more errors name)
+    namers = (named.filter(pl.col("node").ne_missing(pl.col("_lost"))).group_by("_lost")
+              .agg(pl.col("node").drop_nulls().n_unique().alias("_from"), pl.len().alias("_errors"))
+              .sort("_from", "_errors", descending=True))
+    if namers.height and namers.item(0, "_from"):
+        top = namers.row(0, named=True)
+        lost = set(namers.filter(pl.col("_from") == top["_from"], pl.col("_errors") == top["_errors"]).get_column("_lost"))
+    else:
+        lost = set(named.get_column("_lost"))
     rows = [{"node": node, "kind": "nccl_peer_lost", "ts": part.get_column("ts").min(), "count": part.height,
              "message": f"{part.get_column('rank').n_unique()} rank(s) lost their NCCL peer on {node} "
                         f"({part.get_column('_peer').first()})",
-             "weight": float(sc["peer_named_weight"]), "category": "network", "node_action": "watch",
+             "prior": float(sc["peer_lost_prior"]), "category": "network", "node_action": "watch",
              "action": "the ranks' network errors name this node as the peer they lost: check whether it crashed, "
                        "its HCA and its link", "symptom": False}
-            for (node,), part in named.group_by("_lost", maintain_order=True)]
+            for (node,), part in named.group_by("_lost", maintain_order=True) if node in lost]
     if not rows:
-        return empty().drop("score")
+        return empty().drop("score", "probability")
     return pl.DataFrame(rows, schema_overrides={"ts": pl.Datetime("us", "UTC"), "count": pl.UInt32})
 
 
@@ -123,15 +133,17 @@ def rank_gpus(events: pl.DataFrame) -> dict[int, str]:
 
 def stalls(events: pl.DataFrame, run: Run, sc: dict) -> pl.DataFrame:
     """Hung ranks from the PyTorch watchdog: a rank whose last collective lags the others', or the
-    ranks that never reported the timeout every other rank reported."""
+    ranks that never reported the timeout every other rank reported. A rank's time is when its wait
+    began (the watchdog's line less how long the collective ran), not when the watchdog printed it."""
     attr = pl.col("attrs").str.json_path_match
     wd = events.filter(pl.col("kind").is_in(["nccl_timeout", "nccl_watchdog"]), pl.col("rank").is_not_null())
     if wd.is_empty():
-        return empty().drop("score")
+        return empty().drop("score", "probability")
     per_rank = wd.group_by("rank").agg(
         pl.coalesce(attr("$.last_completed").cast(pl.Int64, strict=False) + 1,
                     attr("$.seq").cast(pl.Int64, strict=False)).min().alias("seq"),
-        pl.col("node").drop_nulls().first(), pl.col("ts").min())
+        pl.col("node").drop_nulls().first(),
+        (pl.col("ts") - pl.duration(milliseconds=attr("$.ran_ms").cast(pl.Int64, strict=False).fill_null(0))).min())
     gpus = rank_gpus(events)
     top = per_rank.get_column("seq").max()
     rows = []
@@ -142,7 +154,7 @@ def stalls(events: pl.DataFrame, run: Run, sc: dict) -> pl.DataFrame:
             kinds = ", ".join(f"{op} on {n} rank(s)" for op, n in part.group_by("_op").len().sort("_op").iter_rows())
             rows.append({"node": None, "kind": "collective_mismatch", "rank": None, "gpu": None, "ts": part.get_column("ts").min(),
                          "count": part.height, "message": f"collective {seq}: ranks called different collectives ({kinds})",
-                         "weight": float(sc["mismatch_weight"]), "category": "user",
+                         "prior": float(sc["mismatch_prior"]), "category": "user",
                          "action": "none for the node: the job's ranks called different collectives at the same step (a "
                                    "code path some ranks skip); rerun with TORCH_DISTRIBUTED_DEBUG=DETAIL",
                          "node_action": "none", "symptom": False})
@@ -151,22 +163,23 @@ def stalls(events: pl.DataFrame, run: Run, sc: dict) -> pl.DataFrame:
             rows.append({"node": r["node"], "kind": "nccl_timeout", "rank": r["rank"], "gpu": gpus.get(r["rank"]),
                          "ts": r["ts"], "count": 1,
                          "message": f"rank {r['rank']} stalled at collective {r['seq']} while other ranks reached {top}",
-                         "weight": float(sc["lagging_rank_weight"]), "category": "software",
+                         "prior": float(sc["lagging_rank_prior"]), "category": "software",
                          "action": "a rank hung before the collective (dataloader, deadlock, slow GPU): py-spy dump it; "
                                    "drain its node if it repeats", "node_action": "watch", "symptom": False})
     ranks = expected_ranks(events, run.nodes)
     quiet = ranks.join(per_rank.select("rank"), on="rank", how="anti")
+    began = per_rank.get_column("ts").min()  # the silent ranks were stuck when the others' collective began
     if ranks.height and per_rank.height >= ranks.height / 2 and 0 < quiet.height < ranks.height / 2:
         for node, part in quiet.group_by("node"):
             rank = int(part.get_column("rank").min())
             rows.append({"node": node[0], "kind": "nccl_timeout", "rank": rank, "gpu": gpus.get(rank),
-                         "ts": None, "count": part.height,
+                         "ts": began, "count": part.height,
                          "message": f"{part.height} rank(s) on {node[0]} never reported the timeout that "
                                     f"{per_rank.height} other ranks reported",
-                         "weight": float(sc["missing_rank_weight"]), "category": "node",
+                         "prior": float(sc["missing_rank_prior"]), "category": "node",
                          "action": "the ranks went silent: check whether their node crashed or hung",
                          "node_action": "watch", "symptom": False})
     if not rows:
-        return empty().drop("score")
+        return empty().drop("score", "probability")
     return pl.DataFrame(rows, schema_overrides={"rank": pl.Int32, "gpu": pl.String, "ts": pl.Datetime("us", "UTC"),
                                                 "count": pl.UInt32})

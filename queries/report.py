@@ -26,15 +26,19 @@ def report(e: Explanation) -> list[str]:
         lines.append("ROOT CAUSE  none found: no error or warning line on the job's nodes or in its output in the "
                      "window read")
     else:
-        if r["verdict"] == "undetermined":
-            lines.append(f"UNDETERMINED  confidence {r['confidence']:.2f}: the evidence is weak, points several ways or "
-                         "shows only symptoms; the likeliest cause, then the candidates:")
+        if r["verdict"] == "undetermined" and (r.get("symptom") or r.get("context")):
+            lines.append(f"UNDETERMINED  no cause established, only symptoms or background: {r['confidence']:.2f} probable "
+                         "that the cause left no line in the store; the likeliest line, then the candidates:")
+        elif r["verdict"] == "undetermined":
+            lines.append(f"UNDETERMINED  the likeliest cause is only {r['confidence']:.2f} probable: the evidence is weak "
+                         "or points several ways; it, then the candidates:")
         what = r["kind"] + (f" {r['code']}" if r["code"] is not None else "")
         where = r["node"] or "(job output)"
         gpu = f"  GPU {r['gpu']}" if r["gpu"] else ""
         rank = f"  rank {r['rank']}" if r["rank"] is not None else ""
         head = "LIKELIEST " if r["verdict"] == "undetermined" else "ROOT CAUSE"
-        lines += [f"{head}  {where}{gpu}{rank}  {what}  category {r['category']}  confidence {r['confidence']:.2f}",
+        sure = f"probability {r['probability']:.2f}" if r["verdict"] == "undetermined" else f"confidence {r['confidence']:.2f}"
+        lines += [f"{head}  {where}{gpu}{rank}  {what}  category {r['category']}  {sure}",
                   f"  {when(r['ts'])}  {first_line(r['message'])}",
                   f"  action: {r['action']}  (for the node: {r['node_action']})"]
         if r["node_action"] == "verify":
@@ -42,10 +46,10 @@ def report(e: Explanation) -> list[str]:
                          "confirm on the node with an active check (observe health check) before acting on it")
     lines += [f"MISSING     {m}" for m in e.missing]
     if e.candidates:
-        lines += ["", "CANDIDATES", f"  {'score':>5}  {'node':10} {'kind':26} {'code':>5}  {'first seen':19}  {'count':>5}  message"]
+        lines += ["", "CANDIDATES", f"  {'prob':>5}  {'node':10} {'kind':26} {'code':>5}  {'first seen':19}  {'count':>5}  message"]
         for c in _fold_symptoms(e.candidates):
             code = "" if c["code"] is None else str(c["code"])
-            lines.append(f"  {c['score']:5.0f}  {c['node'] or '-':10} {c['kind']:26} {code:>5}  {when(c['ts']):19}  "
+            lines.append(f"  {c['probability']:5.2f}  {c['node'] or '-':10} {c['kind']:26} {code:>5}  {when(c['ts']):19}  "
                          f"{c['count']:5d}  {first_line(c['message'])[:100]}")
             if c.get("evidence"):
                 lines.append(f"         why: {'; '.join(c['evidence'])}")

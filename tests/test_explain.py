@@ -273,7 +273,7 @@ def test_what_a_node_logs_while_its_jobs_succeed_weighs_less(store) -> None:
     result = explain(store, "7")
     assert (result.root_cause["kind"], result.root_cause["category"]) == ("python_exception", "user")
     mce = next(c for c in result.candidates if c["kind"] == "mce")
-    assert "-36 also seen on this node during 6 successful job(s)" in mce["evidence"]
+    assert "x0.03 also seen on this node during 6 successful job(s)" in mce["evidence"]
     assert any(line.strip().startswith("why: ") and "successful job(s)" in line for line in report(result))
 
 
@@ -322,4 +322,4 @@ def test_a_lost_peers_own_fault_stays_the_verdict_with_the_peers_as_evidence() -
     rows = inits() + boot + lost + timeouts(600) + [ev("kernel_panic", "gpu004", 585)]
     top = candidates(place_ranks(frame(rows), NODES), RUN, load_causes()).row(0, named=True)
     assert (top["node"], top["kind"]) == ("gpu004", "kernel_panic")
-    assert "+10 other ranks' NCCL errors name this node as the peer they lost" in top["evidence"]
+    assert "x3.0 other ranks' NCCL errors name this node as the peer they lost" in top["evidence"]

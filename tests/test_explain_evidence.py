@@ -3,15 +3,16 @@ a symptom alone, the first process to die, the lagging rank's GPU, an OOM kill t
 not report, an Xid by its catalog action, one diagnosis on every node, calibrated confidence)."""
 from __future__ import annotations
 
+import math
 import re
 from datetime import timedelta
 
 import polars as pl
 import pytest
 
-from observe.simulate.accuracy import fit, reliability
+from observe.simulate.accuracy import reliability
 from queries.causes import load_causes
-from queries.explain import candidates, confidence, explain, margin
+from queries.explain import candidates, explain
 from queries.ranks import place_ranks
 from queries.report import report
 from queries.jobs import write_index
@@ -36,18 +37,32 @@ def _write(store, rows: list[dict]) -> None:
 # job 7 runs from -3600 to +900 (s after T); its rank 17 (gpu003) dies of a misleading CUDA error
 FAILED_7 = _job("7", -3600, 900, "FAILED") + [ev("python_exception", None, 30, "nccl", rank=17, job_id="7",
                                                  message="RuntimeError: CUDA error: unknown error")] + inits()
+# its restart, job 7 again from 0 s: its rank on gpu003 fails 30 s in (CUDA init on a broken GPU)
+RESTART_7 = _job("7", 0, 900, "FAILED") + [ev("python_exception", None, 30, "nccl", rank=17, job_id="7",
+                                              message="RuntimeError: CUDA error: unknown error")] + inits()
 XID48 = ev("gpu_xid", "gpu003", -3 * 3600, code=48, gpu="0000:3b:00",
            attrs={"category": "memory", "action": "reset_gpu"}, message="NVRM: Xid (PCI:0000:3b:00): 48, DBE")
 
 
 def test_an_unrecovered_fault_before_the_run_explains_its_failure(store) -> None:
-    """The previous job's uncorrectable ECC error on gpu003, two hours before job 7 started there
-    and nothing since that would have ended it: job 7's failure on gpu003 is that Xid."""
-    _write(store, _job("6", -4 * 3600, -3 * 3600 + 60, "FAILED") + [XID48] + FAILED_7)
+    """The previous job's uncorrectable ECC error on gpu003, three hours before job 7 started there
+    and nothing since that would have ended it; job 7's rank on gpu003 failed 30 s into the run: that
+    Xid (a node left broken fails the next job as soon as it touches it)."""
+    _write(store, _job("6", -4 * 3600, -3 * 3600 + 60, "FAILED") + [XID48] + RESTART_7)
     root = explain(store, "7").root_cause
     assert (root["node"], root["kind"], root["code"]) == ("gpu003", "gpu_xid", 48), root
     top = explain(store, "7").candidates[0]
     assert any("no recovery since" in e for e in top["evidence"])
+
+
+def test_a_run_that_worked_an_hour_on_the_node_was_not_failed_by_its_past(store) -> None:
+    """The same Xid, but job 7 ran an hour on gpu003 before its rank failed: the GPU worked, so the
+    old fault weighs against itself and the job's own error is the verdict."""
+    _write(store, _job("6", -4 * 3600, -3 * 3600 + 60, "FAILED") + [XID48] + FAILED_7)
+    e = explain(store, "7")
+    assert e.root_cause["kind"] == "python_exception", e.root_cause
+    xid = next(c for c in e.candidates if c["kind"] == "gpu_xid")
+    assert any("the run worked 60 min before it failed" in x for x in xid["evidence"]), xid
 
 
 @pytest.mark.parametrize("recovery", ["resumed", "completed job"])
@@ -56,7 +71,7 @@ def test_a_recovery_since_ends_the_past_fault(store, recovery: str) -> None:
     longer explains anything, the job's own error does."""
     later = ([ev("slurm_node_resume", "gpu003", -2 * 3600, "slurm", message="update_node: node gpu003 state set to IDLE")]
              if recovery == "resumed" else _job("5", -2.5 * 3600, -2 * 3600, "COMPLETED", "gpu003", "0:0"))
-    _write(store, _job("6", -4 * 3600, -3 * 3600 + 60, "FAILED") + [XID48] + later + FAILED_7)
+    _write(store, _job("6", -4 * 3600, -3 * 3600 + 60, "FAILED") + [XID48] + later + RESTART_7)
     write_index(store)
     root = explain(store, "7").root_cause
     assert root["kind"] == "python_exception", root
@@ -90,7 +105,7 @@ def test_slurm_allocating_the_node_ends_its_not_responding(store) -> None:
     """slurmctld set gpu003 DOWN as not responding two hours before job 7; it allocates only nodes
     that are back, so job 7's allocation of gpu003 ends that fault: the job's own error explains it."""
     down = ev("slurm_node_not_responding", "gpu003", -2 * 3600, "slurm", message="error: Nodes gpu003 not responding, setting DOWN")
-    _write(store, _job("6", -4 * 3600, -2 * 3600 + 60, "FAILED") + [down] + FAILED_7)
+    _write(store, _job("6", -4 * 3600, -2 * 3600 + 60, "FAILED") + [down] + RESTART_7)
     root = explain(store, "7").root_cause
     assert root["kind"] == "python_exception", root
 
@@ -221,6 +236,21 @@ def test_an_oom_kill_the_jobs_step_did_not_report_is_not_its_cause() -> None:
     assert (top["node"], top["kind"]) == ("gpu002", "nccl_timeout"), top
 
 
+@pytest.mark.parametrize("memcg, the_jobs", [("/system.slice/mnt-data.mount", False), ("/slurm/uid_1000/job_7/step_0", True),
+                                              ("/system.slice/slurmstepd.scope/job_7/step_0/user/task_0", True),
+                                              ("/system.slice/slurmstepd.scope/job_71/step_0/user/task_0", False)])
+def test_an_oom_kill_in_another_cgroup_is_not_the_jobs(memcg: str, the_jobs: bool) -> None:
+    """The kernel's oom-kill summary names the killed task's cgroup (mm/oom_kill.c dump_oom_summary:
+    task_memcg=); Slurm runs job 7's processes under job_7 (cgroup v1 and v2 layouts): a kill anywhere else
+    cannot have failed it, whatever the job's output holds."""
+    rows = [ev("oom_kill", "gpu001", 300, attrs={"process": "mount", "memcg": memcg}),
+            ev("python_exception", None, 400, "job", rank=3, job_id="7", message="RuntimeError: boom")]
+    ranked = candidates(place_ranks(frame(rows), NODES), RUN, load_causes())
+    oom = ranked.filter(pl.col("kind") == "oom_kill").row(0, named=True)
+    assert oom["context"] is not the_jobs and (ranked.row(0, named=True)["kind"] == "oom_kill") is the_jobs, ranked
+    assert any("not in the job's cgroup" in e for e in oom["evidence"]) is not the_jobs
+
+
 def test_a_contained_memory_error_is_the_jobs_cause_but_no_drain() -> None:
     """Xid 94: NVIDIA's catalog says restart the application; the GPU stays usable."""
     top = _top([ev("gpu_xid", "gpu003", 0, code=94, attrs={"category": "memory", "action": "application_error"})]
@@ -229,33 +259,32 @@ def test_a_contained_memory_error_is_the_jobs_cause_but_no_drain() -> None:
 
 
 def test_the_same_user_error_on_every_node_is_one_confident_diagnosis() -> None:
-    """Every rank raised the same exception: the node does not matter, so ranks on other nodes are
-    not rivals and the verdict leads by the whole gap to the timeouts."""
+    """Every rank raised the same exception: the node does not matter, so the exceptions on the job's
+    four nodes are one diagnosis, not four rivals that split its probability."""
     rows = [ev("python_exception", None, 5 + r / 100, "nccl", rank=r, job_id="7") for r in range(32)] + timeouts(600)
     ranked = candidates(place_ranks(frame(rows), NODES), RUN, load_causes())
     top = ranked.row(0, named=True)
     assert (top["kind"], top["category"], top["node_action"]) == ("python_exception", "user", "none")
-    assert margin(ranked) >= 20
+    assert top["probability"] >= 0.9, ranked.select("node", "kind", "score", "probability")
 
 
-def test_confidence_is_the_calibration_table_interpolated() -> None:
-    table = ((0.0, 30.0, 60.0), (0.5, 0.9, 0.99))
-    assert [confidence(m, table) for m in (0, 15, 30, 40, 200)] == [0.5, 0.7, 0.9, 0.93, 0.99]
+def test_confidence_is_the_diagnoses_odds_normalised() -> None:
+    """Two diagnoses at odds 9 and 3 beside the cause that left no line (odds 1): 9/13 and 3/13; a
+    second candidate of the first diagnosis (the same category and node) adds no odds; context is
+    no diagnosis."""
+    from queries.explain import probability
+    ranked = pl.DataFrame({"category": ["gpu", "gpu", "user", "gpu"], "node": ["a", "a", "b", "c"],
+                           "node_action": ["drain", "drain", "none", "watch"], "context": [False, False, False, True],
+                           "score": [math.log(9), math.log(2), math.log(3), math.log(50)]})
+    got = ranked.select(probability(ranked, 1.0)).get_column("probability").round(3).to_list()
+    assert got == [round(9 / 13, 3), round(9 / 13, 3), round(3 / 13, 3), 0.0]
 
 
-def test_fit_pools_adjacent_violators_and_shrinks() -> None:
-    """Rates by margin (5: 1 of 2, 10: 0 of 1, 40: 1 of 1, 80: 1 of 1) are pooled where they fall
-    (5 with 10, 40 with 80), each pool shrunk by one right and one wrong pseudo-verdict, kept at or
-    above the tie's 0.5; undetermined verdicts claim nothing and are left out."""
-    scored = pl.DataFrame({"margin": [5.0, 5.0, 10.0, 40.0, 80.0, 3.0],
-                           "top1": [True, False, False, True, True, False],
-                           "undetermined": [False, False, False, False, False, True]})
-    margins, rights = fit(scored)
-    assert margins == [0.0, 6.7, 60.0]
-    assert rights == [0.5, 0.5, 0.75]
-    bins, _ = reliability(scored.with_columns(pl.lit(0.8).alias("confidence")))
-    assert bins.get_column("count").sum() == 5
-
+def test_reliability_leaves_the_undetermined_out() -> None:
+    scored = pl.DataFrame({"top1": [True, False, True], "undetermined": [False, False, True],
+                           "confidence": [0.8, 0.8, 0.3]})
+    bins, ece = reliability(scored)
+    assert bins.get_column("count").sum() == 2 and ece == pytest.approx(0.3)
 
 
 def test_the_plot_opens_on_the_window_around_the_onset(store) -> None:
@@ -263,8 +292,8 @@ def test_the_plot_opens_on_the_window_around_the_onset(store) -> None:
     marked at the left edge with its age; the window starts before the onset."""
     from queries.plot import timeline_html
 
-    _write(store, _job("6", -4 * 3600, -3 * 3600 + 60, "FAILED") + [XID48] + FAILED_7
-           + [ev("pcie_aer", "gpu001", -2 * 3600, attrs={"aer": "corrected"}), ev("pcie_aer", "gpu002", 20, attrs={"aer": "corrected"})])
+    _write(store, _job("6", -4 * 3600, -3 * 3600 + 60, "FAILED") + [XID48] + RESTART_7
+           + [ev("pcie_aer", "gpu001", -890, attrs={"aer": "corrected"}), ev("pcie_aer", "gpu002", 20, attrs={"aer": "corrected"})])
     result = explain(store, "7")
     assert result.onset == T + timedelta(seconds=30)
     page = timeline_html(result)
@@ -274,8 +303,8 @@ def test_the_plot_opens_on_the_window_around_the_onset(store) -> None:
 
 
 def test_what_the_fleet_logs_while_its_jobs_succeed_weighs_less(store) -> None:
-    """Non-fatal PCIe errors logged on ten other nodes during ten jobs that completed: on gpu001 it
-    no longer outranks the exception job 7's rank raised."""
+    """Non-fatal PCIe errors logged on ten other nodes during ten jobs that completed: on gpu001 they
+    are weaker evidence than where nothing is known of other jobs (likelihood ratio 0.9 per job)."""
     rows = []
     for k in range(10):  # jobs elsewhere, each completed with the same AER logged while it ran
         node = f"gpu{10 + k:03d}"
@@ -284,13 +313,16 @@ def test_what_the_fleet_logs_while_its_jobs_succeed_weighs_less(store) -> None:
     rows += _job("7", -3600, 900, "FAILED") + [ev("pcie_aer", "gpu001", 540, attrs={"aer": "non_fatal"}),
                                                ev("python_exception", None, 560, "nccl", rank=17, job_id="7")]
     _write(store, rows + timeouts(600) + inits())
-    assert explain(store, "7").root_cause["kind"] == "pcie_aer"  # no job index: nothing known of other jobs
+
+    def aer() -> dict:
+        return next(c for c in explain(store, "7").candidates if c["kind"] == "pcie_aer")
+
+    alone = aer()  # no job index: nothing known of other jobs
     write_index(store)
-    result = explain(store, "7")
-    assert result.root_cause["kind"] == "python_exception", result.candidates[:2]
-    aer = next(c for c in result.candidates if c["kind"] == "pcie_aer")
-    assert "-10 seen fleet-wide during 10 successful job(s)" in aer["evidence"]
-    assert any("uncorrected but not fatal" in e for e in aer["evidence"])
+    known = aer()
+    assert known["probability"] < alone["probability"] * 0.5, (alone, known)
+    assert "x0.35 seen fleet-wide during 10 successful job(s)" in known["evidence"]
+    assert any("uncorrected but not fatal" in e for e in known["evidence"])
 
 
 def test_a_link_that_came_back_within_seconds_is_a_flap() -> None:
@@ -323,7 +355,7 @@ def test_a_corrected_error_alone_is_no_verdict(store) -> None:
     e = explain(store, "7")
     assert e.root_cause["kind"] != "memory_ecc" and e.root_cause["verdict"] == "undetermined", e.root_cause
     corrected = [c for c in e.candidates if c["kind"] == "memory_ecc"]
-    assert corrected and corrected[0]["context"] and corrected[0]["score"] > e.root_cause["score"], e.candidates
+    assert corrected and corrected[0]["context"] and corrected[0]["probability"] == 0, e.candidates
 
 
 def test_a_timeout_began_when_its_wait_did(store) -> None:

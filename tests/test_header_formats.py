@@ -505,3 +505,32 @@ def test_child_failed_box_rules_continue_the_block(tmp_path: Path) -> None:
     rows = _rows(tmp_path, ["Root Cause (first observed failure):", "[0]:", "  time      : 2024-03-05_07:01:51",
                             "  rank      : 0 (local_rank: 0)", "  exitcode  : 1 (pid: 69811)", "=" * 60], "nccl")
     assert len(rows) == 1 and rows[0]["raw"].endswith("=" * 60)
+
+
+def test_job_output_stamps_without_a_year_take_the_outputs_own(tmp_path: Path) -> None:
+    """glog's ``E0303 02:13:40`` (c10 logging: month and day, no year) in a job output copied a year later
+    takes the year of the torchrun lines dated around it, not the file's time; alone, the file's."""
+    glog = "[rank0]:[E0303 02:13:40.000000675 ProcessGroupNCCL.cpp:1896] [PG ID 2 PG GUID 3 Rank 0] Process group watchdog"
+    dated = "[2025-03-03 02:23:49,123] torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: 1)"
+    late = {"reference_time": datetime(2026, 11, 28, tzinfo=UTC)}
+    rows = _rows(tmp_path, [glog, dated], "nccl", **late)
+    assert rows[0]["ts"] == datetime(2025, 3, 3, 2, 13, 40, tzinfo=UTC), rows[0]
+    assert _rows(tmp_path, [glog], "nccl", **late)[0]["ts"].year == 2026
+
+
+def test_a_kernel_line_whose_host_and_tag_were_cut_keeps_its_drivers_prefix(tmp_path: Path) -> None:
+    """``Jan  2 03:04:05 NVRM: Xid ...`` (a stamp, then the kernel's text: no host, no ``kernel:`` tag): the
+    driver's ``NVRM:`` stays the message's start, so the Xid rule reads it; a line with a host keeps its tag."""
+    rows = _rows(tmp_path, ["Jan  2 03:04:05 NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.",
+                            "Jan  2 03:04:06 gpu01 sshd[7]: Accepted publickey"], "kernel")
+    assert rows[0]["message"].startswith("NVRM: Xid (PCI:0000:3b:00): 79") and rows[0]["program"] == "kernel", rows[0]
+    assert rows[1]["program"] == "sshd"
+
+
+def test_torchruns_failure_block_dates_the_outputs_year_less_stamps(tmp_path: Path) -> None:
+    """torchrun's ChildFailedError block carries the failure's full date (``time : 2025-03-03_02:13:41``):
+    the glog stamps around it take its year."""
+    lines = ["[rank0]:[E0303 02:13:40.000000675 ProcessGroupNCCL.cpp:1896] [PG ID 2 PG GUID 3 Rank 0] boom",
+             "  time      : 2025-03-03_02:13:41"]
+    rows = _rows(tmp_path, lines, "nccl", reference_time=datetime(2026, 11, 28, tzinfo=UTC))
+    assert rows[0]["ts"] == datetime(2025, 3, 3, 2, 13, 40, tzinfo=UTC), rows[0]

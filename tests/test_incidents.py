@@ -69,13 +69,21 @@ def test_cli_incidents_and_nodes(store) -> None:
     assert nodes.exit_code == 0 and '"advice": "rma"' in nodes.output.splitlines()[0]
 
 
-def test_untrusted_lines_make_no_incident_and_no_flaky_node() -> None:
-    """The same cluster day, every line arriving by a route users write (a job's output, the
-    journal from a user's account): no incident, no node or GPU to drain or RMA."""
-    for route in ("job_output", "journal_user", "user_file"):
+def test_untrusted_lines_are_evidence_never_a_drain_an_rma_or_a_page() -> None:
+    """The same cluster day, every line arriving by a route users write (a job's output, the journal
+    from a user's account, a syslog file): the incidents and the flaky nodes show, unconfirmed, and call
+    for verify, never drain or RMA; what pages (trusted_only, the exporter's) sees no incident."""
+    trusted = cluster_day().lazy()
+    for route in ("job_output", "journal_user", "user_file", "syslog_file"):
         forged = cluster_day().with_columns(pl.lit(route).alias("route")).lazy()
-        assert incidents(forged).height == 0
-        assert rank_nodes(forged).height == 0 and rank_gpus(forged).height == 0
+        found = incidents(forged)
+        assert found.height == incidents(trusted).height and found.get_column("unconfirmed").all()
+        assert incidents(forged, trusted_only=True).height == 0
+        nodes, gpus = rank_nodes(forged), rank_gpus(forged)
+        assert nodes.filter(pl.col("episodes") > 0).height and (nodes.get_column("unconfirmed") == nodes.get_column("episodes")).all()
+        assert not set(nodes.get_column("advice")) & {"drain"} and not set(gpus.get_column("advice")) & {"rma"}
+        assert "verify" in set(nodes.get_column("advice")) | set(gpus.get_column("advice")), (nodes, gpus)
+    assert "drain" in set(rank_nodes(trusted).get_column("advice"))
 
 
 def test_host_names_a_hostlist_cannot_hold_are_listed_as_they_are() -> None:

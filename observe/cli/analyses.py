@@ -105,13 +105,16 @@ def explain_cmd(
     """Why did a job fail: ranked root causes across its nodes and sources, with the evidence.
 
     Reads the job's Slurm record (nodes, start, end, state), every event on its nodes around it and
-    each node's unrecovered faults before it; hardware and kernel events before the first NCCL
-    timeout outrank what every rank reports, and what the node or the fleet also logs while jobs
-    succeed weighs less. Each candidate lists its evidence, for (+) and against (-).
+    each node's unrecovered faults before it. Each candidate (a fault on a node, the job's own error, a
+    rank that stalled, a peer the others lost) starts at its cause's prior odds and is multiplied by the
+    likelihood ratio of each piece of evidence: when it came against the failure's onset, whether it
+    shows on one node only, what the node and the fleet log while jobs succeed. Each candidate lists
+    its evidence (x3.0 for, x0.05 against) and its probability.
 
-    The verdict is UNDETERMINED when only symptoms or background remain or the call is close;
-    confidence is the measured chance of being right (the calibration table of causes.toml). The weights are
-    data: queries/causes.toml (override with a causes.toml in $OBSERVE_RULES).
+    The verdict is UNDETERMINED when only symptoms or background remain or it is less probable than
+    undetermined_below; confidence is the verdict's probability (nothing fitted), and a drain is advised
+    only above drain_above. The priors, likelihood ratios and thresholds are data: queries/causes.toml
+    (override with a causes.toml in $OBSERVE_RULES).
 
     Examples: observe explain 127427 --format json;  observe explain 127427 --plot job.html
     """
@@ -172,7 +175,8 @@ def incidents_cmd(
 
     A node's repeated reports are one episode; episodes of one category (gpu, network, memory, node)
     on several nodes that begin within a minute are one incident, and three or more nodes at once
-    suggest a shared cause (switch, power, fabric) rather than separate faults.
+    suggest a shared cause (switch, power, fabric) rather than separate faults. An incident none of whose
+    lines came by a trusted route (kernel lines through a syslog file) is shown, noted unconfirmed.
 
     Example: observe incidents --since 7d
     """
@@ -185,10 +189,12 @@ def incidents_cmd(
         found = engine(engine_name, ray_address).together(st, match, incidents)
     except EngineError as exc:
         fail(str(exc))
-    _print_frame(found.with_columns(pl.when("shared_cause").then(pl.lit("shared?")).otherwise(pl.lit("")).alias("note"))
+    note = (pl.when("shared_cause").then(pl.lit("shared? ")).otherwise(pl.lit(""))
+            + pl.when("unconfirmed").then(pl.lit("unconfirmed")).otherwise(pl.lit("")))
+    _print_frame(found.with_columns(note.str.strip_chars().alias("note"))
                  if fmt == "table" else found, fmt,
                  [("incident", 8), ("start", 19), ("category", 8), ("nodes", 5), ("nodelist", 22), ("events", 6),
-                  ("note", 7), ("kinds", 34), ("jobs", 0)])
+                  ("note", 11), ("kinds", 34), ("jobs", 0)])
 
 
 @command("nodes")
@@ -201,8 +207,10 @@ def nodes_cmd(
     engine_name: EngineOpt = None,
     ray_address: RayAddressOpt = None,
 ) -> None:
-    """Flaky nodes (or GPUs): fault history, repeat offenders flagged, advice watch / drain / rma,
-    and how often each node was drained, by anyone (observe health drains lists them).
+    """Flaky nodes (or GPUs): fault history, repeat offenders flagged, advice watch / verify / drain / rma,
+    and how often each node was drained, by anyone (observe health drains lists them). Faults that came
+    only through routes users write (a syslog file, job output) count as evidence, in `unconfirmed`:
+    they call for verify (an active check), never a drain or an RMA by themselves.
 
     Thresholds are in queries/causes.toml ([nodes]).
 
@@ -219,10 +227,10 @@ def nodes_cmd(
     except EngineError as exc:
         fail(str(exc))
     if gpus:
-        _print_frame(ranked, fmt, [("node", 10), ("gpu", 12), ("episodes", 8), ("xids", 10), ("advice", 6),
+        _print_frame(ranked, fmt, [("node", 10), ("gpu", 12), ("episodes", 8), ("unconfirmed", 11), ("xids", 10), ("advice", 6),
                                            ("last", 19), ("kinds", 0)])
     else:
-        _print_frame(ranked, fmt, [("node", 10), ("episodes", 8), ("events", 6), ("days", 4), ("advice", 6),
+        _print_frame(ranked, fmt, [("node", 10), ("episodes", 8), ("unconfirmed", 11), ("events", 6), ("days", 4), ("advice", 6),
                                             ("drains", 6), ("drained_by", 12), ("last", 19), ("kinds", 30),
                                             ("last_message", 0)])
 

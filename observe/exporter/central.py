@@ -244,7 +244,7 @@ class StoreMetrics:
     def _incidents(self) -> None:
         now = datetime.fromtimestamp(self.clock(), timezone.utc)
         self.faults = self.faults.filter(pl.col("ts") >= now - WINDOW)
-        found = incidents(self.faults.with_columns(pl.lit(None, pl.String).alias("raw")).lazy())
+        found = incidents(self.faults.with_columns(pl.lit(None, pl.String).alias("raw")).lazy(), trusted_only=True)
         current = found.filter(pl.col("end") >= now - LINGER)
         self.open = {r["category"]: (r["len"], r["nodes"]) for r in
                      current.group_by("category").agg(pl.len(), pl.col("nodes").sum()).iter_rows(named=True)}

@@ -36,12 +36,10 @@ def score(store: Store, incidents: list[dict]) -> pl.DataFrame:
                      "expected": f"{inc['node']} {inc['kind']}",
                      "drain": bool(root and root["verdict"] == "cause" and root.get("node_action") == "drain"),
                      "undetermined": bool(root and root["verdict"] == "undetermined"),
-                     "confidence": float(root["confidence"]) if root else 0.0,
-                     "margin": float(root["margin"]) if root else None})
+                     "confidence": float(root["confidence"]) if root else 0.0})
     return pl.DataFrame(rows, schema={"type": pl.String, "job_id": pl.String, "top1": pl.Boolean, "top3": pl.Boolean,
                                       "node": pl.String, "kind": pl.String, "expected": pl.String,
-                                      "drain": pl.Boolean, "undetermined": pl.Boolean, "confidence": pl.Float64,
-                                      "margin": pl.Float64})
+                                      "drain": pl.Boolean, "undetermined": pl.Boolean, "confidence": pl.Float64})
 
 
 def summary(scored: pl.DataFrame) -> pl.DataFrame:
@@ -83,34 +81,3 @@ def lines(table: pl.DataFrame, scored: pl.DataFrame | None = None) -> list[str]:
         out += [f"{r['bin']:22} {r['count']:8d} {r['confidence']:7.2f} {r['accuracy']:7.1%}" for r in bins.iter_rows(named=True)]
         out.append(f"expected calibration error {ece:.3f}")
     return out
-
-
-def fit(scored: pl.DataFrame, points: int = 8) -> tuple[list[float], list[float]]:
-    """A calibration table for causes.toml: verdict margin -> the chance of being right, fitted by
-    isotonic regression (pool adjacent violators) on scored verdicts (not the undetermined ones),
-    each pool's rate shrunk towards one half by one right and one wrong pseudo-verdict (so 40 right
-    of 40 says 0.98, not 1), at most ``points`` points. A margin of 0 (a tie between two
-    diagnoses) is a coin toss, 0.5, by definition."""
-    rows = (scored.filter(~pl.col("undetermined")).drop_nulls("margin").group_by("margin")
-            .agg((pl.col("margin") * pl.len()).first().alias("total"), pl.col("top1").sum().cast(pl.Float64).alias("right"),
-                 pl.len().cast(pl.Float64).alias("count")).sort("margin"))
-    pools: list[list[float]] = []  # [sum of margins, right, count]
-    for total, right, count in rows.select("total", "right", "count").iter_rows():
-        pools.append([total, right, count])
-        while len(pools) > 1 and pools[-2][1] / pools[-2][2] >= pools[-1][1] / pools[-1][2]:
-            last = pools.pop()
-            pools[-1] = [a + b for a, b in zip(pools[-1], last)]
-    while len(pools) > points:  # merge the smallest pool into a neighbour
-        i = min(range(len(pools)), key=lambda k: pools[k][2])
-        j = i - 1 if i == len(pools) - 1 or (i > 0 and pools[i - 1][2] < pools[i + 1][2]) else i + 1
-        lo, hi = sorted((i, j))
-        pools[lo:hi + 1] = [[a + b for a, b in zip(pools[lo], pools[hi])]]
-    margins = [round(p[0] / p[2], 1) for p in pools]
-    rights = [round((p[1] + 1) / (p[2] + 2), 3) for p in pools]
-    if not margins or margins[0] > 0:
-        margins, rights = [0.0, *margins], [0.5, *rights]
-    for k in range(1, len(rights)):  # shrinking (and the tie's 0.5) can undo the order between pools
-        rights[k] = max(rights[k], rights[k - 1])
-    if len(margins) == 1:
-        margins, rights = [0.0, 1.0], [rights[0], rights[0]]
-    return margins, rights

@@ -1,7 +1,8 @@
 """explain: the verdict of ``observe explain`` on the job that just ended, as a check. It FAILs when the
 verdict is a hardware fault on this node that the policy lets act (``[explain] acts_on``; a gpu_xid only
 when ``[faults]`` gives its catalog action a remedy that takes the node out), sure enough
-(``min_confidence``: the measured chance of being right) and resting on lines a trusted route carried
+(``drain_above`` of ``queries/causes.toml``: the verdict's probability under explain's model, the one
+threshold explain's own drain advice uses) and resting on lines a trusted route carried
 (a user can write job output and their own journal entries, not the kernel's log)."""
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from observe.health.result import Result, Status, unknown
 from observe.hostname import this_node
 from observe.rules import catalog
 from observe.store import Store
+from queries.causes import load_causes
 from queries.explain import ExplainError, explain
 
 NAME = "explain"
@@ -34,8 +36,9 @@ def run(opts: dict) -> Result:
     remedy = policy.faults.xid_remedy.get(_xid_action(root.get("code"))) if root["kind"] == "gpu_xid" else None
     if root["kind"] == "gpu_xid" and remedy not in faults.ACTING:
         return Result(NAME, Status.PASS, f"gpu_xid {root.get('code')} on this node calls for no remedy that takes it out")
-    if root.get("verdict") != "cause" or float(root.get("confidence") or 0) < float(opts["min_confidence"]):
-        return Result(NAME, Status.PASS, f"undetermined, or less sure than {opts['min_confidence']}")
+    sure = load_causes().scoring["drain_above"]
+    if root.get("verdict") != "cause" or float(root.get("confidence") or 0) < sure:
+        return Result(NAME, Status.PASS, f"undetermined, or less sure than {sure} (queries/causes.toml drain_above)")
     if not root.get("trusted"):
         return unknown(NAME, f"explain names {root['kind']} on this node from lines no trusted route carried: "
                              "not acted on")
