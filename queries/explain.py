@@ -79,7 +79,8 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
                                  for flag in ("approx", "past"))
     ev = causes.annotate(events.filter(pl.col("job_id").is_null() | (pl.col("job_id") == run.job_id)))
     ev = ev.filter(~pl.col("past") | (pl.col("node_action") == "drain"))  # of the past, only what takes a node out
-    ev = ev.with_columns(_cgroup(run.job_id, causes))
+    # a cause's line printed by a timeout: what it reports began its wait before (a symptom's wait is the onset)
+    ev = ev.with_columns(*_cgroup(run.job_id, causes), pl.when(~pl.col("symptom")).then(_waited(ev)).alias("_waited"))
     if run.end is not None:
         ev = ev.filter(pl.col("ts").is_null() | (pl.col("ts") <= run.end + timedelta(minutes=10)))
     # the peer other ranks lost, the ranks that stalled or fell silent: evidence for what their node logged
@@ -103,7 +104,7 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
                    pl.col("prior").first(), pl.col("category").first(), pl.col("action").first(),
                    pl.col("node_action").first(),
                    pl.col("symptom").first(), pl.col("context").first(), pl.col("lead_s").first(), pl.col("lag_s").first(),
-                   pl.col("needs").first(),
+                   pl.col("needs").first(), pl.col("_waited").max(),
                    pl.col("approx").all(),
                    pl.col("past").any(), pl.col("says").first(),
                    pl.col("rank").drop_nulls().first(), provenance.trusted().any().alias("trusted"),
@@ -133,7 +134,8 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
     if onset is not None:
         late = timedelta(seconds=sc["late_s"])
         lead = pl.duration(seconds=pl.col("lead_s").fill_null(sc["onset_window_s"]))
-        began = ts - pl.duration(seconds=pl.col("lag_s").fill_null(0.0))  # a detector's line comes after its fault
+        # a detector's line comes after its fault: by its own wait (began), at most by lag_s
+        began = ts - pl.duration(seconds=pl.col("lag_s").fill_null(0.0)) - pl.duration(milliseconds=pl.col("_waited").fill_null(0))
         terms += [(pl.when((began <= _lit(onset) + skew) & (ts >= _lit(onset) - lead)).then(lr["precedes_onset"]),
                    pl.lit("came before the failure began")),
                   (pl.when((ts < _lit(onset) - lead) & ~pl.col("past")).then(lr["stale"]),
@@ -205,7 +207,7 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
     ranked = (groups.with_columns(pl.sum_horizontal(r.log() for r in ratios).alias("score"), evidence.alias("evidence"),
                                   pl.when(unconfirmed).then(pl.lit("verify")).otherwise("node_action").alias("node_action"),
                                   pl.when(unconfirmed).then(_verify_first("action")).otherwise("action").alias("action"))
-              .drop("_nodes", "lead_s", "lag_s", "needs", "says", "prior", "_cg", "_mine",
+              .drop("_nodes", "lead_s", "lag_s", "needs", "says", "prior", "_cg", "_mine", "_waited",
                     *(["succeeded", "fleet", "hours_share", "fleet_hours_share"] if succeeded_with else []),
                     *(["_flap"] if "_flap" in groups.columns else []))
               .sort(["context", "score", "ts"], descending=[False, True, False], nulls_last=True))  # context never leads
@@ -261,15 +263,22 @@ def probability(ranked: pl.DataFrame, odds: float) -> pl.Expr:
 def _onset(annotated: pl.DataFrame, run: Run) -> datetime | None:
     """When the failure began: the first symptom, or the first error the job itself printed, or the
     run's end (``annotated``: events with their causes' columns). A symptom a timeout printed began
-    when its wait did (its cause's ``began`` attr: how long it waited, ``*_ms`` or ``*_s``), not at its line."""
+    when its wait did (:func:`_waited`), not at its line."""
     signs = annotated.filter(pl.col("symptom") | (pl.col("job_id") == run.job_id), pl.col("ts").is_not_null())
     if signs.is_empty():
         return run.end
+    return signs.select((pl.col("ts") - pl.duration(milliseconds=_waited(signs))).min()).item()
+
+
+def _waited(annotated: pl.DataFrame) -> pl.Expr:
+    """How long before its line an event's wait began, in milliseconds: its cause's ``began`` attr
+    (``*_ms`` milliseconds, else seconds: a watchdog's ``ran for N milliseconds``, the hung-task detector's
+    ``blocked for more than N seconds``); 0 where it has none."""
     waited = pl.lit(None, dtype=pl.Int64)
-    for name in signs.get_column("began").drop_nulls().unique().to_list():
+    for name in annotated.get_column("began").drop_nulls().unique().to_list():
         ms = pl.col("attrs").str.json_path_match(f"$.{name}").cast(pl.Int64, strict=False) * (1 if name.endswith("_ms") else 1000)
         waited = pl.when(pl.col("began") == name).then(ms).otherwise(waited)
-    return signs.select((pl.col("ts") - pl.duration(milliseconds=waited.fill_null(0))).min()).item()
+    return waited.fill_null(0)
 
 
 def _lit(ts: datetime) -> pl.Expr:

@@ -169,7 +169,7 @@ def stalls(events: pl.DataFrame, run: Run, sc: dict) -> pl.DataFrame:
     ranks = expected_ranks(events, run.nodes)
     quiet = ranks.join(per_rank.select("rank"), on="rank", how="anti")
     began = per_rank.get_column("ts").min()  # the silent ranks were stuck when the others' collective began
-    if ranks.height and per_rank.height >= ranks.height / 2 and 0 < quiet.height < ranks.height / 2:
+    if ranks.height and per_rank.height >= ranks.height / 2 and 0 < quiet.height <= ranks.height / 2:
         for node, part in quiet.group_by("node"):
             rank = int(part.get_column("rank").min())
             rows.append({"node": node[0], "kind": "nccl_timeout", "rank": rank, "gpu": gpus.get(rank),

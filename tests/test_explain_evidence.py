@@ -15,7 +15,7 @@ from queries.causes import load_causes
 from queries.explain import candidates, explain
 from queries.ranks import place_ranks
 from queries.report import report
-from queries.jobs import write_index
+from queries.jobs import Run, write_index
 from test_explain import NODES, RUN, T, ev, frame, inits, timeouts
 
 
@@ -91,6 +91,28 @@ def test_the_heartbeat_monitors_hang_began_stuck_s_before_its_line(store) -> Non
     assert any("came before" in why for why in e.candidates[0]["evidence"]), e.candidates[0]
 
 
+def test_a_hung_task_began_its_timeout_before_its_line() -> None:
+    """"INFO: task ... blocked for more than 120 seconds." comes 120 s after the task blocked (kernel/hung_task.c):
+    printed 100 s after the ranks' collective began, it came before the failure, on the node whose ranks stalled."""
+    rows = timeouts(600, ranks=range(8, 32)) + [
+        ev("hung_task", "gpu001", 100, attrs={"process": "kworker/u:3", "seconds": "120"}, message="INFO: task blocked")]
+    rows = [dict(r, attrs=r["attrs"].replace('"timeout_ms"', '"ran_ms": "600000", "timeout_ms"')) if r["kind"] == "nccl_timeout"
+            else r for r in rows]
+    top = _top(rows + inits())
+    assert (top["node"], top["kind"]) == ("gpu001", "hung_task"), top
+    assert "x3.0 came before the failure began" in top["evidence"], top["evidence"]
+
+
+def test_the_silent_half_of_a_two_node_job_is_found() -> None:
+    """Two nodes, eight ranks each: gpu002's print the watchdog timeout, gpu001's print nothing. The silent
+    node is the one to look at, though it holds half the ranks."""
+    run = Run("7", RUN.start, RUN.end, "FAILED", "1:0", ["gpu001", "gpu002"])
+    rows = [ev("nccl_timeout", None, 600 + r / 100, "nccl", rank=r, job_id="7",
+               attrs={"seq": "100", "op": "ALLREDUCE", "timeout_ms": "600000"}) for r in range(8, 16)]
+    top = candidates(place_ranks(frame(rows), run.nodes), run, load_causes()).row(0, named=True)
+    assert (top["node"], top["kind"], top["symptom"]) == ("gpu001", "nccl_timeout", False), top
+
+
 def test_slurmctld_notices_a_dead_node_a_slurmd_timeout_late() -> None:
     """slurmctld says "not responding" only after SlurmdTimeout (300 s): a line 4 minutes after the
     peers' timeouts still came before the failure, it is no consequence of it."""
@@ -149,6 +171,36 @@ def test_the_programs_cuda_error_names_the_gpu_for_a_check(store, tmp_path) -> N
     root = explain(store, "7").root_cause
     assert (root["kind"], root["node"], root["category"]) == ("cuda_hw_error", "gpu003", "gpu"), root
     assert root["node_action"] != "drain", root
+
+
+def test_the_programs_own_kernel_fault_is_the_jobs_bug(store, tmp_path) -> None:
+    """The watchdog thread reports the CUDA runtime's "an illegal memory access was encountered"
+    (cudaErrorIllegalAddress, the program's kernel faulted) on one rank while the others time out: the
+    job's own bug, nothing for its node, not undetermined."""
+    from observe.ingest import ingest
+
+    out = tmp_path / "slurm-7.out"
+    out.write_text("[rank17]:[E1122 12:05:00.000000000 ProcessGroupNCCL.cpp:1896] [PG ID 0 PG GUID 0 Rank 17] Process group "
+                   "watchdog thread terminated with exception: CUDA error: an illegal memory access was encountered\n")
+    _write(store, _job("7", -3600, 900, "FAILED") + inits() + timeouts(600, ranks=range(32)))
+    ingest([str(out)], store, job="7", workers=1)
+    root = explain(store, "7").root_cause
+    assert (root["kind"], root["category"], root["node_action"], root["verdict"]) == ("cuda_app_error", "user", "none",
+                                                                                     "cause"), root
+
+
+def test_the_node_every_other_node_lost_is_the_peer_not_the_ones_it_lost() -> None:
+    """gpu004's HCA failed: ranks on gpu001-003 each name gpu004 as the peer they lost, and gpu004's own
+    ranks name each of the others once. The node named from the most other nodes is the one they lost."""
+    boot = [ev("log", NODES[r // 8], None, "nccl", rank=r, job_id="7",
+               message=f"NCCL INFO Bootstrap : Using ib0:10.0.0.{r // 8 + 1}<0>") for r in range(0, 32, 8)]
+    lost = ([ev("nccl_net_error", None, 590 + r / 10, "nccl", rank=r, job_id="7", attrs={"peer": "10.0.0.4<1>"})
+             for r in (1, 9, 17)]
+            + [ev("nccl_net_error", None, 591 + r / 10, "nccl", rank=25, job_id="7", attrs={"peer": f"10.0.0.{r}<1>"})
+               for r in (1, 2, 3)])
+    ranked = candidates(place_ranks(frame(inits() + boot + lost + timeouts(600)), NODES), RUN, load_causes())
+    named = ranked.filter(pl.col("kind") == "nccl_peer_lost").get_column("node").to_list()
+    assert named == ["gpu004"], ranked.select("node", "kind", "probability")
 
 
 def test_a_line_a_node_logs_most_hours_is_background(store) -> None:
