@@ -55,6 +55,19 @@ def test_an_unrecovered_fault_before_the_run_explains_its_failure(store) -> None
     assert any("no recovery since" in e for e in top["evidence"])
 
 
+def test_a_rendezvous_that_timed_out_began_at_the_start(store) -> None:
+    """The restart's master waited 1801 s for ranks that never joined ("Timed out after 1801 seconds waiting
+    for clients"): the failure began at the rendezvous, the run never worked, and gpu003's unrecovered Xid
+    from the run before explains it."""
+    stuck = ev("python_exception", "gpu001", 1801, "nccl", job_id="7", rank=0,
+               attrs={"exception": "torch.distributed.DistStoreError", "waited_s": "1801", "joined": "24", "world": "32"},
+               message="torch.distributed.DistStoreError: Timed out after 1801 seconds waiting for clients. 24/32 clients joined.")
+    _write(store, _job("6", -4 * 3600, -3 * 3600 + 60, "FAILED") + [XID48] + _job("7", 0, 1900, "FAILED") + [stuck])
+    e = explain(store, "7")
+    assert (e.root_cause["node"], e.root_cause["kind"], e.root_cause["code"]) == ("gpu003", "gpu_xid", 48), e.root_cause
+    assert any("no recovery since, and the run failed 0 min after it started" in x for x in e.candidates[0]["evidence"])
+
+
 def test_a_run_that_worked_an_hour_on_the_node_was_not_failed_by_its_past(store) -> None:
     """The same Xid, but job 7 ran an hour on gpu003 before its rank failed: the GPU worked, so the
     old fault weighs against itself and the job's own error is the verdict."""
