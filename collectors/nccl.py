@@ -17,7 +17,7 @@ import polars as pl
 from collectors._launchers import ROLE, RUNTIME_PREFIX, SRUN_LABEL, TASK_LABEL, TORCHRUN_LABEL, launcher_cut
 from collectors._slurm_text import SLURM_PROGRAMS, slurm_fields
 from observe import timeparse as tp
-from observe.collector import Collector, Context, register, split_header
+from observe.collector import INPUT_BITS, Collector, Context, register, split_header
 from observe.frames import any_of, scatter_rows
 
 # ASCII classes ([0-9], [A-Za-z]) where it counts: the regex engine runs them twice as fast as Unicode \w and \d
@@ -164,7 +164,15 @@ class Nccl(Collector):
         kept, before the line's own header is read. Stamps without a year (glog's ``E0303 02:13:40``)
         take it from the output's own dated lines (torchrun's, Python logging's), else from the file's
         time (a copied archive's file time says nothing of the year its job ran)."""
-        return launcher_cut(records, _dated(records, ctx), self._parse)
+        inputs = records.select((pl.col("offset") // (1 << INPUT_BITS)).alias("_in"), _latest_date().alias("_dated"))
+        per_input = inputs.group_by("_in").agg(pl.col("_dated").max())
+        days = per_input.get_column("_dated").str.slice(0, 10).unique()
+        if days.len() <= 1:
+            return launcher_cut(records, _dated(days[0] if days.len() else None, ctx), self._parse)
+        # a batch of many users' outputs: each output's own dates, never another's (inputs of one day together)
+        day = inputs.join(per_input, on="_in", how="left").get_column("_dated_right").str.slice(0, 10)
+        parts = [launcher_cut(records.filter(day.eq_missing(d)), _dated(d, ctx), self._parse) for d in days]
+        return pl.concat(parts, how="diagonal_relaxed").sort("offset")
 
     def _parse(self, records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
         """NCCL, PyTorch and Slurm client prefixes; any other text is a valid message.
@@ -195,18 +203,21 @@ class Nccl(Collector):
 CLOSING = r"Sending process (\d+) closing signal SIG[A-Z]+"
 
 
-def _dated(records: pl.DataFrame, ctx: Context) -> Context:
-    """``ctx`` with the latest full date the records carry near a line's start as the reference for year-less
-    stamps (of every line of a record: torchrun's block is one record with its traceback)."""
-    found = (records.select(pl.col("raw").str.extract_all(DATED).list.eval(pl.element().str.tail(19)).explode().max())
-             .item())
-    if found is None:
+def _latest_date() -> pl.Expr:
+    """The latest full date a record carries near a line's start (of every line: torchrun's block is one
+    record with its traceback), as ``YYYY-MM-DDTHH:MM:SS``; null where none."""
+    found = pl.col("raw").str.extract_all(DATED).list.eval(pl.element().str.tail(19)).list.max()
+    return found.str.slice(0, 10) + pl.lit("T") + found.str.slice(11)
+
+
+def _dated(latest: str | None, ctx: Context) -> Context:
+    """``ctx`` with ``latest`` (an output's own latest full date) as the reference for year-less stamps."""
+    if latest is None:
         return ctx
     try:
-        latest = datetime.fromisoformat(found[:10] + "T" + found[11:]).replace(tzinfo=timezone.utc)
+        return replace(ctx, reference_time=datetime.fromisoformat(latest).replace(tzinfo=timezone.utc))
     except ValueError:
         return ctx
-    return replace(ctx, reference_time=latest)
 
 
 def _from_message(df: pl.DataFrame, name: str, dtype: pl.DataType, literals: list[str], found: pl.Expr) -> pl.DataFrame:

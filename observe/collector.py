@@ -10,6 +10,9 @@ from datetime import datetime, timezone
 import polars as pl
 
 
+INPUT_BITS = 40  # a batch's record offsets carry their input's index above these bits (observe/ingest/records.py)
+
+
 @dataclass(frozen=True)
 class Context:
     """What a parser may know besides the lines: hints from the command line or the file."""

@@ -49,16 +49,18 @@ def incidents(events: pl.LazyFrame, gap: timedelta = GAP, linger: timedelta = LI
     found = faults(events, trusted_only).collect()
     if found.is_empty():
         return pl.DataFrame(schema=SCHEMA)
-    episodes = (grouped_sessions(found, ["node", "category"], "ts", linger)
+    # trusted lines and untrusted ones make episodes and incidents apart: forged lines neither merge, stretch
+    # nor hide what a trusted route carried
+    episodes = (grouped_sessions(found, ["node", "category", "trusted"], "ts", linger)
                 .agg(pl.col("ts").min().alias("start"), pl.col("ts").max().alias("end"),
-                     pl.col("kind").unique(maintain_order=True), pl.len().alias("events"), pl.col("trusted").any()))
-    grouped = (grouped_sessions(episodes, ["category"], "start", gap)
+                     pl.col("kind").unique(maintain_order=True), pl.len().alias("events")))
+    grouped = (grouped_sessions(episodes, ["category", "trusted"], "start", gap)
                .agg(pl.col("start").min(), pl.col("end").max(),
                     pl.col("kind").list.explode(keep_nulls=False, empty_as_null=False).unique(maintain_order=True).str.join(",").alias("kinds"),
                     pl.col("node").n_unique().cast(pl.UInt32).alias("nodes"),
-                    pl.col("node").unique().sort().alias("_nodes"), pl.col("events").sum().cast(pl.UInt32),
-                    (~pl.col("trusted").any()).alias("unconfirmed"))
-               .sort("start"))
+                    pl.col("node").unique().sort().alias("_nodes"), pl.col("events").sum().cast(pl.UInt32))
+               .with_columns((~pl.col("trusted")).alias("unconfirmed"))
+               .sort("start", "unconfirmed"))
     runs = jobs.runs(events)
     hit = [jobs.on_nodes(runs, row["_nodes"], row["start"], row["end"]).get_column("job_id").unique().sort().to_list()
            for row in grouped.select("_nodes", "start", "end").iter_rows(named=True)]

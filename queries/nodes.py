@@ -29,10 +29,10 @@ def _episodes(events: pl.LazyFrame, by: list[str]) -> pl.DataFrame:
         ~pl.col("kind").is_in(limits["ignore_kinds"]))
     if by == ["node", "gpu"]:
         found = found.filter(pl.col("gpu").is_not_null())
-    return (grouped_sessions(found, by, "ts", LINGER)
+    # episodes of trusted lines and of untrusted ones apart: forged lines neither merge, stretch nor hide a trusted one
+    return (grouped_sessions(found, [*by, "trusted"], "ts", LINGER)
             .agg(pl.col("ts").min().alias("start"), pl.col("kind").first(), pl.col("code").drop_nulls().first(),
-                 pl.col("category").first(), pl.col("message").first(), pl.len().alias("events"),
-                 pl.col("trusted").any()))
+                 pl.col("category").first(), pl.col("message").first(), pl.len().alias("events")))
 
 
 def rank_nodes(events: pl.LazyFrame, drain_rules: Drain | None = None) -> pl.DataFrame:

@@ -435,3 +435,30 @@ def test_a_timeout_began_when_its_wait_did(store) -> None:
     assert e.onset is not None and abs((e.onset - T).total_seconds() - 600) < 1, e.onset
     assert e.root_cause["kind"] == "oom_kill" and e.root_cause["node"] == "gpu001", e.candidates[:2]
     assert not any("long before" in why for why in e.candidates[0]["evidence"]), e.candidates[0]
+
+
+def test_the_epilog_check_fails_on_a_trusted_fault_with_no_xid_remedy(store) -> None:
+    """A trusted uncorrectable memory error explains the job: the epilog's explain check FAILs with the
+    policy's on_fail action (the kinds without an Xid remedy once made it raise)."""
+    from observe.health.policy import load
+    from observe.health.result import Status
+    from observe.health.runner import run_checks
+
+    ue = ev("memory_ecc", "gpu001", 0, route="system_file", attrs={"class": "UE"},
+            message="EDAC MC0: 1 UE memory read error on CPU_SrcID#0_Ha#0_Chan#1_DIMM#0")
+    _write(store, RESTART_7 + [ue])
+    policy = load()
+    [result] = run_checks(["explain"], policy, 60, {"job": "7", "store": str(store.root), "node": "gpu001"})
+    assert result.status == Status.FAIL and result.action == policy.checks["explain"]["on_fail"], result
+
+
+@pytest.mark.parametrize("fault_route, ended", [("system_file", False), ("syslog_file", True)])
+def test_a_forged_recovery_ends_no_trusted_fault(store, fault_route: str, ended: bool) -> None:
+    """A boot line in a syslog file (what `logger -t kernel 'Linux version ...'` writes) after the previous
+    run's Xid: it ends an Xid that came the same untrusted way, never one the kernel's own log carried
+    (the epilog acts on that one: a user must not hide it)."""
+    boot = ev("kernel_boot", "gpu003", -2 * 3600, route="syslog_file", message="Linux version 6.1.0")
+    xid = dict(XID48, route=fault_route)
+    _write(store, _job("6", -4 * 3600, -3 * 3600 + 60, "FAILED") + [xid, boot] + RESTART_7)
+    root = explain(store, "7").root_cause
+    assert (root["kind"] == "gpu_xid") is not ended, root

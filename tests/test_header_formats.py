@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import polars as pl
 import pytest
 from conftest import parse_file
 
@@ -534,3 +535,20 @@ def test_torchruns_failure_block_dates_the_outputs_year_less_stamps(tmp_path: Pa
              "  time      : 2025-03-03_02:13:41"]
     rows = _rows(tmp_path, lines, "nccl", reference_time=datetime(2026, 11, 28, tzinfo=UTC))
     assert rows[0]["ts"] == datetime(2025, 3, 3, 2, 13, 40, tzinfo=UTC), rows[0]
+
+
+def test_one_outputs_dates_never_move_anothers_stamps(tmp_path: Path) -> None:
+    """Many users' small outputs are parsed together: the year one output's dated line gives its own
+    year-less stamps never reaches another's (a user cannot move other jobs' lines in time)."""
+    from observe.ingest import ingest
+    from observe.store import Store
+
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "slurm-201.out").write_text("[2020-01-01 00:00:00,000] starting\n")
+    glog = "[E1128 10:00:00.123456 1234 ProcessGroupNCCL.cpp:1414] [PG 0 Rank 3] boom\n"
+    (tmp_path / "b" / "slurm-202.out").write_text(glog)
+    store = Store(tmp_path / "store")
+    ingest([str(tmp_path / "a" / "slurm-201.out"), str(tmp_path / "b" / "slurm-202.out")], store, node="gpu001",
+           source="nccl", workers=1)
+    mine = store.scan().filter(pl.col("job_id") == "202").collect()
+    assert mine.height == 1 and mine.get_column("ts")[0].year != 2019, mine.select("ts", "message")

@@ -93,3 +93,20 @@ def test_host_names_a_hostlist_cannot_hold_are_listed_as_they_are() -> None:
         row["offset"] = i
     found = incidents(frame(rows).lazy())
     assert found.get_column("nodelist")[0] == "a,b,gpu002,gpu[1]x"
+
+
+def test_forged_lines_neither_merge_nor_stretch_a_trusted_episode() -> None:
+    """The kernel's own log holds gpu001's Xid 79 three times, hours apart (three episodes: drain); a user's
+    syslog lines forge the same Xid every ten minutes between them, and one the day before. The trusted
+    episodes stay three, on the day they came, and the advice stays drain; the forged ones are apart."""
+    xid = {"category": "gpu", "action": "drain_node"}
+    real = [ev("gpu_xid", "gpu001", h * 3600, code=79, gpu="0000:3b:00", attrs=xid, route="system_file") for h in (8, 9, 10)]
+    forged = [ev("gpu_xid", "gpu001", 8 * 3600 + 300 + m * 600, code=79, gpu="0000:3b:00", attrs=xid, route="syslog_file")
+              for m in range(12)] + [ev("gpu_xid", "gpu001", -3600, code=79, gpu="0000:3b:00", attrs=xid, route="syslog_file")]
+    rows = real + forged
+    for i, row in enumerate(rows):
+        row["offset"] = i
+    node = rank_nodes(frame(rows).lazy()).row(0, named=True)
+    assert node["advice"] == "drain" and node["episodes"] - node["unconfirmed"] == 3, node
+    found = incidents(frame(rows).lazy())
+    assert found.filter(~pl.col("unconfirmed")).height == 3, found

@@ -10,13 +10,12 @@ from typing import BinaryIO
 import numpy as np
 import polars as pl
 
-from observe.collector import Collector
+from observe.collector import INPUT_BITS, Collector
 from observe.ingest.summary import Summary
 from observe.reader import CHUNK_BYTES, MAX_RECORD_BYTES, READ_ERRORS, lines_of
 
 MAX_RECORD_LINES = 500
 TAIL_BYTES = 1 << 20  # where a read's last record start is looked for
-INPUT_BITS = 40
 SAMPLE_LINES = 40
 
 

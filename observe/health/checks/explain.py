@@ -47,7 +47,7 @@ def run(opts: dict) -> Result:
     return Result(NAME, Status.FAIL, f"root cause of the failure: {what}{where} on this node "
                   f"(confidence {root['confidence']:.2f}): {str(root.get('message') or '')[:120]}",
                   {"root_cause": {k: str(v) if isinstance(v, datetime) else v for k, v in root.items()}},
-                  action=faults.CHECK_ACTION[remedy])
+                  action=faults.CHECK_ACTION.get(remedy))  # none for a kind without an Xid remedy: on_fail
 
 
 def _xid_action(code) -> str | None:
