@@ -141,6 +141,7 @@ NCCL_SEVERITY = {"WARN": "warning", "INFO": "info", "TRACE": "debug", "CALL": "d
 # a full date, year first, near a line's start: an ISO or Python logging stamp, or torchrun's failure block
 # ("time      : 2025-03-03_02:13:41": torch/distributed/elastic/multiprocessing/errors ProcessFailure,
 # time.strftime("%Y-%m-%d_%H:%M:%S"))
+DATED_READ = 4096
 DATED = r"(?m)^[^\n]{0,40}?(?:19|20)\d\d-[01]\d-[0-3]\d[T _][0-2]\d:[0-5]\d:[0-5]\d"
 
 
@@ -204,9 +205,10 @@ CLOSING = r"Sending process (\d+) closing signal SIG[A-Z]+"
 
 
 def _latest_date() -> pl.Expr:
-    """The latest full date a record carries near a line's start (of every line: torchrun's block is one
-    record with its traceback), as ``YYYY-MM-DDTHH:MM:SS``; null where none."""
-    found = pl.col("raw").str.extract_all(DATED).list.eval(pl.element().str.tail(19)).list.max()
+    """The latest full date a record carries near a line's start (of every line of its first DATED_READ
+    characters: torchrun's block is one record with its traceback; a record cut from an endless line is
+    not read whole), as ``YYYY-MM-DDTHH:MM:SS``; null where none."""
+    found = pl.col("raw").str.slice(0, DATED_READ).str.extract_all(DATED).list.eval(pl.element().str.tail(19)).list.max()
     return found.str.slice(0, 10) + pl.lit("T") + found.str.slice(11)
 
 

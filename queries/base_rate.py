@@ -30,7 +30,8 @@ class BaseRates:
     fleet: pl.DataFrame
 
 
-def succeeded_with(store: Store, nodes: list[str], kinds: list[str], since: datetime, until: datetime) -> BaseRates:
+def succeeded_with(store: Store, nodes: list[str], kinds: list[str], since: datetime, until: datetime,
+                   min_hours: float) -> BaseRates:
     """For each event of ``kinds`` between ``since`` and ``until``, the jobs that ran on the node that
     logged it, when it was logged, and completed: per node of ``nodes`` and fleet-wide. Jobs come
     from the store's job index (``observe compact`` or ingest writes it); none without one."""
@@ -48,7 +49,7 @@ def succeeded_with(store: Store, nodes: list[str], kinds: list[str], since: date
           if completed is not None else pl.DataFrame(schema={"node": pl.String, "job_id": pl.String,
                                                              "start": seen.schema["ts"], "end": seen.schema["ts"]}))
     fleet_nodes = pl.concat([seen.get_column("node"), ok.get_column("node"), pl.Series(nodes)]).n_unique()
-    node_hours, fleet_hours = _hours_share(seen, covered, until, fleet_nodes)
+    node_hours, fleet_hours = _hours_share(seen, covered, until, fleet_nodes, min_hours)
     during = (seen.join_asof(ok, left_on="ts", right_on="start", by="node", strategy="backward", check_sortedness=False)
               .filter(pl.col("ts") <= pl.col("end")))
     jobs_ = pl.col("job_id").n_unique()
@@ -60,12 +61,13 @@ def succeeded_with(store: Store, nodes: list[str], kinds: list[str], since: date
     return BaseRates(per_node.select(list(SCHEMA)).cast(SCHEMA), fleet.select(list(FLEET)).cast(FLEET))
 
 
-def _hours_share(seen: pl.DataFrame, since: datetime, until: datetime, nodes: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _hours_share(seen: pl.DataFrame, since: datetime, until: datetime, nodes: int,
+                 min_hours: float) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The share of hours each event was logged in, per node (of that node's hours) and fleet-wide (of
     the hours of the ``nodes`` known: those that logged any of these kinds or ran a completed job),
     from ``since`` (the store's first day, if later) to ``until``: a line a node logs in most of its
     hours shows near any failure by chance, whatever broke."""
-    hours = max(1.0, (until - since).total_seconds() / 3600)
+    hours = max(min_hours, (until - since).total_seconds() / 3600)  # a share of a few hours says little of the rate
     hourly = seen.select("node", "kind", "code", pl.col("ts").dt.truncate("1h").alias("_h")).unique()
     per_node = hourly.group_by("node", "kind", "code").agg((pl.len() / hours).clip(0, 1).alias("hours_share"))
     fleet = hourly.group_by("kind", "code").agg((pl.len() / (hours * nodes)).clip(0, 1).alias("fleet_hours_share"))

@@ -327,7 +327,8 @@ def _past(store: Store, run: Run, causes: Causes) -> pl.DataFrame:
     kinds = sorted({c.kind for c in causes.causes.values() if c.node == "drain" and not c.symptom}
                    - set(sc["back_when_allocated"]))  # Slurm gave the run the node: it was back
     found = node_past.unrecovered(store, run.nodes, kinds, run.start - timedelta(days=sc["base_rate_days"]),
-                                  run.start, sc["recovered_by"], timedelta(seconds=sc["skew_s"]))
+                                  run.start, sc["recovered_by"], timedelta(seconds=sc["arrival_s"]),
+                                  timedelta(seconds=sc["skew_s"]))
     return found.with_columns(pl.lit(False).alias("approx"), pl.lit(True).alias("past"))
 
 
@@ -341,7 +342,7 @@ def _succeeded_with(store: Store, run: Run, events: pl.DataFrame, causes: Causes
     causal = {c.kind for c in causes.causes.values() if not c.symptom}
     kinds = sorted(set(events.get_column("kind").unique().drop_nulls()) & causal)
     since = anchor - timedelta(days=causes.scoring["base_rate_days"])
-    return base_rate.succeeded_with(store, run.nodes, kinds, since, anchor)
+    return base_rate.succeeded_with(store, run.nodes, kinds, since, anchor, causes.scoring["base_rate_min_hours"])
 
 
 def explain(store: Store, job_id: str, at: datetime | None = None, before: timedelta = timedelta(minutes=15),

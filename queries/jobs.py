@@ -115,11 +115,17 @@ def on_nodes(runs_: pl.DataFrame, nodes: pl.Series | list[str], since, until) ->
 def completed_on_nodes(store: Store) -> pl.LazyFrame | None:
     """(node, job_id, start, end) of every run the job index holds that completed, one row per node
     it ran on; None without an index. What a node does while its jobs succeed is its background."""
+    runs_ = runs_on_nodes(store)
+    return None if runs_ is None else runs_.filter(pl.col("state").str.starts_with("COMPLETED")).drop("state")
+
+
+def runs_on_nodes(store: Store) -> pl.LazyFrame | None:
+    """(node, job_id, start, end, state) of every run the job index holds, one row per node it ran on;
+    None without an index."""
     index = store.index("jobs").scan()
     if index is None:
         return None
-    return (index.filter(pl.col("state").str.starts_with("COMPLETED"))
-            .explode("nodes").select(pl.col("nodes").alias("node"), "job_id", "start", "end"))
+    return index.explode("nodes").select(pl.col("nodes").alias("node"), "job_id", "start", "end", "state")
 
 
 def write_index(store: Store) -> int:

@@ -16,12 +16,13 @@ from queries.search import search
 
 
 def unrecovered(store: Store, nodes: list[str], kinds: list[str], since: datetime, until: datetime,
-                recovered_by: list[str], slack: timedelta = timedelta(seconds=5)) -> pl.DataFrame:
+                recovered_by: list[str], worked: timedelta, slack: timedelta = timedelta(seconds=5)) -> pl.DataFrame:
     """Events of ``kinds`` on ``nodes`` between ``since`` and ``until`` that nothing ended by ``until``
     (give or take ``slack``: a node returned to service and given a job the same second, clocks that
     disagree): no event of ``recovered_by`` on the node after them (a reboot, a driver reload, an
-    operator's all-clear) and no job on the node that completed after them (the node worked through it,
-    or again). The last such event per (node, kind, code, gpu). From any route: a fault a user could
+    operator's all-clear), no job on the node that completed after them (the node worked through it,
+    or again) and no run that started on it after them and ran longer than ``worked`` (a node left broken
+    fails a run as soon as the run touches it; one that ran that long found the node working). The last such event per (node, kind, code, gpu). From any route: a fault a user could
     have written is evidence (explain's verdict on it is to verify), never a trigger. A recovery a user
     could have written (``logger -t kernel 'Linux version ...'``) ends only such faults: never one a
     trusted route carried, which the epilog acts on."""
@@ -33,10 +34,13 @@ def unrecovered(store: Store, nodes: list[str], kinds: list[str], since: datetim
         return faults
     ends = (search(store, since=since, until=until + slack, nodes=nodes, kinds=recovered_by, copies=True)
             .select("node", "ts", provenance.trusted().alias("_trusted")).drop_nulls().collect())
-    completed = jobs.completed_on_nodes(store)
-    if completed is not None:  # Slurm's own record that a job ran there to completion
-        ok = (completed.filter(pl.col("end") >= since, pl.col("end") < until + slack, pl.col("node").is_in(nodes))
-              .select("node", pl.col("end").alias("ts"), pl.lit(True).alias("_trusted")).collect())
+    ran = jobs.runs_on_nodes(store)
+    if ran is not None:  # Slurm's own record that a job ran there to completion, or long enough to find it working
+        # a completed run ends what came before its end; one that ran longer than `worked`, what came before its start
+        working = pl.when(pl.col("state").str.starts_with("COMPLETED")).then(pl.col("end")).when(
+            (pl.col("end") - pl.col("start") > worked) & (pl.col("start") + worked < until)).then(pl.col("start"))
+        ok = (ran.filter(pl.col("node").is_in(nodes)).select("node", working.alias("ts"), pl.lit(True).alias("_trusted"))
+              .filter(pl.col("ts") >= since, pl.col("ts") < until + slack).collect())
         ends = pl.concat([ends, ok.cast(ends.schema)])
     last_end = ends.group_by("node").agg(pl.col("ts").filter("_trusted").max().alias("_ended"),
                                          pl.col("ts").max().alias("_ended_any"))

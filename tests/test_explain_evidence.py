@@ -78,12 +78,15 @@ def test_a_run_that_worked_an_hour_on_the_node_was_not_failed_by_its_past(store)
     assert any("the run worked 60 min before it failed" in x for x in xid["evidence"]), xid
 
 
-@pytest.mark.parametrize("recovery", ["resumed", "completed job"])
+@pytest.mark.parametrize("recovery", ["resumed", "completed job", "a run that worked an hour"])
 def test_a_recovery_since_ends_the_past_fault(store, recovery: str) -> None:
-    """Returned to service by an operator, or a job that ran there and completed: the old Xid no
-    longer explains anything, the job's own error does."""
-    later = ([ev("slurm_node_resume", "gpu003", -2 * 3600, "slurm", message="update_node: node gpu003 state set to IDLE")]
-             if recovery == "resumed" else _job("5", -2.5 * 3600, -2 * 3600, "COMPLETED", "gpu003", "0:0"))
+    """Returned to service by an operator, a job that ran there and completed, or one that ran there an
+    hour (a broken node fails a run at once): the old Xid no longer explains anything, the job's own
+    error does."""
+    later = {"resumed": [ev("slurm_node_resume", "gpu003", -2 * 3600, "slurm", message="update_node: node gpu003 state set to IDLE")],
+             "completed job": _job("5", -2.5 * 3600, -2 * 3600, "COMPLETED", "gpu003", "0:0"),
+             # it failed too, of its own cause, an hour in: the GPU worked for it
+             "a run that worked an hour": _job("5", -2.5 * 3600, -1.5 * 3600, "FAILED", "gpu003", "1:0")}[recovery]
     _write(store, _job("6", -4 * 3600, -3 * 3600 + 60, "FAILED") + [XID48] + later + RESTART_7)
     write_index(store)
     root = explain(store, "7").root_cause
@@ -228,6 +231,20 @@ def test_a_line_a_node_logs_most_hours_is_background(store) -> None:
     assert e.root_cause["kind"] != "ib_hca_error" and e.root_cause["node_action"] != "drain", e.root_cause
     hca_row = next(c for c in e.candidates if c["kind"] == "ib_hca_error")
     assert hca_row["context"] and any(why.startswith("background: logged in") for why in hca_row["evidence"]), hca_row
+
+
+def test_a_store_hours_old_calls_nothing_background(store) -> None:
+    """The store holds two hours: the previous run's Xid 79 on gpu003 is in one of them, which is no rate
+    at all (base_rate_min_hours). It is the restart's cause, not background."""
+    day = -12 * 3600  # T is noon: the store's first day began twelve hours before
+    xid = ev("gpu_xid", "gpu003", day + 1200, code=79, gpu="0000:3b:00", route="kmsg",
+             attrs={"category": "gpu", "action": "drain_node"}, message="NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.")
+    restart = _job("7", day + 3600, day + 4500, "FAILED") + [
+        ev("python_exception", None, day + 3630, "nccl", rank=17, job_id="7", message="RuntimeError: CUDA error: unknown error")]
+    _write(store, _job("6", day + 600, day + 1800, "FAILED") + [xid] + restart + inits())
+    write_index(store)
+    root = explain(store, "7").root_cause
+    assert (root["node"], root["kind"], root["verdict"]) == ("gpu003", "gpu_xid", "cause"), root
 
 
 @pytest.mark.parametrize("exception", ["torch.distributed.elastic.multiprocessing.errors.ChildFailedError",
