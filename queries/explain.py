@@ -375,11 +375,10 @@ def explain(store: Store, job_id: str, at: datetime | None = None, before: timed
         root = {k: top[k] for k in ("node", "kind", "code", "gpu", "ts", "message", "category", "action", "node_action",
                                     "rank", "score", "trusted", "symptom", "context")}
         # only a symptom every rank reports whatever broke (a watchdog timeout) or only background (a corrected
-        # error): no cause established, as probable as that no node is at fault (a cause that left no line is a
-        # node's in unlogged_node of cases); else the likeliest's probability, undetermined when too low
+        # error): no cause established, as probable as that the cause left no line; else the likeliest's
+        # probability, undetermined when too low
         nothing = top["symptom"] or top["context"]
-        no_node = 1.0 - unlogged(ranked, causes.scoring["unlogged"]) * causes.scoring["unlogged_node"]
-        root["confidence"] = round(no_node if nothing else float(top["probability"]), 2)
+        root["confidence"] = round(unlogged(ranked, causes.scoring["unlogged"]) if nothing else float(top["probability"]), 2)
         root["probability"] = round(float(top["probability"]), 2)
         unsure = nothing or root["confidence"] < causes.scoring["undetermined_below"]
         root["verdict"] = "undetermined" if unsure else "cause"

@@ -28,8 +28,7 @@ def report(e: Explanation) -> list[str]:
     else:
         if r["verdict"] == "undetermined" and (r.get("symptom") or r.get("context")):
             lines.append(f"UNDETERMINED  no cause established, only symptoms or background: {r['confidence']:.2f} probable "
-                         "that no node is at fault (a cause that leaves no line is often a silent node); the likeliest "
-                         "line, then the candidates:")
+                         "that the cause left no line in the store; the likeliest line, then the candidates:")
         elif r["verdict"] == "undetermined":
             lines.append(f"UNDETERMINED  the likeliest cause is only {r['confidence']:.2f} probable: the evidence is weak "
                          "or points several ways; it, then the candidates:")

@@ -284,9 +284,6 @@ def test_only_symptoms_is_undetermined(store) -> None:
     _write(store, _job("7", -3600, 900, "FAILED") + timeouts(600) + inits())
     root = explain(store, "7").root_cause
     assert root["kind"] == "nccl_timeout" and root["verdict"] == "undetermined", root
-    # that no node is at fault: likelier than not (the timeouts say a software hang), never near certain, since a
-    # cause that left no line is a silent node's in half the cases (unlogged_node)
-    assert 0.5 <= root["confidence"] < 0.8, root
 
 
 def test_the_first_process_to_die_tips_two_equal_candidates() -> None:
