@@ -165,13 +165,14 @@ class Nccl(Collector):
         kept, before the line's own header is read. Stamps without a year (glog's ``E0303 02:13:40``)
         take it from the output's own dated lines (torchrun's, Python logging's), else from the file's
         time (a copied archive's file time says nothing of the year its job ran)."""
+        records = _nccl_lines_alone(records)
         inputs = records.select((pl.col("offset") // (1 << INPUT_BITS)).alias("_in"), _latest_date().alias("_dated"))
         per_input = inputs.group_by("_in").agg(pl.col("_dated").max())
-        days = per_input.get_column("_dated").str.slice(0, 10).unique()
+        days = per_input.get_column("_dated").unique()
         if days.len() <= 1:
             return launcher_cut(records, _dated(days[0] if days.len() else None, ctx), self._parse)
         # a batch of many users' outputs: each output's own dates, never another's (inputs of one day together)
-        day = inputs.join(per_input, on="_in", how="left").get_column("_dated_right").str.slice(0, 10)
+        day = inputs.join(per_input, on="_in", how="left").get_column("_dated_right")
         parts = [launcher_cut(records.filter(day.eq_missing(d)), _dated(d, ctx), self._parse) for d in days]
         return pl.concat(parts, how="diagonal_relaxed").sort("offset")
 
@@ -198,6 +199,22 @@ class Nccl(Collector):
         return _named_rank(_closing_pid(_nccl_result(pl.concat(parts, how="diagonal_relaxed"))))
 
 
+def _nccl_lines_alone(records: pl.DataFrame) -> pl.DataFrame:
+    """NCCL's debug lines are one line each (debug.cc ends every INFO and WARN with its newline), so what the
+    continuation test joined to one is another process's text that landed after it in a shared output (an
+    exception's unlabelled "ncclUnhandledCudaError: ..." lines): a record of its own, at its own line's
+    offset, with no host (the NCCL line's host is not its)."""
+    first = pl.col("raw").str.extract(r"^([^\n]*)\n", 1)
+    alone = records.select(first.str.contains("^" + NCCL + ".*?" + NCCL_LEVEL).fill_null(False)).to_series()
+    if not alone.any():
+        return records
+    split = records.filter(alone)
+    head = split.with_columns(first.alias("raw"))
+    rest = split.with_columns((pl.col("offset") + first.str.len_bytes() + 1).alias("offset"),
+                              pl.col("raw").str.replace(r"^[^\n]*\n", ""))
+    return pl.concat([records.filter(~alone), head, rest]).sort("offset")
+
+
 # torchrun's agent stopping its workers: the worker the line is about (pid). source: pytorch/pytorch
 #   torch/distributed/elastic/multiprocessing/api.py (PContext close, v1.9-v2.9): logger.warning("Sending process
 #   %s closing signal %s", handler.proc.pid, death_sig.name)
@@ -205,15 +222,16 @@ CLOSING = r"Sending process (\d+) closing signal SIG[A-Z]+"
 
 
 def _latest_date() -> pl.Expr:
-    """The latest full date a record carries near a line's start (of every line of its first DATED_READ
-    characters: torchrun's block is one record with its traceback; a record cut from an endless line is
-    not read whole), as ``YYYY-MM-DDTHH:MM:SS``; null where none."""
-    found = pl.col("raw").str.slice(0, DATED_READ).str.extract_all(DATED).list.eval(pl.element().str.tail(19)).list.max()
-    return found.str.slice(0, 10) + pl.lit("T") + found.str.slice(11)
+    """The latest day a record's full dates name near a line's start (of every line of its first DATED_READ
+    characters: torchrun's block is one record with its traceback; a record cut from an endless line is not
+    read whole), as ``YYYY-MM-DD``; null where none. A day is all a year-less stamp needs."""
+    return pl.col("raw").str.slice(0, DATED_READ).str.extract_all(DATED).list.eval(pl.element().str.tail(19)).list.max() \
+        .str.slice(0, 10)
 
 
 def _dated(latest: str | None, ctx: Context) -> Context:
-    """``ctx`` with ``latest`` (an output's own latest full date) as the reference for year-less stamps."""
+    """``ctx`` with ``latest`` (the latest day an output's own full dates name) as the reference for year-less
+    stamps."""
     if latest is None:
         return ctx
     try:

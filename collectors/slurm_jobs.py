@@ -28,9 +28,13 @@ JOBCOMP_HEAD = r"^JobId=(?P<job_id>\d+) UserId=(?P<user>[^\s(]*)\(\d+\) GroupId=
 JOBCOMP_RUN = (r" JobState=(?P<state>\S+) Partition=(?P<partition>\S*) TimeLimit=\S+ StartTime=(?P<start>\S+)"
                r" EndTime=(?P<end>\S+) NodeList=(?P<nodes>\S*) NodeCnt=")
 JOBCOMP_TAIL = r"(?:DerivedExitCode=\S+ )?ExitCode=(?P<exit>\d+:\d+) ?$"
+# Tres= is the job's allocated TRES (job_ptr->tres_fmt_alloc_str: "cpu=384,mem=4000000M,node=4,billing=384,
+# gres/gpu=32"), between WorkDir and WcKey (the user's text): read only where the record holds it once
+JOBCOMP_TRES = r" Tres=(\S*) Account="
+GPUS = r"(?:^|,)gres/gpu=(\d+)"  # the job's GPUs, any type (typed counts, gres/gpu:h100=N, come beside it)
 SACCT_KEYS = {
     "job_id": "JobID", "user": "User", "name": "JobName", "state": "State", "partition": "Partition",
-    "start": "Start", "end": "End", "nodes": "NodeList", "exit": "ExitCode",
+    "start": "Start", "end": "End", "nodes": "NodeList", "exit": "ExitCode", "tres": "AllocTRES",
 }
 FAILED_STATES = ("FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED")
 
@@ -42,6 +46,7 @@ def _jobcomp(records: pl.DataFrame) -> pl.DataFrame:
         raw.str.extract_groups(JOBCOMP_HEAD).alias("_h"), raw.str.extract_groups(JOBCOMP_RUN).alias("_r"),
         raw.str.extract_groups(JOBCOMP_TAIL).alias("_t"),
         raw.str.extract("(?s)Name=(.*?)" + re.sub(r"\(\?P<\w+>", "(?:", JOBCOMP_RUN), 1).alias("name"),
+        pl.when(raw.str.count_matches(JOBCOMP_TRES) == 1).then(raw.str.extract(JOBCOMP_TRES, 1)).alias("tres"),
     ).unnest("_h", "_r", "_t")
     whole = one & pl.col("job_id").is_not_null() & pl.col("exit").is_not_null()
     return g.with_columns(pl.when(whole).then(pl.col(n)).alias(n) for n in SACCT_KEYS)
@@ -119,6 +124,7 @@ class SlurmJobs(Collector):
             ("state", state), ("nodes", pl.col("nodes")), ("start", pl.col("start")), ("end", pl.col("end")),
             ("partition", pl.col("partition")), ("user", pl.col("user")), ("name", pl.col("name")),
             ("signal", pl.when(signal != "0").then(signal)), ("step", pl.col("step")),
+            ("gpus", pl.col("tres").str.extract(GPUS, 1)),
         ])
         ok = pl.col("job_id").is_not_null()
         ended, started = tp.iso(pl.col("end"), ctx.tz), tp.iso(pl.col("start"), ctx.tz)

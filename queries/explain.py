@@ -80,9 +80,14 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
     ev = causes.annotate(events.filter(pl.col("job_id").is_null() | (pl.col("job_id") == run.job_id)))
     ev = ev.filter(~pl.col("past") | (pl.col("node_action") == "drain"))  # of the past, only what takes a node out
     # a cause's line printed by a timeout: what it reports began its wait before (a symptom's wait is the onset)
-    ev = ev.with_columns(*_cgroup(run.job_id, causes), pl.when(~pl.col("symptom")).then(_waited(ev)).alias("_waited"))
+    ev = ev.with_columns(*_cgroup(run.job_id, causes), pl.when(~pl.col("symptom")).then(_waited(ev)).alias("_waited"),
+                         _everywhere(ev, run, timedelta(seconds=sc["late_s"])))
     if run.end is not None:
         ev = ev.filter(pl.col("ts").is_null() | (pl.col("ts") <= run.end + timedelta(minutes=10)))
+    onset = _onset(ev, run)
+    ran = (onset - run.start).total_seconds() if onset is not None and run.start is not None else None
+    if ran is not None and ran > sc["arrival_s"]:  # the run found its nodes working, as any run that long would
+        ev = ev.with_columns((pl.col("context") | pl.col("past")).alias("context"))  # have: their past faults ended
     # the peer other ranks lost, the ranks that stalled or fell silent: evidence for what their node logged
     # (an OOM kill of a rank, a peer's panic), else candidates of their own
     lost = ranks.lost_peers(events, run, sc)
@@ -94,7 +99,6 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
     derived = pl.concat([stalled.filter(elsewhere), lost.filter(elsewhere)], how="diagonal_relaxed")
     if ev.is_empty() and not derived.height:
         return ranks.empty()
-    onset = _onset(ev, run)
     # repeats of one event close together are one candidate; the same event an hour apart is two
     same = ["node", "kind", "code", "gpu"]
     episode = sessions.starts("ts", same, timedelta(seconds=sc["episode_gap_s"]), undated_starts=False)
@@ -108,9 +112,11 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
                    pl.col("approx").all(),
                    pl.col("past").any(), pl.col("says").first(),
                    pl.col("rank").drop_nulls().first(), provenance.trusted().any().alias("trusted"),
-                   pl.col("_cg").drop_nulls().first(), (pl.col("_cg_mine").any() | pl.col("_cg").is_null().all()).alias("_mine")))
+                   pl.col("_cg").drop_nulls().first(), (pl.col("_cg_mine").any() | pl.col("_cg").is_null().all()).alias("_mine"),
+                   pl.col("_everywhere").any()))
     groups = (pl.concat([groups.drop("_episode"), derived], how="diagonal_relaxed")
               .with_columns(pl.col("approx").fill_null(False), pl.col("trusted").fill_null(False),
+                            pl.col("_everywhere").fill_null(False),
                             pl.col("past").fill_null(False), pl.col("_mine").fill_null(True),
                             (pl.col("context").fill_null(False) | ~pl.col("_mine").fill_null(True)).alias("context")))
     spread = (groups.filter(pl.col("node").is_not_null()).group_by("kind", "code")
@@ -170,10 +176,16 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
         groups = groups.with_row_index("_i").with_columns(pl.col("_i").is_in(back.implode()).alias("_flap")).drop("_i")
         terms.append((pl.when(pl.col("_flap")).then(lr["flapped"]),
                       pl.format("the link came back within {} s: a flap", pl.lit(sc["flap_s"]))))
-    first = ranks.first_failed(own)
+    first = ranks.first_failed(own, skew)
     if first:
         terms.append((pl.when((pl.col("node") == first) & ~pl.col("symptom")).then(lr["first_to_fail"]),
                       pl.lit("the first of the job's processes to die ran on this node")))
+    if ev.get_column("_everywhere").any():  # the job's own error on every node at once: the job's doing
+        terms += [(pl.when(pl.col("_everywhere")).then(lr["same_error_everywhere"]),
+                   pl.lit("every node's ranks died of this same error at once")),
+                  (pl.when(pl.col("node_action") != "none").then(lr["not_one_node"]),
+                   pl.lit("every node's ranks died of the same error of the job's own at once: a fault of one node "
+                          "fails that node's ranks and leaves the others waiting"))]
     if stuck:
         terms.append((pl.when(pl.col("node").is_in(stuck) & ~pl.col("symptom")).then(lr["stalled_here"]),
                       pl.lit("ranks on this node stalled or fell silent while the others waited")))
@@ -207,7 +219,7 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
     ranked = (groups.with_columns(pl.sum_horizontal(r.log() for r in ratios).alias("score"), evidence.alias("evidence"),
                                   pl.when(unconfirmed).then(pl.lit("verify")).otherwise("node_action").alias("node_action"),
                                   pl.when(unconfirmed).then(_verify_first("action")).otherwise("action").alias("action"))
-              .drop("_nodes", "lead_s", "lag_s", "needs", "says", "prior", "_cg", "_mine", "_waited",
+              .drop("_nodes", "lead_s", "lag_s", "needs", "says", "prior", "_cg", "_mine", "_waited", "_everywhere",
                     *(["succeeded", "fleet", "hours_share", "fleet_hours_share"] if succeeded_with else []),
                     *(["_flap"] if "_flap" in groups.columns else []))
               .sort(["context", "score", "ts"], descending=[False, True, False], nulls_last=True))  # context never leads
@@ -223,6 +235,20 @@ def _cgroup(job_id: str, causes: Causes) -> list[pl.Expr]:
         cg = pl.when(pl.col("cgroup") == name).then(pl.col("attrs").str.json_path_match(f"$.{name}")).otherwise(cg)
     mine = cg.str.contains(f"/job_{job_id}(?:/|$)") if job_id.isdigit() else pl.lit(True)
     return [cg.alias("_cg"), mine.fill_null(False).alias("_cg_mine")]
+
+
+def _everywhere(annotated: pl.DataFrame, run: Run, within: timedelta) -> pl.Expr:
+    """``_everywhere``: the event is an error of the job's own (its cause calls for nothing on the node, no
+    symptom, no context) that the job's ranks printed on every one of its nodes, the first on each within
+    ``within`` of the others: the same error (kind, text with its numbers masked) killed the job everywhere."""
+    same = [pl.col("kind"), pl.col("message").str.replace_all(r"\d+", "#")]
+    nodes = set(run.nodes or [])
+    own = (pl.col("job_id") == run.job_id) & ~pl.col("symptom") & ~pl.col("context") & (pl.col("node_action") == "none") \
+        & pl.col("node").is_in(list(nodes)) & pl.col("ts").is_not_null()
+    first = pl.col("ts").filter(own).min().over([*same, "node"])
+    spread = first.max().over(same) - first.min().over(same)
+    everywhere = own & (pl.col("node").filter(own).n_unique().over(same) == len(nodes)) & (spread <= within)
+    return (everywhere if len(nodes) > 1 else pl.lit(False)).fill_null(False).alias("_everywhere")
 
 
 def _number(ratio: pl.Expr) -> pl.Expr:

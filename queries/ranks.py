@@ -5,6 +5,7 @@ die, and the node other ranks' NCCL errors say they lost. Derived candidates for
 from __future__ import annotations
 
 import math
+from datetime import timedelta
 
 import polars as pl
 
@@ -29,17 +30,25 @@ def place_ranks(events: pl.DataFrame, nodes: list[str]) -> pl.DataFrame:
 
 
 def world_size(events: pl.DataFrame, nodes: list[str], per_node: int = 8) -> int:
-    """How many ranks the job has: NCCL's nranks at init, else ranks 0 to the highest any line names,
-    rounded up to fill the run's nodes evenly (a world is whole nodes of ranks) when most of that
-    world printed something (a watchdog timeout every rank reports); else ``per_node`` (a GPU node's
-    eight) on each node."""
+    """How many ranks the job has: NCCL's nranks at init, else one per GPU Slurm gave the job (its record's
+    ``gpus``: torchrun and srun start a process per GPU) when no line names a rank beyond them, else ranks 0
+    to the highest any line names, rounded up to fill the run's nodes evenly (a world is whole nodes of
+    ranks) when most of that world printed something (a watchdog timeout every rank reports); else
+    ``per_node`` (a GPU node's eight) on each node. The GPUs come before the ranks seen: a node whose
+    ranks all hung printed none, and its ranks are the highest."""
+    attr = pl.col("attrs").str.json_path_match
     nranks = events.filter(pl.col("kind") == "nccl_comm_init").select(
-        pl.col("attrs").str.json_path_match("$.nranks").cast(pl.Int64, strict=False).max()).item()
+        attr("$.nranks").cast(pl.Int64, strict=False).max()).item()
     if nranks:
         return int(nranks)
     n = max(len(nodes), 1)
     ranks = events.get_column("rank").drop_nulls()
-    world = -(-(int(ranks.max() or 0) + 1) // n) * n
+    top = int(ranks.max() or 0) + 1
+    gpus = events.filter(pl.col("kind").is_in(["slurm_job_end", "slurm_job_start"])).select(
+        attr("$.gpus").cast(pl.Int64, strict=False).max()).item()
+    if gpus and top <= gpus:
+        return int(gpus)
+    world = -(-top // n) * n
     return world if ranks.n_unique() * 2 >= world else per_node * n
 
 
@@ -71,16 +80,21 @@ def empty() -> pl.DataFrame:
                                 "evidence": pl.List(pl.String)})
 
 
-def first_failed(own: pl.DataFrame) -> str | None:
+def first_failed(own: pl.DataFrame, skew: timedelta) -> str | None:
     """The node of the job's first process to die of its own: torchrun's root-cause block (the first
-    observed failure), else the first task srun saw exit other than by being killed."""
+    observed failure), else the first task srun saw exit other than by being killed. None when a process
+    on another node died within ``skew`` of it (clocks that close order nothing)."""
     signal = pl.col("attrs").str.json_path_match("$.signal").fill_null("")
     died = own.filter(pl.col("node").is_not_null(), (pl.col("kind") == "torch_elastic_root_cause")
                       | ((pl.col("kind") == "slurm_task_exit") & ~signal.is_in(["Killed", "Terminated"])))
     if died.is_empty():
         return None
     root = died.filter(pl.col("kind") == "torch_elastic_root_cause")
-    return (root if root.height else died).sort("ts", nulls_last=True).get_column("node")[0]
+    died = (root if root.height else died).sort("ts", nulls_last=True)
+    node, ts = died.row(0)[died.columns.index("node")], died.get_column("ts")[0]
+    if ts is not None and died.filter(pl.col("node") != node, pl.col("ts") <= ts + skew).height:
+        return None
+    return node
 
 
 def lost_peers(events: pl.DataFrame, run: Run, sc: dict) -> pl.DataFrame:

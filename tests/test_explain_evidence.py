@@ -69,13 +69,39 @@ def test_a_rendezvous_that_timed_out_began_at_the_start(store) -> None:
 
 
 def test_a_run_that_worked_an_hour_on_the_node_was_not_failed_by_its_past(store) -> None:
-    """The same Xid, but job 7 ran an hour on gpu003 before its rank failed: the GPU worked, so the
-    old fault weighs against itself and the job's own error is the verdict."""
+    """The same Xid, but job 7 ran an hour on gpu003 before its rank failed: the GPU worked, so the run
+    ended the old fault as any run that long would have (context: no probability of its own) and the
+    job's own error is the verdict."""
     _write(store, _job("6", -4 * 3600, -3 * 3600 + 60, "FAILED") + [XID48] + FAILED_7)
     e = explain(store, "7")
     assert e.root_cause["kind"] == "python_exception", e.root_cause
     xid = next(c for c in e.candidates if c["kind"] == "gpu_xid")
     assert any("the run worked 60 min before it failed" in x for x in xid["evidence"]), xid
+    assert xid["context"] and xid["probability"] == 0.0, xid
+
+
+def test_the_same_own_error_on_every_node_outweighs_a_nodes_past(store) -> None:
+    """gpu003's unrecovered Xid 48 from the run before, and job 7 failing 30 s in, but with every rank on
+    all four nodes raising the same ModuleNotFoundError at import: a fault of one node fails that node's
+    ranks and leaves the others waiting; the same error of the job's own everywhere is the job's doing."""
+    died = [ev("python_exception", None, 30 + r / 100, "nccl", rank=r, job_id="7",
+               message="ModuleNotFoundError: No module named 'h5py'") for r in range(32)]
+    _write(store, _job("6", -4 * 3600, -3 * 3600 + 60, "FAILED") + [XID48] + _job("7", 0, 40, "FAILED") + died + inits())
+    e = explain(store, "7")
+    assert (e.root_cause["kind"], e.root_cause["category"], e.root_cause["verdict"]) == ("python_exception", "user",
+                                                                                        "cause"), e.root_cause
+    assert e.root_cause["probability"] >= 0.8, e.candidates[:2]
+    xid = next(c for c in e.candidates if c["kind"] == "gpu_xid")
+    assert any("every node's ranks died of the same error" in x for x in xid["evidence"]), xid
+
+
+def test_processes_dying_within_the_clock_skew_name_no_first() -> None:
+    """srun saw tasks on gpu001 and gpu002 exit 2 s apart, within the clocks' skew: neither was first."""
+    rows = [ev("pcie_aer", "gpu001", 500, attrs={"aer": "non_fatal"}), ev("pcie_aer", "gpu002", 500, attrs={"aer": "non_fatal"}),
+            ev("slurm_task_exit", "gpu002", 561, "slurm", job_id="7", code=1),
+            ev("slurm_task_exit", "gpu001", 563, "slurm", job_id="7", code=1)] + timeouts(600)
+    ranked = candidates(place_ranks(frame(rows), NODES), RUN, load_causes())
+    assert not any("first of the job's processes" in e for es in ranked.get_column("evidence") for e in es), ranked
 
 
 @pytest.mark.parametrize("recovery", ["resumed", "completed job", "a run that worked an hour"])
@@ -127,6 +153,18 @@ def test_the_silent_half_of_a_two_node_job_is_found() -> None:
                attrs={"seq": "100", "op": "ALLREDUCE", "timeout_ms": "600000"}) for r in range(8, 16)]
     top = candidates(place_ranks(frame(rows), run.nodes), run, load_causes()).row(0, named=True)
     assert (top["node"], top["kind"], top["symptom"]) == ("gpu001", "nccl_timeout", False), top
+
+
+def test_a_node_whose_ranks_all_hung_is_found_by_the_jobs_gpus() -> None:
+    """Two nodes and 16 GPUs (Slurm's record): ranks 0-7 print the watchdog timeout, ranks 8-15 (gpu002's,
+    the highest) print nothing at all. Counting only the ranks seen, the world would be 8 with all of
+    them present; one rank per allocated GPU makes gpu002's silence the lead."""
+    run = Run("7", RUN.start, RUN.end, "FAILED", "1:0", ["gpu001", "gpu002"])
+    rows = [ev("nccl_timeout", None, 600 + r / 100, "nccl", rank=r, job_id="7",
+               attrs={"seq": "100", "op": "ALLREDUCE", "timeout_ms": "600000"}) for r in range(8)]
+    rows.append(ev("slurm_job_end", "ctl1", 900, "slurm", job_id="7", attrs={"state": "FAILED", "gpus": "16"}))
+    top = candidates(place_ranks(frame(rows), run.nodes), run, load_causes()).row(0, named=True)
+    assert (top["node"], top["kind"], top["category"], top["symptom"]) == ("gpu002", "nccl_timeout", "node", False), top
 
 
 def test_slurmctld_notices_a_dead_node_a_slurmd_timeout_late() -> None:
@@ -189,6 +227,22 @@ def test_the_programs_cuda_error_names_the_gpu_for_a_check(store, tmp_path) -> N
     assert root["node_action"] != "drain", root
 
 
+@pytest.mark.parametrize("line", ["[rank17]: RuntimeError: CUDA error: unknown error",
+                                  "gpu003:4242:4250 [1] include/alloc.h:103 NCCL WARN Cuda failure 'unknown error'"])
+def test_the_device_the_program_lost_names_the_gpu_for_a_check(store, tmp_path, line: str) -> None:
+    """The CUDA runtime's "unknown error" (cudaErrorUnknown, 999: what a program sees once its GPU fell off
+    the bus) on rank 17 alone, and no kernel log: not the user's exception but gpu003's GPU, to verify."""
+    from observe.ingest import ingest
+
+    out = tmp_path / "slurm-7.out"
+    out.write_text(line + "\n")
+    _write(store, _job("7", -3600, 900, "FAILED") + inits() + timeouts(600, ranks=[r for r in range(32) if r // 8 != 2]))
+    ingest([str(out)], store, job="7", workers=1)
+    root = explain(store, "7").root_cause
+    assert (root["kind"], root["node"], root["category"], root["node_action"]) == ("cuda_device_error", "gpu003", "gpu",
+                                                                                   "watch"), root
+
+
 def test_the_programs_own_kernel_fault_is_the_jobs_bug(store, tmp_path) -> None:
     """The watchdog thread reports the CUDA runtime's "an illegal memory access was encountered"
     (cudaErrorIllegalAddress, the program's kernel faulted) on one rank while the others time out: the
@@ -248,10 +302,12 @@ def test_a_store_hours_old_calls_nothing_background(store) -> None:
 
 
 @pytest.mark.parametrize("exception", ["torch.distributed.elastic.multiprocessing.errors.ChildFailedError",
-                                       "torch.distributed.DistStoreError"])
+                                       "torch.distributed.DistStoreError", "torch.distributed.DistBackendError",
+                                       "torch.distributed.DistNetworkError"])
 def test_an_exception_reporting_other_processes_is_a_symptom(exception: str) -> None:
-    """torchrun's ChildFailedError (a worker died) and the store's DistStoreError (ranks never came)
-    report someone else's failure: symptoms, not the user's own code; nor is the traceback heading
+    """torchrun's ChildFailedError (a worker died), the store's DistStoreError (ranks never came), the
+    backend's DistBackendError (NCCL failed under the rank) and DistNetworkError (a peer's socket went
+    away) report someone else's failure: symptoms, not the user's own code; nor is the traceback heading
     them (context: its exception says what happened)."""
     rows = timeouts(600) + [ev("python_traceback", None, 590, "nccl", rank=0, job_id="7",
                                message="Traceback (most recent call last):"),

@@ -78,3 +78,12 @@ def test_sacct_rows_with_a_bar_or_a_newline_in_the_name(tmp_path: Path) -> None:
     assert ends.get_column("job_id").to_list() == ["11", "14"]
     assert ends.get_column("attrs").str.json_path_match("$.name").to_list() == ["a|b|COMPLETED|0:0", "plain"]
     assert set(ends.get_column("attrs").str.json_path_match("$.nodes")) == {"gpu005"}
+
+
+def test_the_jobs_gpus_come_from_its_allocated_tres_read_once(tmp_path: Path) -> None:
+    """Tres= is the job's allocated TRES (gres/gpu=N, typed counts beside it); a directory holding a copy
+    of the field makes it two readings, and the job's GPUs are left unknown (never the user's number)."""
+    text = (_jobcomp(1, "a").replace("Tres=cpu=8,node=1", "Tres=cpu=192,mem=2000G,node=2,billing=192,gres/gpu=16,gres/gpu:h100=16")
+            + _jobcomp(2, "b", workdir="/x ReservationName= Tres=gres/gpu=999 Account=y") + _jobcomp(3, "c"))
+    gpus = _ends(tmp_path, text).get_column("attrs").str.json_path_match("$.gpus").to_list()
+    assert gpus == ["16", None, None], gpus

@@ -119,3 +119,18 @@ def test_a_users_own_xid_31_never_drains_the_node(tmp_path):
     rows = [json.loads(line) for line in proc.stdout.splitlines()]
     assert len(rows) == 3 and {r["code"] for r in rows} == {31}
     assert [(r["remedy"], r["category"], r["acting"]) for r in rows] == [("app", "user", False)] * 3
+
+
+def test_a_syslog_carried_xid_79_is_an_unconfirmed_fault_to_verify(tmp_path):
+    """Kernel lines that reach the store only through a syslog file (the common central-syslog setup) are
+    listed by ``observe health faults`` as unconfirmed, to verify with an active check: never acting (no
+    drain), and not lost either (it used to say "0 fault episodes")."""
+    store = Store(tmp_path / "store")
+    logger_xids(store, [79], ago=timedelta(minutes=5))
+    proc = subprocess.run([sys.executable, "-m", "observe.cli", "health", "faults", "--store", str(store.root),
+                           "--since", "1h", "--format", "json"], check=True, capture_output=True, text=True)
+    rows = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [(r["code"], r["confirmed"], r["acting"], r["open"]) for r in rows] == [(79, False, False, True)], rows
+    text = subprocess.run([sys.executable, "-m", "observe.cli", "health", "faults", "--store", str(store.root),
+                           "--since", "1h"], check=True, capture_output=True, text=True).stdout
+    assert "verify" in text and "1 unconfirmed" in text and "0 nodes call for a remedy" in text, text

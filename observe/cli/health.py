@@ -185,7 +185,8 @@ def faults_cmd(
     """Fault episodes in the store and the remedy the fault policy calls for.
 
     One row per fault episode (repeated lines folded), open or ended, with its remedy on the ladder
-    (reset, reboot, replace) and the reason.
+    (reset, reboot, replace) and the reason. Faults that came only through a route users write (kernel
+    lines in a syslog file) are listed too, act "verify": evidence for an active check, never acted on.
 
     Example: observe health faults --since 1d --node 'gpu[001-064]'
     """
@@ -202,7 +203,8 @@ def faults_cmd(
     lf = st.scan(sources=["kernel", "health"], since=when(since))
     if nodes:
         lf = lf.filter(pl.col("node").is_in(nodes))
-    decided = faults.decide(one_per_record(lf), rules_, datetime.now(timezone.utc), breaker(st)[1])
+    lf, now, reset = one_per_record(lf), datetime.now(timezone.utc), breaker(st)[1]
+    decided = pl.concat([faults.decide(lf, rules_, now, reset), faults.decide(lf, rules_, now, reset, confirmed=False)])
     if not all_:
         decided = decided.filter("open")
     if fmt == "json":
@@ -211,13 +213,16 @@ def faults_cmd(
         return
     table = Table("node", "first", "last", "remedy", "act", "reason", box=None, pad_edge=False)
     for r in decided.iter_rows(named=True):
-        act = "yes" if r["acting"] else ("observe-only" if r["observe_only"] else "stale" if r["stale"] else
-                                        "ended" if not r["open"] else "no")
+        act = "yes" if r["acting"] else ("ended" if not r["open"] else "verify" if not r["confirmed"] else
+                                        "observe-only" if r["observe_only"] else "stale" if r["stale"] else "no")
         table.add_row(escape(r["node"] or ""), f"{r['first_ts']:%m-%d %H:%M}" if r["first_ts"] else "?",
                       f"{r['last_ts']:%m-%d %H:%M}" if r["last_ts"] else "?", r["remedy"], act, escape(r["reason"]))
     out.print(table)
+    unconfirmed = decided.filter(~pl.col("confirmed")).height
     out.print(f"{decided.height} fault episodes{'' if all_ else ' open'}; "
-              f"{decided.filter('acting').get_column('node').n_unique()} nodes call for a remedy")
+              f"{decided.filter('acting').get_column('node').n_unique()} nodes call for a remedy"
+              + (f"; {unconfirmed} unconfirmed (only a route users write carried them: verify with observe health "
+                 "check, never acted on)" if unconfirmed else ""))
 
 
 @GROUP.command("drains")

@@ -180,21 +180,25 @@ def _ends(eps: pl.LazyFrame, events: pl.LazyFrame, recov: pl.LazyFrame, rules: F
     return eps
 
 
-def decide(events: pl.LazyFrame, rules: Faults, now: datetime, breaker_reset: datetime | None = None) -> pl.DataFrame:
+def decide(events: pl.LazyFrame, rules: Faults, now: datetime, breaker_reset: datetime | None = None,
+           confirmed: bool = True) -> pl.DataFrame:
     """One row per fault episode in ``events``: what it is, how many lines, whether it is still open
     (``ended`` says what ended it), its ``remedy`` and the drain-reason ``category``, ``acting``
     (an open fault whose remedy takes the node out, not observe-only, not stale) and ``reason``.
 
     Faults, recoveries and remediations come only from trusted routes (:mod:`observe.provenance`):
     a user's ``logger -t kernel 'NVRM: Xid ...'`` neither opens a fault nor ends one. Any event may
-    tie an Xid's process to its job."""
+    tie an Xid's process to its job. ``confirmed=False`` decides the faults only routes users write
+    carried instead (a kernel line in a syslog file): evidence to verify with an active check, never
+    acting; a recovery from any route ends them."""
     now = now.astimezone(timezone.utc).replace(tzinfo=None) if now.tzinfo else now
     everything = events.with_columns(pl.col("ts").dt.replace_time_zone(None))
-    events = everything.filter(provenance.trusted())
+    events = everything.filter(provenance.trusted()) if confirmed else everything
     # the few recoveries and episodes are collected once: every step below reads them again
     recov = events.filter(pl.col("kind").is_in(list(rules.recovery))).select("node", "gpu", "ts", "source") \
         .collect().lazy()
-    lines = _epochs(with_jobs(fault_lines(events, rules), everything), recov)
+    carried = events if confirmed else everything.filter(~provenance.trusted())
+    lines = _epochs(with_jobs(fault_lines(carried, rules), everything), recov)
     eps = episodes(lines, rules.dedup_window).with_columns(pl.col("last_ts").fill_null(EPOCH).alias("_at")) \
         .collect().lazy()
 
@@ -249,12 +253,13 @@ def decide(events: pl.LazyFrame, rules: Faults, now: datetime, breaker_reset: da
                            observe_only.alias("observe_only"), stale.alias("stale"),
                            pl.col("ended_at").is_null().alias("open"))
     eps = eps.with_columns((pl.col("open") & pl.col("remedy_now").is_in(ACTING) & ~pl.col("observe_only")
-                            & ~pl.col("stale")).alias("acting"))
+                            & ~pl.col("stale") & confirmed).alias("acting"), pl.lit(confirmed).alias("confirmed"))
     return (eps.with_columns(_reason().alias("reason"))
             .select("node", "gpu", "kind", "code", "first_ts", "last_ts", "lines", "episodes", "remediations",
                     "open", "ended", "ended_at", pl.col("remedy").alias("first_remedy"),
                     pl.col("remedy_now").alias("remedy"),
-                    "category", "acting", "observe_only", "stale", "reason", "message", "jobs", "processes", "location")
+                    "category", "acting", "confirmed", "observe_only", "stale", "reason", "message", "jobs", "processes",
+                    "location")
             .sort("node", "first_ts", "gpu", "kind", "code", nulls_last=False)
             .collect())
 
