@@ -146,7 +146,7 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
                    pl.lit("came before the failure began")),
                   (pl.when((ts < _lit(onset) - lead) & ~pl.col("past")).then(lr["stale"]),
                    pl.lit("long before the failure began")),
-                  (pl.when(began > _lit(onset) + late).then(lr["after_onset"]),
+                  (pl.when((began > _lit(onset) + late) & ~pl.col("approx")).then(lr["after_onset"]),
                    pl.lit("after the failure began: a consequence"))]
     if run.start is not None:
         terms.append((pl.when((ts < _lit(run.start) - skew) & ~pl.col("past")).then(lr["before_start"]),

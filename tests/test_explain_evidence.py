@@ -484,16 +484,32 @@ def test_ranks_in_different_collectives_are_the_jobs_own_bug() -> None:
     assert "BROADCAST on 1 rank(s)" in top["message"]
 
 
-def test_a_corrected_error_alone_is_no_verdict(store) -> None:
-    """A corrected memory error minutes before a hang outscores the timeouts every rank reports, but
-    it cannot fail a job (its cause is ``context``): it is listed as evidence, never the likeliest
+@pytest.mark.parametrize("kind,attrs,message", [
+    ("memory_ecc", {"class": "CE"}, "EDAC MC0: 1 CE memory read error"),
+    ("mce", {"mce": "logged"}, "mce: [Hardware Error]: Machine check events logged"),
+    ("mce", {"mce": "corrected"}, "mce: [Hardware Error]: CPU 2: Machine Check: 0 Bank 6: cc59dec000041152"),
+])
+def test_a_corrected_error_alone_is_no_verdict(store, kind: str, attrs: dict, message: str) -> None:
+    """A corrected memory error (EDAC's CE, a machine check with MCi_STATUS.UC clear, or the notice that
+    machine-check records were logged) minutes before a hang outscores the timeouts every rank reports,
+    but it cannot fail a job (its cause is ``context``): it is listed as evidence, never the likeliest
     cause, and the verdict is undetermined."""
     _write(store, _job("7", -3600, 900, "FAILED") + timeouts(600) + inits()
-           + [ev("memory_ecc", "gpu002", 300, attrs={"class": "CE"}, message="EDAC MC0: 1 CE memory read error")])
+           + [ev(kind, "gpu002", 300, attrs=attrs, message=message)])
     e = explain(store, "7")
-    assert e.root_cause["kind"] != "memory_ecc" and e.root_cause["verdict"] == "undetermined", e.root_cause
-    corrected = [c for c in e.candidates if c["kind"] == "memory_ecc"]
+    assert e.root_cause["kind"] != kind and e.root_cause["verdict"] == "undetermined", e.root_cause
+    corrected = [c for c in e.candidates if c["kind"] == kind]
     assert corrected and corrected[0]["context"] and corrected[0]["probability"] == 0, e.candidates
+
+
+def test_a_line_with_no_time_of_its_own_is_no_consequence() -> None:
+    """An unlabelled "CUDA out of memory" line with no stamp takes the next stamped line's time, the
+    job's end: only a bound, so it is not weighed as coming after the failure began."""
+    rows = [ev("cuda_oom", None, 890, "nccl", job_id="7", message="RuntimeError: CUDA out of memory.")]
+    events = frame(rows + timeouts(600, ranks=range(8, 32)) + inits())
+    events = events.with_columns((pl.col("kind") == "cuda_oom").alias("approx"))  # as run_events marks it
+    top = candidates(place_ranks(events, NODES), RUN, load_causes()).row(0, named=True)
+    assert top["kind"] == "cuda_oom" and not any("after the failure began" in e for e in top["evidence"]), top
 
 
 def test_a_timeout_began_when_its_wait_did(store) -> None:

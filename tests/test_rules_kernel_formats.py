@@ -422,6 +422,20 @@ def test_machine_check_report_lines(line: str) -> None:
     _check(line, "mce")
 
 
+@pytest.mark.parametrize("line,mce", [
+    ("mce: [Hardware Error]: Machine check events logged", "logged"),
+    ("mce: [Hardware Error]: CPU 2: Machine Check: 0 Bank 6: cc59dec000041152", "corrected"),
+    ("[Hardware Error]: CPU:0 (17:31:0) MC255_STATUS[-|CE|-|-|AddrV|-|-|-]", "corrected"),
+    ("mce: [Hardware Error]: CPU 0: Machine Check: 0 Bank 4: a600000000020408", None),
+    ("mce: [Hardware Error]: CPU 1: Machine Check Exception: 5 Bank 6: be00000000800400", None),
+    ("[Hardware Error]: CPU:0 (17:31:0) MC4_STATUS[-|UE|-|-|AddrV|PCC|-|-]", None),
+])
+def test_a_machine_check_says_whether_the_hardware_corrected_it(line: str, mce: str | None) -> None:
+    """MCi_STATUS's UC bit (61: the first hex digit's 2) or AMD's CE/UE flag says corrected or not; the
+    "events logged" notice says only that records were logged (a fatal one panics the node)."""
+    assert _check(line, "mce")["attrs"].get("mce") == mce
+
+
 @pytest.mark.parametrize("line", [
     "mce: [Hardware Error]: TSC 0 ADDR fef4c9e0 ",
     "mce: [Hardware Error]: TSC 0 ADDR 1422ff800 MISC 13020004086 ",
