@@ -502,6 +502,18 @@ def test_a_corrected_error_alone_is_no_verdict(store, kind: str, attrs: dict, me
     assert corrected and corrected[0]["context"] and corrected[0]["probability"] == 0, e.candidates
 
 
+def test_the_drivers_cleanup_after_a_fatal_xid_is_no_rival_diagnosis() -> None:
+    """Xid 48 on gpu003, then Xid 45 (NVIDIA: "preemptive cleanup, due to previous errors": the driver tears
+    down the killed process's channels; follow the other Xid): the cleanup is context, not the job's own
+    fault splitting the verdict's probability."""
+    rows = [ev("gpu_xid", "gpu003", 500, code=48, gpu="0000:3b:00", attrs={"category": "memory", "action": "reset_gpu"}),
+            ev("gpu_xid", "gpu003", 501, code=45, gpu="0000:3b:00", attrs={"category": "driver", "action": "none"})]
+    ranked = candidates(place_ranks(frame(rows + timeouts(600) + inits()), NODES), RUN, load_causes())
+    top = ranked.row(0, named=True)
+    assert (top["code"], top["node"]) == (48, "gpu003") and top["probability"] >= 0.9, ranked.head(3)
+    assert ranked.filter(pl.col("code") == 45).get_column("context").all(), ranked
+
+
 def test_a_line_with_no_time_of_its_own_is_no_consequence() -> None:
     """An unlabelled "CUDA out of memory" line with no stamp takes the next stamped line's time, the
     job's end: only a bound, so it is not weighed as coming after the failure began."""

@@ -139,7 +139,8 @@ OBSERVE: dict[int, dict[str, str]] = {
              meaning="A user application hit a software-induced fault and had to stop; the GPU remains healthy."),
     44: dict(category="gpu",
              meaning="Graphics engine fault during a context switch: no recovery action; contact support if it recurs."),
-    45: dict(category="application", note="WORKFLOW_XID_45: not solo, follow the other Xid; solo, restart Fabric Manager",
+    45: dict(category="driver", note="WORKFLOW_XID_45: not solo, follow the other Xid; solo, restart Fabric Manager. "
+                                     "The driver's cleanup once a process ended: category driver, not the application's",
              meaning="Channels torn down after the application aborted (Ctrl-C, kill, GPU reset) or after another error: "
                      "usually follows another Xid; seen alone, restart Fabric Manager."),
     46: dict(category="gpu",
