@@ -153,16 +153,17 @@ def stalls(events: pl.DataFrame, run: Run, sc: dict) -> pl.DataFrame:
     wd = events.filter(pl.col("kind").is_in(["nccl_timeout", "nccl_watchdog"]), pl.col("rank").is_not_null())
     if wd.is_empty():
         return empty().drop("score", "probability")
+    began = pl.col("ts") - pl.duration(milliseconds=attr("$.ran_ms").cast(pl.Int64, strict=False).fill_null(0))
     per_rank = wd.group_by("rank").agg(
         pl.coalesce(attr("$.last_completed").cast(pl.Int64, strict=False) + 1,
                     attr("$.seq").cast(pl.Int64, strict=False)).min().alias("seq"),
-        pl.col("node").drop_nulls().first(),
-        (pl.col("ts") - pl.duration(milliseconds=attr("$.ran_ms").cast(pl.Int64, strict=False).fill_null(0))).min())
+        pl.col("node").drop_nulls().first(), began.min().alias("ts"))
     gpus = rank_gpus(events)
     top = per_rank.get_column("seq").max()
     rows = []
     ops = (wd.filter(pl.col("kind") == "nccl_timeout")
-           .select("rank", "node", "ts", attr("$.seq").alias("_seq"), attr("$.op").alias("_op")).drop_nulls(["_seq", "_op"]))
+           .select("rank", "node", began.alias("ts"), attr("$.seq").alias("_seq"), attr("$.op").alias("_op"))
+           .drop_nulls(["_seq", "_op"]))  # the mismatch was there when the collectives began
     for (seq,), part in ops.group_by("_seq"):
         if part.get_column("_op").n_unique() > 1:  # ranks waiting in different collectives at the same step
             kinds = ", ".join(f"{op} on {n} rank(s)" for op, n in part.group_by("_op").len().sort("_op").iter_rows())

@@ -484,6 +484,17 @@ def test_ranks_in_different_collectives_are_the_jobs_own_bug() -> None:
     assert "BROADCAST on 1 rank(s)" in top["message"]
 
 
+def test_ranks_in_different_collectives_were_so_when_the_collectives_began() -> None:
+    """The watchdog prints the mismatch ten minutes after the ranks entered their collectives (`ran for
+    600041 milliseconds`): the mismatch was there then, at the failure's onset, no consequence of it."""
+    rows = timeouts(600, ranks=range(1, 32)) + [ev("nccl_timeout", None, 600, "nccl", rank=0, job_id="7",
+                                                   attrs={"seq": "100", "op": "BROADCAST", "timeout_ms": "600000"})]
+    rows = [dict(r, attrs=r["attrs"].replace('"timeout_ms"', '"ran_ms": "600041", "timeout_ms"')) for r in rows]
+    top = _top(rows)
+    assert top["kind"] == "collective_mismatch" and top["probability"] >= 0.9, top
+    assert not any("after the failure began" in e for e in top["evidence"]), top["evidence"]
+
+
 @pytest.mark.parametrize("kind,attrs,message", [
     ("memory_ecc", {"class": "CE"}, "EDAC MC0: 1 CE memory read error"),
     ("mce", {"mce": "logged"}, "mce: [Hardware Error]: Machine check events logged"),
