@@ -165,7 +165,6 @@ class Nccl(Collector):
         kept, before the line's own header is read. Stamps without a year (glog's ``E0303 02:13:40``)
         take it from the output's own dated lines (torchrun's, Python logging's), else from the file's
         time (a copied archive's file time says nothing of the year its job ran)."""
-        records = _nccl_lines_alone(records)
         inputs = records.select((pl.col("offset") // (1 << INPUT_BITS)).alias("_in"), _latest_date().alias("_dated"))
         per_input = inputs.group_by("_in").agg(pl.col("_dated").max())
         days = per_input.get_column("_dated").unique()
@@ -197,22 +196,6 @@ class Nccl(Collector):
         if rest.height:
             parts.append(_text(rest, ctx))
         return _named_rank(_closing_pid(_nccl_result(pl.concat(parts, how="diagonal_relaxed"))))
-
-
-def _nccl_lines_alone(records: pl.DataFrame) -> pl.DataFrame:
-    """NCCL's debug lines are one line each (debug.cc ends every INFO and WARN with its newline), so what the
-    continuation test joined to one is another process's text that landed after it in a shared output (an
-    exception's unlabelled "ncclUnhandledCudaError: ..." lines): a record of its own, at its own line's
-    offset, with no host (the NCCL line's host is not its)."""
-    first = pl.col("raw").str.extract(r"^([^\n]*)\n", 1)
-    alone = records.select(first.str.contains("^" + NCCL + ".*?" + NCCL_LEVEL).fill_null(False)).to_series()
-    if not alone.any():
-        return records
-    split = records.filter(alone)
-    head = split.with_columns(first.alias("raw"))
-    rest = split.with_columns((pl.col("offset") + first.str.len_bytes() + 1).alias("offset"),
-                              pl.col("raw").str.replace(r"^[^\n]*\n", ""))
-    return pl.concat([records.filter(~alone), head, rest]).sort("offset")
 
 
 # torchrun's agent stopping its workers: the worker the line is about (pid). source: pytorch/pytorch

@@ -393,7 +393,7 @@ def explain(store: Store, job_id: str, at: datetime | None = None, before: timed
     if past.height:  # the node's past, also where the window read overlaps it
         events = (pl.concat([past, events], how="diagonal_relaxed")
                   .unique(subset=["file_id", "offset", "kind"], keep="first", maintain_order=True))
-    events = ranks.place_ranks(events, run.nodes)
+    events = ranks.place_ranks(events, run.nodes, run.job_id)
     ranked = candidates(events, run, causes, _succeeded_with(store, run, events, causes))
     root = None
     if ranked.height and (run.state or "").split()[:1] != ["COMPLETED"]:

@@ -14,7 +14,7 @@ from queries.jobs import Run
 ADDRESS = r"(?:Bootstrap : Using|OOB) (?:\[\d+\])?[\w.-]+:(\S+?)<\d+>"  # a rank's own address, NCCL INFO at init
 
 
-def place_ranks(events: pl.DataFrame, nodes: list[str]) -> pl.DataFrame:
+def place_ranks(events: pl.DataFrame, nodes: list[str], job_id: str | None = None) -> pl.DataFrame:
     """Fill ``node`` of rank-tagged events (PyTorch lines carry no host) from the job's
     ``nccl_comm_init`` lines, else by Slurm's default block distribution: ranks fill the run's nodes
     in order, ``world / nodes`` each (:func:`world_size`)."""
@@ -25,11 +25,11 @@ def place_ranks(events: pl.DataFrame, nodes: list[str]) -> pl.DataFrame:
     hosts = init.group_by("rank").agg(pl.col("node").first().alias("_host"))
     return (events.join(hosts, on="rank", how="left", maintain_order="left")
             .with_columns(pl.coalesce("node", "_host", pl.when(pl.col("rank").is_not_null())
-                                      .then(_block(world_size(events, nodes), nodes))).alias("node"))
+                                      .then(_block(world_size(events, nodes, job_id), nodes))).alias("node"))
             .drop("_host"))
 
 
-def world_size(events: pl.DataFrame, nodes: list[str], per_node: int = 8) -> int:
+def world_size(events: pl.DataFrame, nodes: list[str], job_id: str | None = None, per_node: int = 8) -> int:
     """How many ranks the job has: NCCL's nranks at init, else one per GPU Slurm gave the job (its record's
     ``gpus``: torchrun and srun start a process per GPU) when no line names a rank beyond them, else ranks 0
     to the highest any line names, rounded up to fill the run's nodes evenly (a world is whole nodes of
@@ -44,8 +44,8 @@ def world_size(events: pl.DataFrame, nodes: list[str], per_node: int = 8) -> int
     n = max(len(nodes), 1)
     ranks = events.get_column("rank").drop_nulls()
     top = int(ranks.max() or 0) + 1
-    gpus = events.filter(pl.col("kind").is_in(["slurm_job_end", "slurm_job_start"])).select(
-        attr("$.gpus").cast(pl.Int64, strict=False).max()).item()
+    gpus = events.filter(pl.col("kind").is_in(["slurm_job_end", "slurm_job_start"]), pl.col("job_id") == job_id).select(
+        attr("$.gpus").cast(pl.Int64, strict=False).max()).item()  # this job's record: others end in the window too
     if gpus and top <= gpus:
         return int(gpus)
     world = -(-top // n) * n
@@ -60,14 +60,14 @@ def _block(world: int, nodes: list[str]) -> pl.Expr:
     return pl.lit(pl.Series(nodes, dtype=pl.String)).gather((pl.col("rank") // per_node).clip(0, len(nodes) - 1))
 
 
-def expected_ranks(events: pl.DataFrame, nodes: list[str]) -> pl.DataFrame:
+def expected_ranks(events: pl.DataFrame, nodes: list[str], job_id: str | None = None) -> pl.DataFrame:
     """The job's ranks and their nodes: those NCCL's init lines name, else every rank of the world
     (:func:`world_size`) placed as :func:`place_ranks` places them, so that a rank that printed
     nothing at all is in it."""
     init = events.filter(pl.col("kind") == "nccl_comm_init", pl.col("rank").is_not_null())
     if init.height or not nodes or events.get_column("rank").is_null().all():
         return init.select("rank", "node").unique("rank")
-    world = world_size(events, nodes)
+    world = world_size(events, nodes, job_id)
     return pl.DataFrame({"rank": pl.Series(range(world), dtype=pl.Int32)}).with_columns(_block(world, nodes).alias("node"))
 
 
@@ -181,7 +181,7 @@ def stalls(events: pl.DataFrame, run: Run, sc: dict) -> pl.DataFrame:
                          "prior": float(sc["lagging_rank_prior"]), "category": "software",
                          "action": "a rank hung before the collective (dataloader, deadlock, slow GPU): py-spy dump it; "
                                    "drain its node if it repeats", "node_action": "watch", "symptom": False})
-    ranks = expected_ranks(events, run.nodes)
+    ranks = expected_ranks(events, run.nodes, run.job_id)
     quiet = ranks.join(per_rank.select("rank"), on="rank", how="anti")
     began = per_rank.get_column("ts").min()  # the silent ranks were stuck when the others' collective began
     if ranks.height and per_rank.height >= ranks.height / 2 and 0 < quiet.height <= ranks.height / 2:

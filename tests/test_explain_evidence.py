@@ -158,12 +158,14 @@ def test_the_silent_half_of_a_two_node_job_is_found() -> None:
 def test_a_node_whose_ranks_all_hung_is_found_by_the_jobs_gpus() -> None:
     """Two nodes and 16 GPUs (Slurm's record): ranks 0-7 print the watchdog timeout, ranks 8-15 (gpu002's,
     the highest) print nothing at all. Counting only the ranks seen, the world would be 8 with all of
-    them present; one rank per allocated GPU makes gpu002's silence the lead."""
+    them present; one rank per allocated GPU makes gpu002's silence the lead. Another job's record ending in
+    the window (a collector reads every job's) counts for nothing."""
     run = Run("7", RUN.start, RUN.end, "FAILED", "1:0", ["gpu001", "gpu002"])
     rows = [ev("nccl_timeout", None, 600 + r / 100, "nccl", rank=r, job_id="7",
                attrs={"seq": "100", "op": "ALLREDUCE", "timeout_ms": "600000"}) for r in range(8)]
     rows.append(ev("slurm_job_end", "ctl1", 900, "slurm", job_id="7", attrs={"state": "FAILED", "gpus": "16"}))
-    top = candidates(place_ranks(frame(rows), run.nodes), run, load_causes()).row(0, named=True)
+    other = [ev("slurm_job_end", "ctl1", 800, "slurm", job_id="8", attrs={"state": "COMPLETED", "gpus": "64"})]
+    top = candidates(place_ranks(frame(rows + other), run.nodes, "7"), run, load_causes()).row(0, named=True)
     assert (top["node"], top["kind"], top["category"], top["symptom"]) == ("gpu002", "nccl_timeout", "node", False), top
 
 

@@ -544,18 +544,3 @@ def test_every_rule_cites_its_emitter(name: str) -> None:
                 continue
             repo, path, version, *_ = c.split(" ", 3)
             assert "/" in repo and "/" in path and version and ": " in c, c
-
-
-def test_text_after_an_nccl_line_is_not_its_continuation(tmp_path: Path) -> None:
-    """NCCL prints each debug line whole; the unlabelled lines of another process's exception that land
-    after gpu024's INFO line in a shared output are their own records, with no host: gpu024 did not
-    print them, and they keep the offset of their own line."""
-    info = "gpu024:210463:210464 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.1.0.24<0>\n"
-    path = tmp_path / "slurm-5.out"
-    path.write_text(info + "ncclUnhandledCudaError: Call to CUDA function failed.\nLast error:\n"
-                    "Cuda failure 'unknown error'\n")
-    df = parse_file(path, "nccl")
-    rows = {r["kind"]: r for r in df.iter_rows(named=True)}
-    assert rows["nccl_error"]["offset"] == len(info) and rows["nccl_error"]["node"] is None, df
-    assert rows["cuda_device_error"]["node"] is None, df
-    assert rows["log"]["node"] == "gpu024", df

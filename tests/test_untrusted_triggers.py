@@ -134,3 +134,18 @@ def test_a_syslog_carried_xid_79_is_an_unconfirmed_fault_to_verify(tmp_path):
     text = subprocess.run([sys.executable, "-m", "observe.cli", "health", "faults", "--store", str(store.root),
                            "--since", "1h"], check=True, capture_output=True, text=True).stdout
     assert "verify" in text and "1 unconfirmed" in text and "0 nodes call for a remedy" in text, text
+
+
+def test_a_segfault_in_a_file_named_like_an_xid_is_a_segfault(tmp_path):
+    """An unprivileged process that jumps into a file it named "NVRM: Xid (PCI:...): 79, ..." makes the kernel
+    itself print that name after its segfault line (arch/x86/mm/fault.c show_signal_msg + print_vma_addr) on
+    /dev/kmsg, a trusted route: the line is the crash, never an Xid, and nothing acts on it."""
+    store = Store(tmp_path / "store")
+    now = datetime.now(timezone.utc) - timedelta(minutes=5)
+    line = (f"{now:%Y-%m-%dT%H:%M:%S.%f+00:00} {NODE} kernel: x[31337]: segfault at 0 ip 0000000000000000 sp "
+            f"00007ffd5b2c1d30 error 14 in NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.[400000+1000]\n")
+    store.write(parse_bytes(line.encode(), "kernel", Context(node=NODE, route="kmsg")))
+    assert store.scan().collect().get_column("kind").to_list() == ["segfault"]
+    proc = subprocess.run([sys.executable, "-m", "observe.cli", "health", "faults", "--store", str(store.root),
+                           "--since", "1h", "--format", "json"], check=True, capture_output=True, text=True)
+    assert proc.stdout.strip() == "", proc.stdout
