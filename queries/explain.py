@@ -85,7 +85,7 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
     if run.end is not None:
         ev = ev.filter(pl.col("ts").is_null() | (pl.col("ts") <= run.end + timedelta(minutes=10)))
     onset = _onset(ev, run)
-    ran = (onset - run.start).total_seconds() if onset is not None and run.start is not None else None
+    ran = max(0.0, (onset - run.start).total_seconds()) if onset is not None and run.start is not None else None
     if ran is not None and ran > sc["arrival_s"]:  # the run found its nodes working, as any run that long would
         ev = ev.with_columns((pl.col("context") | pl.col("past")).alias("context"))  # have: their past faults ended
     # the peer other ranks lost, the ranks that stalled or fell silent: evidence for what their node logged
@@ -151,8 +151,7 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
     if run.start is not None:
         terms.append((pl.when((ts < _lit(run.start) - skew) & ~pl.col("past")).then(lr["before_start"]),
                       pl.lit("before the run started")))
-    if onset is not None and run.start is not None:  # a node left broken fails the next job as soon as it touches it
-        ran = max(0.0, (onset - run.start).total_seconds())
+    if ran is not None:  # a node left broken fails the next job as soon as it touches it
         doa = ran <= sc["arrival_s"]
         terms.append((pl.when(pl.col("past")).then(lr["unrecovered"] if doa else lr["worked_since"]),
                       pl.lit("a fault that takes the node out, logged before the run, with no recovery since, and the run "

@@ -44,7 +44,7 @@ def world_size(events: pl.DataFrame, nodes: list[str], job_id: str | None = None
     n = max(len(nodes), 1)
     ranks = events.get_column("rank").drop_nulls()
     top = int(ranks.max() or 0) + 1
-    gpus = events.filter(pl.col("kind").is_in(["slurm_job_end", "slurm_job_start"]), pl.col("job_id") == job_id).select(
+    gpus = events.filter(pl.col("kind").is_in(["slurm_job_end", "slurm_job_start"]), pl.col("job_id").eq_missing(job_id)).select(
         attr("$.gpus").cast(pl.Int64, strict=False).max()).item()  # this job's record: others end in the window too
     if gpus and top <= gpus:
         return int(gpus)

@@ -203,7 +203,7 @@ def faults_cmd(
     lf = st.scan(sources=["kernel", "health"], since=when(since))
     if nodes:
         lf = lf.filter(pl.col("node").is_in(nodes))
-    lf, now, reset = one_per_record(lf), datetime.now(timezone.utc), breaker(st)[1]
+    lf, now, reset = one_per_record(lf).collect().lazy(), datetime.now(timezone.utc), breaker(st)[1]  # read once, decided twice
     decided = pl.concat([faults.decide(lf, rules_, now, reset), faults.decide(lf, rules_, now, reset, confirmed=False)])
     if not all_:
         decided = decided.filter("open")
