@@ -39,6 +39,7 @@ class Cause:
     context: bool = False  # cannot fail a job by itself (a corrected error): evidence, never the verdict
     lag_s: float = 0.0  # how long after the fault its detector prints the line, at most (a daemon's timeout)
     cgroup: str | None = None  # the attr naming the cgroup of the process the event hit
+    shared: str = ""  # the action when the kind shows on several nodes at once: a component they share failed
 
 
 @dataclass(frozen=True)
@@ -60,17 +61,17 @@ class Causes:
         rows = [{"kind": c.kind, "cond": json.dumps(dict(c.attrs)) if c.attrs else None, "prior": c.prior,
                  "category": c.category, "action": c.action, "node_action": c.node, "symptom": c.symptom,
                  "lead_s": c.lead_s, "needs": list(c.needs), "says": c.says, "began": c.began, "context": c.context,
-                 "lag_s": c.lag_s, "cgroup": c.cgroup}
+                 "lag_s": c.lag_s, "cgroup": c.cgroup, "shared": c.shared}
                 for c in self.causes.values()]
         return pl.DataFrame(rows, schema={"kind": pl.String, "cond": pl.String, "prior": pl.Float64,
                                           "category": pl.String, "action": pl.String, "node_action": pl.String,
                                           "symptom": pl.Boolean, "lead_s": pl.Float64, "needs": pl.List(pl.String),
                                           "says": pl.String, "began": pl.String, "context": pl.Boolean,
-                                          "lag_s": pl.Float64, "cgroup": pl.String})
+                                          "lag_s": pl.Float64, "cgroup": pl.String, "shared": pl.String})
 
     def annotate(self, events: pl.DataFrame) -> pl.DataFrame:
         """Events of catalogued kinds with prior, category, action, node_action, symptom, lead_s, needs, says, began,
-        context, lag_s and cgroup (the most specific entry wins: one whose attrs condition matches over the plain one)."""
+        context, lag_s, cgroup and shared (the most specific entry wins: one whose attrs condition matches over the plain one)."""
         table = self.table
         plain = table.filter(pl.col("cond").is_null()).drop("cond")
         ev = events.join(plain, on="kind", how="inner", maintain_order="left")
@@ -115,7 +116,7 @@ def _load_causes(paths: tuple[Path, ...]) -> Causes:
                               tuple(entry.get("needs", [])),
                               tuple(sorted((k, str(v)) for k, v in entry.get("attrs", {}).items())), entry.get("says", ""),
                               entry.get("began"), bool(entry.get("context", False)), float(entry.get("lag_s", 0.0)),
-                              entry.get("cgroup"))
+                              entry.get("cgroup"), entry.get("shared", ""))
                 if not 0 < cause.prior < 1:
                     raise ValueError(f"{cause.kind}: prior {cause.prior} is not a probability between 0 and 1")
                 if cause.category not in CATEGORIES:

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 import polars as pl
 
 from observe import provenance, sessions
+from observe.hostlists import compact_nodes
 from observe.store import Store
 from queries import base_rate, jobs, node_past, ranks
 from queries.causes import Causes, load_causes
@@ -96,7 +97,8 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
                                 | pl.col("_cg").is_null()).get_column("node").drop_nulls()))
     stuck = stalled.filter(pl.col("node").is_in(logged)).get_column("node").drop_nulls().unique().to_list()
     elsewhere = ~pl.col("node").is_in(logged).fill_null(False)
-    derived = pl.concat([stalled.filter(elsewhere), lost.filter(elsewhere)], how="diagonal_relaxed")
+    derived = pl.concat([stalled.filter(elsewhere), lost.filter(elsewhere)], how="diagonal_relaxed").with_columns(
+        pl.lit(True).alias("_derived"))
     if ev.is_empty() and not derived.height:
         return ranks.empty()
     # repeats of one event close together are one candidate; the same event an hour apart is two
@@ -113,15 +115,16 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
                    pl.col("past").any(), pl.col("says").first(),
                    pl.col("rank").drop_nulls().first(), provenance.trusted().any().alias("trusted"),
                    pl.col("_cg").drop_nulls().first(), (pl.col("_cg_mine").any() | pl.col("_cg").is_null().all()).alias("_mine"),
-                   pl.col("_everywhere").any()))
+                   pl.col("_everywhere").any(), pl.col("shared").first()))
     groups = (pl.concat([groups.drop("_episode"), derived], how="diagonal_relaxed")
               .with_columns(pl.col("approx").fill_null(False), pl.col("trusted").fill_null(False),
-                            pl.col("_everywhere").fill_null(False),
+                            pl.col("_everywhere").fill_null(False), pl.col("_derived").fill_null(False),
                             pl.col("past").fill_null(False), pl.col("_mine").fill_null(True),
                             (pl.col("context").fill_null(False) | ~pl.col("_mine").fill_null(True)).alias("context")))
     spread = (groups.filter(pl.col("node").is_not_null()).group_by("kind", "code")
               .agg(pl.col("node").n_unique().alias("_nodes")))
-    groups = groups.join(spread, on=["kind", "code"], how="left", maintain_order="left", nulls_equal=True)
+    groups = _at_once(_flapped(groups.join(spread, on=["kind", "code"], how="left", maintain_order="left", nulls_equal=True),
+                               events, timedelta(seconds=sc["flap_s"])), timedelta(seconds=sc["at_once_s"]))
     first_cause = (groups.filter(~pl.col("symptom"), ~pl.col("context"), ~pl.col("approx"), ~pl.col("past"),
                                  pl.col("ts").is_not_null())
                    .get_column("ts").min())
@@ -167,12 +170,7 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
         terms.append((pl.when(~pl.col("symptom") & ~pl.col("context") & ~pl.col("approx") & ~pl.col("past")
                               & (ts <= _lit(first_cause) + skew))
                       .then(lr["earliest"]), pl.lit("the first cause logged")))
-    up = events.filter(pl.col("kind") == "ib_link_up", pl.col("ts").is_not_null()).select("node", pl.col("ts").alias("_up"))
-    if up.height:  # a link back up within seconds flapped; one that stayed down broke the job
-        back = (groups.with_row_index("_i").filter(pl.col("kind") == "ib_link_down", pl.col("ts").is_not_null()).sort("ts")
-                .join_asof(up.sort("_up"), left_on="ts", right_on="_up", by="node", strategy="forward", check_sortedness=False)
-                .filter(pl.col("_up") - pl.col("ts") <= timedelta(seconds=sc["flap_s"])).get_column("_i"))
-        groups = groups.with_row_index("_i").with_columns(pl.col("_i").is_in(back.implode()).alias("_flap")).drop("_i")
+    if groups.get_column("_flap").any():
         terms.append((pl.when(pl.col("_flap")).then(lr["flapped"]),
                       pl.format("the link came back within {} s: a flap", pl.lit(sc["flap_s"]))))
     first = ranks.first_failed(own, skew)
@@ -185,13 +183,25 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
                   (pl.when(pl.col("node_action") != "none").then(lr["not_one_node"]),
                    pl.lit("every node's ranks died of the same error of the job's own at once: a fault of one node "
                           "fails that node's ranks and leaves the others waiting"))]
+    if groups.get_column("_others").max():  # a switch takes its ports down together; one node's fault, only its own
+        terms.append((pl.when(pl.col("_others") > 0).then(pl.lit(lr["alone"]).pow(pl.col("_others"))),
+                      pl.format("the same on {} other node(s) of the job within {} s: one node's own fault takes down "
+                                "no other's, a component they share does", pl.col("_others"), pl.lit(sc["at_once_s"]))))
+    died = _died_of_own_error(ev, skew)
+    if died is not None:
+        terms.append((pl.when(pl.col("_derived") & (pl.col("node_action") != "none") & (died <= ts)).then(lr["died_first"]),
+                      pl.lit("a rank died of the job's own error first: its peers lost it, or waited for it, because it "
+                             "died, not because its node failed")))
     if stuck:
         terms.append((pl.when(pl.col("node").is_in(stuck) & ~pl.col("symptom")).then(lr["stalled_here"]),
                       pl.lit("ranks on this node stalled or fell silent while the others waited")))
     if lost.height:
-        terms.append((pl.when(pl.col("node").is_in(lost.get_column("node").to_list()) & ~pl.col("symptom")
-                              & (pl.col("kind") != "nccl_peer_lost")).then(lr["peer_named"]),
-                      pl.lit("other ranks' NCCL errors name this node as the peer they lost")))
+        gone = lost.get_column("node").to_list()
+        terms += [(pl.when(pl.col("node").is_in(gone) & ~pl.col("symptom") & (pl.col("kind") != "nccl_peer_lost"))
+                   .then(lr["peer_named"]), pl.lit("other ranks' NCCL errors name this node as the peer they lost")),
+                  (pl.when((pl.col("kind") == "nccl_net_error") & ~pl.col("node").is_in(gone)).then(lr["names_another"]),
+                   pl.lit(f"its ranks lost their peer on {compact_nodes(gone)}, as other nodes' did: they saw the failure "
+                          "from here"))]
     if succeeded_with is not None:
         jobs_ok = pl.col("succeeded").fill_null(0)
         terms.append((pl.when(jobs_ok > 0).then(pl.max_horizontal(pl.lit(lr["succeeded_with"]) ** jobs_ok,
@@ -218,11 +228,81 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
     ranked = (groups.with_columns(pl.sum_horizontal(r.log() for r in ratios).alias("score"), evidence.alias("evidence"),
                                   pl.when(unconfirmed).then(pl.lit("verify")).otherwise("node_action").alias("node_action"),
                                   pl.when(unconfirmed).then(_verify_first("action")).otherwise("action").alias("action"))
-              .drop("_nodes", "lead_s", "lag_s", "needs", "says", "prior", "_cg", "_mine", "_waited", "_everywhere",
+              .drop("_nodes", "lead_s", "lag_s", "needs", "says", "prior", "_cg", "_mine", "_waited", "_everywhere", "_derived",
                     *(["succeeded", "fleet", "hours_share", "fleet_hours_share"] if succeeded_with else []),
-                    *(["_flap"] if "_flap" in groups.columns else []))
+                    "_flap"))
+    ranked = (_shared(ranked, lr["alone"], timedelta(seconds=sc["at_once_s"])).drop("shared", "_others")
               .sort(["context", "score", "ts"], descending=[False, True, False], nulls_last=True))  # context never leads
     return ranked.with_columns(probability(ranked, sc["unlogged"]))
+
+
+def _died_of_own_error(annotated: pl.DataFrame, skew: timedelta) -> pl.Expr | None:
+    """When the first of the job's ranks to die of the job's own error (an exception, a CUDA OOM: a cause that calls
+    for nothing on the node, in the job's cgroup) did so on the candidate's node, or on a node no line names
+    (an unlabelled rank could be any), less ``skew``; None when no rank did."""
+    died = annotated.filter(~pl.col("symptom"), ~pl.col("context"), pl.col("node_action") == "none",
+                            pl.col("ts").is_not_null(), pl.col("_cg_mine") | pl.col("_cg").is_null())
+    if died.is_empty():
+        return None
+    per_node = dict(died.filter(pl.col("node").is_not_null()).group_by("node").agg(pl.col("ts").min()).iter_rows())
+    anywhere = died.filter(pl.col("node").is_null()).get_column("ts").min()
+    here = pl.col("node").replace_strict(per_node, default=None, return_dtype=pl.Datetime("us", "UTC"))
+    return pl.min_horizontal(here, pl.lit(anywhere, dtype=pl.Datetime("us", "UTC"))) - skew
+
+
+def _flapped(groups: pl.DataFrame, events: pl.DataFrame, within: timedelta) -> pl.DataFrame:
+    """``_flap``: an IB link that went down and came back up ``within`` seconds flapped (NCCL retries a link that
+    short); one that stayed down broke what used it."""
+    up = events.filter(pl.col("kind") == "ib_link_up", pl.col("ts").is_not_null()).select("node", pl.col("ts").alias("_up"))
+    rows = groups.with_row_index("_i")
+    back = (rows.filter(pl.col("kind") == "ib_link_down", pl.col("ts").is_not_null()).sort("ts")
+            .join_asof(up.sort("_up"), left_on="ts", right_on="_up", by="node", strategy="forward", check_sortedness=False)
+            .filter(pl.col("_up") - pl.col("ts") <= within).get_column("_i"))
+    return rows.with_columns(pl.col("_i").is_in(back.implode()).alias("_flap")).drop("_i")
+
+
+def _at_once(groups: pl.DataFrame, within: timedelta) -> pl.DataFrame:
+    """``_others``: how many other of the job's nodes logged the candidate's kind within ``within`` of it, for the
+    kinds a component several nodes share can cause (their cause's ``shared``: a leaf switch's ports), a flap left out
+    (a switch that failed keeps its ports down until it is back)."""
+    rows = groups.with_columns(pl.col("shared").fill_null("")).with_row_index("_i")
+    own = rows.filter(pl.col("shared") != "", ~pl.col("symptom"), ~pl.col("context"), ~pl.col("_flap"), pl.col("node").is_not_null(),
+                      pl.col("ts").is_not_null()).select("_i", "kind", "node", "ts")
+    near = (own.join(own, on="kind", suffix="_o")
+            .filter(pl.col("node") != pl.col("node_o"), (pl.col("ts") - pl.col("ts_o")).abs() <= within)
+            .group_by("_i").agg(pl.col("node_o").n_unique().cast(pl.Int64).alias("_others")))
+    return (rows.join(near, on="_i", how="left", maintain_order="left")
+            .with_columns(pl.col("_others").fill_null(0)).drop("_i"))
+
+
+def _shared(ranked: pl.DataFrame, alone: float, within: timedelta) -> pl.DataFrame:
+    """Beside candidates of one kind on several nodes at once (``_others``), the component they share as a
+    candidate of its own, without a node: the best member's evidence without the coincidence that member's
+    own node needs (``alone`` per other node), and its cause's ``shared`` action. Members within ``within``
+    of each other, in a chain, are one burst."""
+    members = ranked.filter(pl.col("_others") > 0).sort("kind", "ts")
+    if members.is_empty():
+        return ranked
+    members = members.with_columns(sessions.numbered("ts", "kind", within, undated_starts=True).alias("_burst"))
+    best = pl.col("score").arg_max()
+    coincidence = "the same on "
+    bursts = (members.group_by("_burst", maintain_order=True)
+              .agg(pl.all().exclude("node", "_burst").get(best), pl.col("ts").min().alias("_first"),
+                   pl.col("node").unique().sort().alias("_nodes"), pl.col("trusted").any().alias("_trusted"))
+              .filter(pl.col("_nodes").list.len() > 1))
+    rows = []
+    for b in bursts.iter_rows(named=True):
+        hosts = compact_nodes(b["_nodes"])
+        others = b["_others"]
+        rows.append({**{k: b[k] for k in ranked.columns if k in b and k != "node"},
+                     "node": None, "gpu": None, "ts": b["_first"], "count": len(b["_nodes"]), "trusted": b["_trusted"],
+                     "rank": None, "node_action": "none", "action": b["shared"], "_others": 0,
+                     "message": f"{b['kind']} on {hosts} within {within.total_seconds():.0f} s: {b['message']}",
+                     "score": b["score"] - others * math.log(alone),
+                     "evidence": [e for e in b["evidence"] if coincidence not in e]
+                     + [f"on {len(b['_nodes'])} of the job's nodes at once ({hosts}): one component they share "
+                        "explains every one"]})
+    return pl.concat([ranked, pl.DataFrame(rows, schema=ranked.schema)]) if rows else ranked
 
 
 def _cgroup(job_id: str, causes: Causes) -> list[pl.Expr]:
@@ -271,9 +351,13 @@ def _odds(ranked: pl.DataFrame) -> float:
                  .get_column("score").sum())
 
 
-def unlogged(ranked: pl.DataFrame, odds: float) -> float:
-    """The probability that the cause left no line in the store (``odds``: that hypothesis's, causes.toml)."""
-    return odds / (odds + _odds(ranked))
+def no_node(ranked: pl.DataFrame, odds: float, node_share: float) -> float:
+    """The probability that no one node is at fault: the diagnoses that name no node, and of the hypothesis that the
+    cause left no line (``odds``) the share that is not a node's (``node_share`` is)."""
+    live = (ranked.filter(~pl.col("context")).group_by(_diagnosis().alias("_d"))
+            .agg(pl.col("score").max().exp().alias("_odds")))
+    nodeless = float(live.filter(pl.col("_d").struct.field("node").is_null()).get_column("_odds").sum())
+    return (nodeless + odds * (1 - node_share)) / (float(live.get_column("_odds").sum()) + odds)
 
 
 def probability(ranked: pl.DataFrame, odds: float) -> pl.Expr:
@@ -400,14 +484,15 @@ def explain(store: Store, job_id: str, at: datetime | None = None, before: timed
         root = {k: top[k] for k in ("node", "kind", "code", "gpu", "ts", "message", "category", "action", "node_action",
                                     "rank", "score", "trusted", "symptom", "context")}
         # only a symptom every rank reports whatever broke (a watchdog timeout) or only background (a corrected
-        # error): no cause established, as probable as that the cause left no line; else the likeliest's
-        # probability, undetermined when too low
-        nothing = top["symptom"] or top["context"]
-        root["confidence"] = round(unlogged(ranked, causes.scoring["unlogged"]) if nothing else float(top["probability"]), 2)
-        root["probability"] = round(float(top["probability"]), 2)
-        unsure = nothing or root["confidence"] < causes.scoring["undetermined_below"]
+        # error), or a likeliest cause too improbable: undetermined, which says act on no node, and is right as
+        # often as no one node is at fault; else the likeliest's probability
+        sc = causes.scoring
+        probable = float(top["probability"])
+        unsure = top["symptom"] or top["context"] or probable < sc["undetermined_below"]
+        root["confidence"] = round(no_node(ranked, sc["unlogged"], sc["unlogged_node_share"]) if unsure else probable, 2)
+        root["probability"] = round(probable, 2)
         root["verdict"] = "undetermined" if unsure else "cause"
-        if top["node_action"] == "drain" and root["confidence"] < causes.scoring["drain_above"]:  # not sure enough to act
+        if top["node_action"] == "drain" and (unsure or probable < sc["drain_above"]):  # not sure enough to act
             root["node_action"] = "verify"
             root["action"] = ranked.select(_verify_first("action")).item(0, 0)
     mine = events.filter(pl.col("job_id").is_null() | (pl.col("job_id") == run.job_id))

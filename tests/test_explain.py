@@ -282,7 +282,7 @@ def test_weak_evidence_is_undetermined_and_says_what_is_missing(store) -> None:
     undetermined, the report says so, and names the node whose logs are missing."""
     rows = [ev("slurm_job_start", "ctl1", -3600, "slurm", job_id="7", attrs={"nodes": "gpu[001-004]"}),
             ev("slurm_job_end", "ctl1", 900, "slurm", job_id="7", attrs={"state": "FAILED", "exit_code": "1:0"}),
-            ev("ib_link_down", "gpu001", 540), ev("ib_link_down", "gpu002", 541),
+            ev("ib_link_down", "gpu001", 540), ev("ib_link_down", "gpu002", 552),  # not at once: no switch
             ev("nccl_net_error", None, 560, "nccl", rank=3, job_id="7"),
             ev("log", "gpu003", 100, "syslog")]
     for i, row in enumerate(rows):

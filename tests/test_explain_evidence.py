@@ -576,3 +576,78 @@ def test_a_forged_recovery_ends_no_trusted_fault(store, fault_route: str, ended:
     _write(store, _job("6", -4 * 3600, -3 * 3600 + 60, "FAILED") + [xid, boot] + RESTART_7)
     root = explain(store, "7").root_cause
     assert (root["kind"] == "gpu_xid") is not ended, root
+
+
+@pytest.mark.parametrize("apart, switch", [(2, True), (15, False)])
+def test_links_down_on_several_nodes_at_once_are_the_switch_they_share(store, tmp_path, apart: int, switch: bool) -> None:
+    """A leaf switch failed: the mlx5 ports of gpu001-003 went down within seconds of each other (the
+    kernel's lines as mlx5_core prints them) and the ranks lost their peers. One node's own link takes no
+    other node's down: the verdict is the switch they share, no node, nothing to drain. The same links
+    going down 15 s apart are no burst: each is its node's own."""
+    from observe.ingest import ingest
+
+    for i, node in enumerate(NODES[:3]):
+        at = (T + timedelta(seconds=540 + i * apart)).isoformat()
+        (tmp_path / f"{node}.log").write_text(f"{at} {node} kernel: mlx5_core 0000:ab:00.0 mlx5_5: Port: 1 Link DOWN\n")
+    _write(store, _job("7", -3600, 900, "FAILED") + inits() + timeouts(600)
+           + [ev("nccl_net_error", None, 560, "nccl", rank=r, job_id="7") for r in (1, 9, 25)])
+    ingest([str(p) for p in sorted(tmp_path.glob("*.log"))], store, workers=1)
+    e = explain(store, "7")
+    links = [c for c in e.candidates if c["kind"] == "ib_link_down" and c["node"]]
+    assert len(links) == 3, e.candidates
+    if switch:
+        assert (e.root_cause["node"], e.root_cause["category"], e.root_cause["node_action"], e.root_cause["verdict"]) \
+            == (None, "network", "none", "cause"), e.root_cause
+        assert e.root_cause["confidence"] >= 0.9 and "gpu[001-003]" in e.root_cause["message"], e.root_cause
+        assert all(any("2 other node(s) of the job within 10 s" in x for x in c["evidence"]) for c in links), links
+    else:
+        assert e.root_cause["node"] in NODES[:3] and all(c["node"] for c in e.candidates if c["kind"] == "ib_link_down")
+
+
+def test_the_programs_refused_command_line_on_every_rank_is_the_jobs(store, tmp_path) -> None:
+    """torchrun passed --local-rank to a script whose argparse does not take it: every rank printed
+    argparse's usage and "main.py: error: unrecognized arguments" and exited 2. The job's own doing,
+    confidently, nothing for a node (without the rule: no catalogued line, undetermined)."""
+    from observe.ingest import ingest
+
+    out = tmp_path / "slurm-7.out"
+    out.write_text("".join(f"[rank{r}]: usage: main.py [-h] [--epochs EPOCHS]\n"
+                           f"[rank{r}]: main.py: error: unrecognized arguments: --local-rank={r % 8}\n" for r in range(32)))
+    _write(store, _job("7", -3600, 60, "FAILED", exit_code="2:0") + inits())
+    ingest([str(out)], store, job="7", workers=1)
+    root = explain(store, "7").root_cause
+    assert (root["kind"], root["category"], root["node_action"], root["verdict"]) == ("usage_error", "user", "none",
+                                                                                     "cause"), root
+    assert root["confidence"] >= 0.9, root
+
+
+def test_a_rank_that_died_of_the_jobs_own_error_is_why_its_peers_lost_it() -> None:
+    """A rank (its line carries no label) ran out of GPU memory; a minute later the other nodes' ranks lost
+    their NCCL peer on gpu003, which logged nothing. The lost peer is that death, not gpu003's network,
+    and the nodes whose ranks reported the loss only saw it: the job's own OOM, confidently."""
+    boot = [ev("log", NODES[r // 8], None, "nccl", rank=r, job_id="7",
+               message=f"NCCL INFO Bootstrap : Using ib0:10.0.0.{r // 8 + 1}<0>") for r in range(0, 32, 8)]
+    oom = ev("cuda_oom", None, 500, "nccl", job_id="7",
+             message="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total "
+                     "capacity of 79.15 GiB of which 1.02 GiB is free.")
+    lost = [ev("nccl_net_error", None, 560 + r / 10, "nccl", rank=r, job_id="7", attrs={"peer": "10.0.0.3<1>"})
+            for r in (1, 9, 25)]
+    ranked = candidates(place_ranks(frame(inits() + boot + [oom] + lost + timeouts(600)), NODES), RUN, load_causes())
+    top = ranked.row(0, named=True)
+    assert (top["kind"], top["category"], top["node_action"]) == ("cuda_oom", "user", "none"), ranked.head(4)
+    assert top["probability"] >= 0.9, ranked.select("node", "kind", "probability", "evidence").head(4)
+    peer = ranked.filter(pl.col("kind") == "nccl_peer_lost").row(0, named=True)
+    assert any("died of the job's own error first" in x for x in peer["evidence"]), peer
+    saw = ranked.filter(pl.col("kind") == "nccl_net_error", pl.col("node") == "gpu001").row(0, named=True)
+    assert any("lost their peer on gpu003, as other nodes' did" in x for x in saw["evidence"]), saw
+
+
+def test_undetermined_is_as_sure_as_that_no_one_node_is_at_fault() -> None:
+    """Undetermined acts on no node: it is right when no one node is at fault. Diagnoses at odds 9 (gpu on
+    node a) and 3 (the user's, no node), and the cause that left no line at odds 1, half of which is a
+    node's: (3 + 0.5) / 13."""
+    from queries.explain import no_node
+    ranked = pl.DataFrame({"category": ["gpu", "user", "gpu"], "node": ["a", "b", "c"],
+                           "node_action": ["drain", "none", "watch"], "context": [False, False, True],
+                           "score": [math.log(9), math.log(3), math.log(50)]})
+    assert no_node(ranked, 1.0, 0.5) == pytest.approx(3.5 / 13)

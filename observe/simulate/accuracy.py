@@ -28,7 +28,9 @@ def score(store: Store, incidents: list[dict]) -> pl.DataFrame:
         if inc["kind"] is None and inc["category"] == "software":  # no node at fault: unsure, or no node blamed
             hits = [not root or root["verdict"] == "undetermined" or root.get("node_action") == "none"] * 3
         else:
-            hits = [c.get("node") in right and c.get("kind") == inc["kind"] for c in ranked[:3]]
+            shared = bool(inc.get("switch_nodes"))  # the switch itself, no node, is right too
+            hits = [(c.get("node") in right or (shared and c.get("node") is None)) and c.get("kind") == inc["kind"]
+                    for c in ranked[:3]]
             if inc.get("unsure_ok") and root and root["verdict"] == "undetermined":  # no evidence could be had
                 hits = [True] * 3
         rows.append({"type": inc["type"], "job_id": inc["job_id"], "top1": bool(hits[:1] and hits[0]),

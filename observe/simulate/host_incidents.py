@@ -43,8 +43,9 @@ def ib_link_down(sim: Cluster, t: int, run: Run) -> None:
 
 
 def ib_switch(sim: Cluster, t: int, run: Run) -> None:
-    """A leaf switch fails: one rail's links go down on all of its 4-8 consecutive nodes within a
-    minute; every multi-node job on them fails with NCCL network errors (one record per job)."""
+    """A leaf switch fails (power, a firmware crash, a reboot): one rail's links go down together on all of its
+    4-8 consecutive nodes, each kernel logging its port's loss within seconds; every multi-node job on them
+    fails with NCCL network errors (one record per job)."""
     rng, n = sim.rng, len(sim.nodes)
     size = min(sim.leaf, n)
     if size < 4:  # no leaf switch with several nodes in so small a cluster
@@ -53,7 +54,7 @@ def ib_switch(sim: Cluster, t: int, run: Run) -> None:
     target = run.nodes[int(rng.integers(len(run.nodes)))]
     lo = min(target.index - target.index % size, n - size)
     k = int(rng.integers(target.hcas))
-    offsets = np.sort(rng.integers(0, 50 * S, size))
+    offsets = np.sort(rng.integers(0, 3 * S, size))
     offsets = (offsets - offsets[0])[rng.permutation(size)].tolist()
     pci = f"0000:{HCA_BUS[k]}:00.0"
     back = t + int(rng.integers(8, 25)) * MINUTE
