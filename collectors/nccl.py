@@ -29,7 +29,7 @@ from observe.frames import any_of, scatter_rows
 # Before it, a launcher's label (srun --label, torchrun) or the host pdsh puts first: source: chaos/pdsh
 #   src/pdsh/dsh.c (rsh thread, with labels, the default): out("%S: %s", a->host, buf) (deepspeed's multi-node
 #   launcher runs pdsh).
-NCCL = (r"\s*" + RUNTIME_PREFIX + r"(?:(?P<srank>\d{1,6}): \s*|\[" + ROLE + r"(?P<lrank>\d+)\]:\s?|[A-Za-z0-9][\w.-]*: )?"
+NCCL = (r"\s*" + RUNTIME_PREFIX + r"(?:(?P<srank>\d{1,6}): \s*)?(?:\[" + ROLE + r"(?P<lrank>\d+)\]:\s?|[A-Za-z0-9][\w.-]*: )?"
         r"(?:\[(?P<stamp>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)\] )?(?:\[(?P<tag>[0-9]+)\]\s*)?"
         r"(?P<host>[A-Za-z0-9_.-]+):(?P<pid>[0-9]+):(?P<tid>[0-9]+)(?: \[(?P<dev>[0-9]+)\])? ")
 NCCL_BARE = r"(?P<host>[A-Za-z0-9_.-]+):(?P<pid>[0-9]+):(?P<tid>[0-9]+)(?: \[(?P<dev>[0-9]+)\])? "  # most lines: no prefix
@@ -61,7 +61,8 @@ TORCH_LOGS_START = r"^\s*(?:" + TORCHRUN_LABEL + r")?" + r"[EWIFDC]\d{4} \d\d:\d
 # Python logging's basicConfig layout: source: python/cpython Lib/logging/__init__.py (2.x-3.13)
 #   BASIC_FORMAT = "%(levelname)s:%(name)s:%(message)s" ("ERROR:torch.distributed.elastic.multiprocessing.api:...").
 PY_BASIC = r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL):(?:[A-Za-z_][\w.]*):"
-RANK_PREFIX = r"^\s*(?:\[" + ROLE + r")?(\d{1,6})(?:\]:\s?|: )"  # [rank3]: or srun's 3:
+# [rank3]:, srun's 3:, or both (srun -l torchrun: srun's task, one per node, then torchrun's rank): the rank is the latter
+RANK_PREFIX = r"^\s*(?:(\d{1,6}): )?(?:\[" + ROLE + r"(\d+)\]:\s?)?"
 # An indented line without a launcher label continues the record above (a traceback frame, a wrapped line);
 # a labelled one is a record of its own (the label is a header), except the lines of a Python traceback (one
 # exception report that the launcher labels line by line: source: python/cpython Lib/traceback.py
@@ -271,7 +272,7 @@ def _nccl_result(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def _rank(raw: pl.Expr) -> pl.Expr:
-    return raw.str.extract(RANK_PREFIX, 1).cast(pl.Int32, strict=False)
+    return pl.coalesce(raw.str.extract(RANK_PREFIX, 2), raw.str.extract(RANK_PREFIX, 1)).cast(pl.Int32, strict=False)
 
 
 def _text(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:

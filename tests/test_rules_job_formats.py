@@ -91,6 +91,12 @@ CASES = {
         "0:   rank      : 4 (local_rank: 4)\n0:   exitcode  : -6 (pid: 777)\n0:   error_file: <N/A>\n"
         "0:   traceback : Signal 6 (SIGABRT) received by PID 777",
         "torch_elastic_root_cause", {"rank": 4, "node": "gpu007", "code": -6, "pid": 777}, {"local_rank": "4"}),
+    "srun task label then torchrun's rank": (  # srun -l torchrun: srun's task (a node), then the process's global rank
+        "nccl", "2: [rank20]: RuntimeError: CUDA error: uncorrectable ECC error encountered",
+        "cuda_hw_error", {"rank": 20}, {"detail": "uncorrectable ECC error encountered"}),
+    "srun task label then torchrun's rank, NCCL": (
+        "nccl", "2: [rank20]: gpu023:4242:4250 [4] NCCL INFO comm 0x1 rank 20 nranks 64 cudaDev 4 busId 9a000 - Init COMPLETE",
+        "nccl_comm_init", {"rank": 20}, {}),
     # NVIDIA/nccl
     "ib completion 2.4-2.11 no peer": (
         "nccl", "gpu01:3063025:3066048 [3] transport/net_ib.cc:1049 NCCL WARN NET/IB : Got completion with error 12, opcode 1, "
