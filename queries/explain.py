@@ -231,7 +231,7 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
               .drop("_nodes", "lead_s", "lag_s", "needs", "says", "prior", "_cg", "_mine", "_waited", "_everywhere", "_derived",
                     *(["succeeded", "fleet", "hours_share", "fleet_hours_share"] if succeeded_with else []),
                     "_flap"))
-    ranked = (_shared(ranked, lr["alone"], timedelta(seconds=sc["at_once_s"])).drop("shared", "_others")
+    ranked = (_shared(ranked, lr["alone"], timedelta(seconds=sc["at_once_s"])).drop("_others")
               .sort(["context", "score", "ts"], descending=[False, True, False], nulls_last=True))  # context never leads
     return ranked.with_columns(probability(ranked, sc["unlogged"]))
 
@@ -279,8 +279,9 @@ def _shared(ranked: pl.DataFrame, alone: float, within: timedelta) -> pl.DataFra
     """Beside candidates of one kind on several nodes at once (``_others``), the component they share as a
     candidate of its own, without a node: the best member's evidence without the coincidence that member's
     own node needs (``alone`` per other node), and its cause's ``shared`` action. Members within ``within``
-    of each other, in a chain, are one burst."""
+    of each other, in a chain, are one burst. ``shared`` then says whether a row is such a component."""
     members = ranked.filter(pl.col("_others") > 0).sort("kind", "ts")
+    ranked = ranked.with_columns(pl.lit(False).alias("shared"))  # the members' action; now: a burst's component?
     if members.is_empty():
         return ranked
     members = members.with_columns(sessions.numbered("ts", "kind", within, undated_starts=True).alias("_burst"))
@@ -296,7 +297,7 @@ def _shared(ranked: pl.DataFrame, alone: float, within: timedelta) -> pl.DataFra
         others = b["_others"]
         rows.append({**{k: b[k] for k in ranked.columns if k in b and k != "node"},
                      "node": None, "gpu": None, "ts": b["_first"], "count": len(b["_nodes"]), "trusted": b["_trusted"],
-                     "rank": None, "node_action": "none", "action": b["shared"], "_others": 0,
+                     "rank": None, "node_action": "none", "action": b["shared"], "_others": 0, "shared": True,
                      "message": f"{b['kind']} on {hosts} within {within.total_seconds():.0f} s: {b['message']}",
                      "score": b["score"] - others * math.log(alone),
                      "evidence": [e for e in b["evidence"] if coincidence not in e]
@@ -482,7 +483,7 @@ def explain(store: Store, job_id: str, at: datetime | None = None, before: timed
     if ranked.height and (run.state or "").split()[:1] != ["COMPLETED"]:
         top = ranked.row(0, named=True)
         root = {k: top[k] for k in ("node", "kind", "code", "gpu", "ts", "message", "category", "action", "node_action",
-                                    "rank", "score", "trusted", "symptom", "context")}
+                                    "rank", "score", "trusted", "symptom", "context", "shared")}
         # only a symptom every rank reports whatever broke (a watchdog timeout) or only background (a corrected
         # error), or a likeliest cause too improbable: undetermined, which says act on no node, and is right as
         # often as no one node is at fault; else the likeliest's probability

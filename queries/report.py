@@ -34,7 +34,7 @@ def report(e: Explanation) -> list[str]:
                          f"or points several ways; act on no node (right if no one node is at fault: {r['confidence']:.2f} "
                          "probable); it, then the candidates:")
         what = r["kind"] + (f" {r['code']}" if r["code"] is not None else "")
-        where = r["node"] or "(job output)"
+        where = r["node"] or ("(what the nodes share)" if r.get("shared") else "(job output)")
         gpu = f"  GPU {r['gpu']}" if r["gpu"] else ""
         rank = f"  rank {r['rank']}" if r["rank"] is not None else ""
         head = "LIKELIEST " if r["verdict"] == "undetermined" else "ROOT CAUSE"

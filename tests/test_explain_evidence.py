@@ -599,6 +599,7 @@ def test_links_down_on_several_nodes_at_once_are_the_switch_they_share(store, tm
         assert (e.root_cause["node"], e.root_cause["category"], e.root_cause["node_action"], e.root_cause["verdict"]) \
             == (None, "network", "none", "cause"), e.root_cause
         assert e.root_cause["confidence"] >= 0.9 and "gpu[001-003]" in e.root_cause["message"], e.root_cause
+        assert e.root_cause["shared"] and any(x.startswith("ROOT CAUSE  (what the nodes share)") for x in report(e))
         assert all(any("2 other node(s) of the job within 10 s" in x for x in c["evidence"]) for c in links), links
     else:
         assert e.root_cause["node"] in NODES[:3] and all(c["node"] for c in e.candidates if c["kind"] == "ib_link_down")
