@@ -11,13 +11,16 @@ import polars as pl
 
 from queries.jobs import Run
 
+AGENT_KINDS = ("torch_elastic_failed", "torch_elastic_root_cause")  # what torchrun's agent prints of its workers
 ADDRESS = r"(?:Bootstrap : Using|OOB) (?:\[\d+\])?[\w.-]+:(\S+?)<\d+>"  # a rank's own address, NCCL INFO at init
 
 
 def place_ranks(events: pl.DataFrame, nodes: list[str], job_id: str | None = None) -> pl.DataFrame:
     """Fill ``node`` of rank-tagged events (PyTorch lines carry no host) from the job's
     ``nccl_comm_init`` lines, else by Slurm's default block distribution: ranks fill the run's nodes
-    in order, ``world / nodes`` each (:func:`world_size`)."""
+    in order, ``world / nodes`` each (:func:`world_size`). Where srun ran torchrun, srun's label is
+    its task, a node's agent, not a rank (:func:`_agents`)."""
+    events = _agents(events, nodes)
     ranked = events.filter(pl.col("rank").is_not_null())
     if ranked.is_empty():
         return events
@@ -27,6 +30,22 @@ def place_ranks(events: pl.DataFrame, nodes: list[str], job_id: str | None = Non
             .with_columns(pl.coalesce("node", "_host", pl.when(pl.col("rank").is_not_null())
                                       .then(_block(world_size(events, nodes, job_id), nodes))).alias("node"))
             .drop("_host"))
+
+
+def _agents(events: pl.DataFrame, nodes: list[str]) -> pl.DataFrame:
+    """``srun -l torchrun``: srun labels the lines of its tasks (``2: ``), and each task is a torchrun agent, one per
+    node, whose workers are the ranks; a line with srun's label alone (no ``[rankN]:`` of torchrun's after it)
+    ran on the task's node, under a rank no line says. Told by the agent's own lines in the output (torchrun's
+    ``failed (exitcode: ...)`` and root-cause block); ``srun -l python`` has none, and its tasks are ranks."""
+    if not nodes or "raw" not in events.columns or not events.get_column("kind").is_in(list(AGENT_KINDS)).any():
+        return events
+    task = pl.col("raw").str.extract(r"^\s*(\d{1,6}): ", 1).cast(pl.Int32, strict=False)
+    alone = (task == pl.col("rank")) & ~pl.col("raw").str.contains(r"^\s*\d{1,6}: \s*\[[A-Za-z][A-Za-z_-]*\d+\]:")
+    tasks = int(events.select(task.filter(alone).max()).item() or 0) + 1
+    per_node = max(1, math.ceil(tasks / len(nodes)))
+    node = pl.lit(pl.Series(nodes, dtype=pl.String)).gather((task // per_node).clip(0, len(nodes) - 1))
+    return events.with_columns(pl.when(alone).then(pl.coalesce("node", node)).otherwise("node").alias("node"),
+                               pl.when(alone.fill_null(False)).then(None).otherwise("rank").alias("rank"))
 
 
 def world_size(events: pl.DataFrame, nodes: list[str], job_id: str | None = None, per_node: int = 8) -> int:

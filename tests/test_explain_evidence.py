@@ -652,3 +652,20 @@ def test_undetermined_is_as_sure_as_that_no_one_node_is_at_fault() -> None:
                            "node_action": ["drain", "none", "watch"], "context": [False, False, True],
                            "score": [math.log(9), math.log(3), math.log(50)]})
     assert no_node(ranked, 1.0, 0.5) == pytest.approx(3.5 / 13)
+
+
+@pytest.mark.parametrize("agents, node", [(True, "gpu003"), (False, "gpu001")])
+def test_srun_labels_torchruns_agents_not_ranks(store, tmp_path, agents: bool, node: str) -> None:
+    """srun -l torchrun: srun labels each task's lines, and each task is a node's torchrun agent (its
+    "failed (exitcode: ...)" line says so); "2: RuntimeError: CUDA error: uncorrectable ECC ..." came from the
+    third node, not from rank 2 on the first. Under srun -l python the tasks are the ranks: rank 2 is on gpu001."""
+    from observe.ingest import ingest
+
+    agent = "".join(f"{t}: E1122 12:05:01.000000 139783066310464 torch/distributed/elastic/multiprocessing/api.py:833] failed "
+                    f"(exitcode: 1) local_rank: 0 (pid: 12{t}) of binary: /usr/bin/python\n" for t in range(4))
+    out = tmp_path / "slurm-7.out"
+    out.write_text("2: RuntimeError: CUDA error: uncorrectable ECC error encountered\n" + (agent if agents else ""))
+    _write(store, _job("7", -3600, 900, "FAILED", nodes="gpu[001-004]") + timeouts(600, ranks=range(16)))
+    ingest([str(out)], store, job="7", workers=1)
+    hw = next(c for c in explain(store, "7").candidates if c["kind"] == "cuda_hw_error")
+    assert hw["node"] == node, hw
