@@ -262,15 +262,15 @@ def _flapped(groups: pl.DataFrame, events: pl.DataFrame, within: timedelta) -> p
 
 
 def _at_once(groups: pl.DataFrame, within: timedelta) -> pl.DataFrame:
-    """``_others``: how many other of the job's nodes logged the candidate's kind within ``within`` of it, for the
-    kinds a component several nodes share can cause (their cause's ``shared``: a leaf switch's ports), a flap left out
-    (a switch that failed keeps its ports down until it is back)."""
+    """``_others``: how many other of the job's nodes logged the candidate's kind in its burst (each line within
+    ``within`` of the one before), for the kinds a component several nodes share can cause (their cause's ``shared``:
+    a leaf switch's ports), a flap left out (a switch that failed keeps its ports down until it is back)."""
     rows = groups.with_columns(pl.col("shared").fill_null("")).with_row_index("_i")
     own = rows.filter(pl.col("shared") != "", ~pl.col("symptom"), ~pl.col("context"), ~pl.col("_flap"), pl.col("node").is_not_null(),
                       pl.col("ts").is_not_null()).select("_i", "kind", "node", "ts")
-    near = (own.join(own, on="kind", suffix="_o")
-            .filter(pl.col("node") != pl.col("node_o"), (pl.col("ts") - pl.col("ts_o")).abs() <= within)
-            .group_by("_i").agg(pl.col("node_o").n_unique().cast(pl.Int64).alias("_others")))
+    burst = sessions.numbered("ts", "kind", within, undated_starts=True)  # sorted: linear in the lines, whatever they are
+    near = (own.sort("kind", "ts").with_columns(burst.alias("_burst"))
+            .select("_i", (pl.col("node").n_unique().over("_burst") - 1).cast(pl.Int64).alias("_others")))
     return (rows.join(near, on="_i", how="left", maintain_order="left")
             .with_columns(pl.col("_others").fill_null(0)).drop("_i"))
 
@@ -279,7 +279,8 @@ def _shared(ranked: pl.DataFrame, alone: float, within: timedelta) -> pl.DataFra
     """Beside candidates of one kind on several nodes at once (``_others``), the component they share as a
     candidate of its own, without a node: the best member's evidence without the coincidence that member's
     own node needs (``alone`` per other node), and its cause's ``shared`` action. Members within ``within``
-    of each other, in a chain, are one burst. ``shared`` then says whether a row is such a component."""
+    of each other, in a chain, are one burst. ``shared`` then says whether a row is such a component; it rests on a
+    trusted route when two of its nodes' lines do (a user's lines on other nodes are evidence, never the claim)."""
     members = ranked.filter(pl.col("_others") > 0).sort("kind", "ts")
     ranked = ranked.with_columns(pl.lit(False).alias("shared"))  # the members' action; now: a burst's component?
     if members.is_empty():
@@ -289,7 +290,7 @@ def _shared(ranked: pl.DataFrame, alone: float, within: timedelta) -> pl.DataFra
     coincidence = "the same on "
     bursts = (members.group_by("_burst", maintain_order=True)
               .agg(pl.all().exclude("node", "_burst").get(best), pl.col("ts").min().alias("_first"),
-                   pl.col("node").unique().sort().alias("_nodes"), pl.col("trusted").any().alias("_trusted"))
+                   pl.col("node").unique().sort().alias("_nodes"), (pl.col("trusted").sum() > 1).alias("_trusted"))
               .filter(pl.col("_nodes").list.len() > 1))
     rows = []
     for b in bursts.iter_rows(named=True):
@@ -352,13 +353,9 @@ def _odds(ranked: pl.DataFrame) -> float:
                  .get_column("score").sum())
 
 
-def no_node(ranked: pl.DataFrame, odds: float, node_share: float) -> float:
-    """The probability that no one node is at fault: the diagnoses that name no node, and of the hypothesis that the
-    cause left no line (``odds``) the share that is not a node's (``node_share`` is)."""
-    live = (ranked.filter(~pl.col("context")).group_by(_diagnosis().alias("_d"))
-            .agg(pl.col("score").max().exp().alias("_odds")))
-    nodeless = float(live.filter(pl.col("_d").struct.field("node").is_null()).get_column("_odds").sum())
-    return (nodeless + odds * (1 - node_share)) / (float(live.get_column("_odds").sum()) + odds)
+def unlogged(ranked: pl.DataFrame, odds: float) -> float:
+    """The probability that the cause left no line in the store (``odds``: that hypothesis's, causes.toml)."""
+    return odds / (odds + _odds(ranked))
 
 
 def probability(ranked: pl.DataFrame, odds: float) -> pl.Expr:
@@ -485,13 +482,14 @@ def explain(store: Store, job_id: str, at: datetime | None = None, before: timed
         root = {k: top[k] for k in ("node", "kind", "code", "gpu", "ts", "message", "category", "action", "node_action",
                                     "rank", "score", "trusted", "symptom", "context", "shared")}
         # only a symptom every rank reports whatever broke (a watchdog timeout) or only background (a corrected
-        # error), or a likeliest cause too improbable: undetermined, which says act on no node, and is right as
-        # often as no one node is at fault; else the likeliest's probability
+        # error): no cause established, as probable as that the cause left no line; else the likeliest's
+        # probability, undetermined when too low
         sc = causes.scoring
+        nothing = top["symptom"] or top["context"]
         probable = float(top["probability"])
-        unsure = top["symptom"] or top["context"] or probable < sc["undetermined_below"]
-        root["confidence"] = round(no_node(ranked, sc["unlogged"], sc["unlogged_node_share"]) if unsure else probable, 2)
+        root["confidence"] = round(unlogged(ranked, sc["unlogged"]) if nothing else probable, 2)
         root["probability"] = round(probable, 2)
+        unsure = nothing or probable < sc["undetermined_below"]
         root["verdict"] = "undetermined" if unsure else "cause"
         if top["node_action"] == "drain" and (unsure or probable < sc["drain_above"]):  # not sure enough to act
             root["node_action"] = "verify"

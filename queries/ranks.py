@@ -12,6 +12,9 @@ import polars as pl
 from queries.jobs import Run
 
 AGENT_KINDS = ("torch_elastic_failed", "torch_elastic_root_cause")  # what torchrun's agent prints of its workers
+# NVIDIA/nccl src/init.cc 2.4-2.28: INFO(NCCL_INIT, "comm %p rank %d nranks %d cudaDev %d busId %lx - Init COMPLETE")
+NCCL_RANK = r"\bcomm 0x[0-9a-f]+ rank (\d{1,6}) n[Rr]anks \d+"
+MAX_PER_NODE = 256  # ranks a node can run (8 GPUs, a few processes each, CPU ranks): a larger world is no world
 ADDRESS = r"(?:Bootstrap : Using|OOB) (?:\[\d+\])?[\w.-]+:(\S+?)<\d+>"  # a rank's own address, NCCL INFO at init
 
 
@@ -41,11 +44,12 @@ def _agents(events: pl.DataFrame, nodes: list[str]) -> pl.DataFrame:
         return events
     task = pl.col("raw").str.extract(r"^\s*(\d{1,6}): ", 1).cast(pl.Int32, strict=False)
     alone = (task == pl.col("rank")) & ~pl.col("raw").str.contains(r"^\s*\d{1,6}: \s*\[[A-Za-z][A-Za-z_-]*\d+\]:")
+    said = pl.col("message").str.extract(NCCL_RANK, 1).cast(pl.Int32, strict=False)  # NCCL's own line says its rank
     tasks = int(events.select(task.filter(alone).max()).item() or 0) + 1
     per_node = max(1, math.ceil(tasks / len(nodes)))
     node = pl.lit(pl.Series(nodes, dtype=pl.String)).gather((task // per_node).clip(0, len(nodes) - 1))
     return events.with_columns(pl.when(alone).then(pl.coalesce("node", node)).otherwise("node").alias("node"),
-                               pl.when(alone.fill_null(False)).then(None).otherwise("rank").alias("rank"))
+                               pl.when(alone.fill_null(False)).then(said).otherwise("rank").alias("rank"))
 
 
 def world_size(events: pl.DataFrame, nodes: list[str], job_id: str | None = None, per_node: int = 8) -> int:
@@ -58,9 +62,9 @@ def world_size(events: pl.DataFrame, nodes: list[str], job_id: str | None = None
     attr = pl.col("attrs").str.json_path_match
     nranks = events.filter(pl.col("kind") == "nccl_comm_init").select(
         attr("$.nranks").cast(pl.Int64, strict=False).max()).item()
-    if nranks:
-        return int(nranks)
     n = max(len(nodes), 1)
+    if nranks and nranks <= MAX_PER_NODE * n:  # a line the job printed: bounded before it sizes anything
+        return int(nranks)
     ranks = events.get_column("rank").drop_nulls()
     top = int(ranks.max() or 0) + 1
     gpus = events.filter(pl.col("kind").is_in(["slurm_job_end", "slurm_job_start"]), pl.col("job_id").eq_missing(job_id)).select(

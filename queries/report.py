@@ -27,12 +27,11 @@ def report(e: Explanation) -> list[str]:
                      "window read")
     else:
         if r["verdict"] == "undetermined" and (r.get("symptom") or r.get("context")):
-            lines.append("UNDETERMINED  no cause established, only symptoms or background: act on no node (right if no one "
-                         f"node is at fault: {r['confidence']:.2f} probable); the likeliest line, then the candidates:")
+            lines.append(f"UNDETERMINED  no cause established, only symptoms or background: {r['confidence']:.2f} probable "
+                         "that the cause left no line in the store; the likeliest line, then the candidates:")
         elif r["verdict"] == "undetermined":
-            lines.append(f"UNDETERMINED  the likeliest cause is only {r['probability']:.2f} probable: the evidence is weak "
-                         f"or points several ways; act on no node (right if no one node is at fault: {r['confidence']:.2f} "
-                         "probable); it, then the candidates:")
+            lines.append(f"UNDETERMINED  the likeliest cause is only {r['confidence']:.2f} probable: the evidence is weak "
+                         "or points several ways; it, then the candidates:")
         what = r["kind"] + (f" {r['code']}" if r["code"] is not None else "")
         where = r["node"] or ("(what the nodes share)" if r.get("shared") else "(job output)")
         gpu = f"  GPU {r['gpu']}" if r["gpu"] else ""
@@ -42,7 +41,7 @@ def report(e: Explanation) -> list[str]:
         lines += [f"{head}  {where}{gpu}{rank}  {what}  category {r['category']}  {sure}",
                   f"  {when(r['ts'])}  {first_line(r['message'])}",
                   f"  action: {r['action']}  (for the node: {r['node_action']})"]
-        if r["node_action"] == "verify":
+        if r["node_action"] == "verify" and not r.get("trusted"):
             lines.append("  unconfirmed: the lines came through a route users can write (a syslog file, job output); "
                          "confirm on the node with an active check (observe health check) before acting on it")
     lines += [f"MISSING     {m}" for m in e.missing]

@@ -643,17 +643,6 @@ def test_a_rank_that_died_of_the_jobs_own_error_is_why_its_peers_lost_it() -> No
     assert any("lost their peer on gpu003, as other nodes' did" in x for x in saw["evidence"]), saw
 
 
-def test_undetermined_is_as_sure_as_that_no_one_node_is_at_fault() -> None:
-    """Undetermined acts on no node: it is right when no one node is at fault. Diagnoses at odds 9 (gpu on
-    node a) and 3 (the user's, no node), and the cause that left no line at odds 1, half of which is a
-    node's: (3 + 0.5) / 13."""
-    from queries.explain import no_node
-    ranked = pl.DataFrame({"category": ["gpu", "user", "gpu"], "node": ["a", "b", "c"],
-                           "node_action": ["drain", "none", "watch"], "context": [False, False, True],
-                           "score": [math.log(9), math.log(3), math.log(50)]})
-    assert no_node(ranked, 1.0, 0.5) == pytest.approx(3.5 / 13)
-
-
 @pytest.mark.parametrize("agents, node", [(True, "gpu003"), (False, "gpu001")])
 def test_srun_labels_torchruns_agents_not_ranks(store, tmp_path, agents: bool, node: str) -> None:
     """srun -l torchrun: srun labels each task's lines, and each task is a node's torchrun agent (its
@@ -669,3 +658,33 @@ def test_srun_labels_torchruns_agents_not_ranks(store, tmp_path, agents: bool, n
     ingest([str(out)], store, job="7", workers=1)
     hw = next(c for c in explain(store, "7").candidates if c["kind"] == "cuda_hw_error")
     assert hw["node"] == node, hw
+
+
+def test_a_users_flood_of_link_downs_costs_what_its_lines_cost() -> None:
+    """20,000 link-down candidates (a user's logger lines, each with its own made-up PCI id) are weighed in one
+    pass over them sorted, not against each other (a pairwise join of 4*10^8 rows ran explain out of memory)."""
+    from queries.explain import _at_once
+    n = 20_000
+    groups = pl.DataFrame({"kind": ["ib_link_down"] * n, "node": [NODES[i % 4] for i in range(n)],
+                           "ts": [T + timedelta(seconds=i) for i in range(n)], "shared": ["a switch"] * n,
+                           "symptom": [False] * n, "context": [False] * n, "_flap": [False] * n})
+    got = _at_once(groups, timedelta(seconds=10))
+    assert got.height == n and got.get_column("_others").max() == 3
+
+
+def test_the_switch_rests_on_a_trusted_route_only_where_two_nodes_lines_do() -> None:
+    """gpu002's link went down (its kernel's line, trusted); a user wrote the same line through logger on
+    gpu001 and gpu004 within seconds: the switch is a candidate, but not one a trusted route claims."""
+    rows = [ev("ib_link_down", "gpu002", 540, route="kmsg")] + [ev("ib_link_down", n, 542, route="syslog_file")
+                                                               for n in ("gpu001", "gpu004")]
+    ranked = candidates(place_ranks(frame(rows + timeouts(600)), NODES), RUN, load_causes())
+    switch = ranked.filter(pl.col("shared")).row(0, named=True)
+    assert switch["node"] is None and not switch["trusted"], switch
+
+
+def test_a_world_no_node_could_run_is_no_world() -> None:
+    """NCCL's init line says nranks 3000000000 (a job prints what it likes): no world of that size is built."""
+    from queries.ranks import expected_ranks
+    rows = [ev("nccl_comm_init", NODES[r], None, "nccl", rank=None, job_id="7", attrs={"nranks": "3000000000"})
+            for r in range(4)]  # their ranks taken (srun's task labels): the world is what sizes the ranks
+    assert expected_ranks(frame(rows + timeouts(600, ranks=range(4))), NODES, "7").height <= 4 * 256

@@ -112,9 +112,8 @@ def explain_cmd(
     its evidence (x3.0 for, x0.05 against) and its probability.
 
     The verdict is UNDETERMINED when only symptoms or background remain or it is less probable than
-    undetermined_below. Confidence is the probability that the verdict is right (nothing fitted): a
-    cause's probability; for UNDETERMINED, which acts on no node, that no one node is at fault. A drain
-    is advised only above drain_above. The priors, likelihood ratios and thresholds are data: queries/causes.toml
+    undetermined_below; confidence is the verdict's probability (nothing fitted), and a drain is advised
+    only above drain_above. The priors, likelihood ratios and thresholds are data: queries/causes.toml
     (override with a causes.toml in $OBSERVE_RULES).
 
     Examples: observe explain 127427 --format json;  observe explain 127427 --plot job.html
