@@ -688,3 +688,21 @@ def test_a_world_no_node_could_run_is_no_world() -> None:
     rows = [ev("nccl_comm_init", NODES[r], None, "nccl", rank=None, job_id="7", attrs={"nranks": "3000000000"})
             for r in range(4)]  # their ranks taken (srun's task labels): the world is what sizes the ranks
     assert expected_ranks(frame(rows + timeouts(600, ranks=range(4))), NODES, "7").height <= 4 * 256
+
+
+def test_a_line_under_srun_torchrun_keeps_the_rank_it_states(store, tmp_path) -> None:
+    """srun -l torchrun: "1: [E ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught ..." is task 1's (the second
+    node's), and its rank is the one the watchdog states, even where it equals the task: every rank reported the
+    timeout, so none fell silent."""
+    from observe.ingest import ingest
+
+    out = tmp_path / "slurm-7.out"
+    out.write_text("".join(f"{r // 4}: [E ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught collective operation timeout: "
+                           "WorkNCCL(SeqNum=100, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600041 milliseconds before "
+                           "timing out.\n" for r in range(16))
+                   + "".join(f"{t}: E1122 12:05:01.000000 139783066310464 torch/distributed/elastic/multiprocessing/api.py:833] "
+                             f"failed (exitcode: 1) local_rank: 0 (pid: 12{t}) of binary: /usr/bin/python\n" for t in range(4)))
+    _write(store, _job("7", -3600, 900, "FAILED", nodes="gpu[001-004]"))
+    ingest([str(out)], store, job="7", workers=1)
+    e = explain(store, "7")
+    assert not [c for c in e.candidates if "never reported the timeout" in c["message"]], e.candidates[:3]
