@@ -231,7 +231,7 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
               .drop("_nodes", "lead_s", "lag_s", "needs", "says", "prior", "_cg", "_mine", "_waited", "_everywhere", "_derived",
                     *(["succeeded", "fleet", "hours_share", "fleet_hours_share"] if succeeded_with else []),
                     "_flap"))
-    ranked = (_shared(ranked, lr["alone"], timedelta(seconds=sc["at_once_s"])).drop("_others")
+    ranked = (_shared(ranked, lr["alone"], timedelta(seconds=sc["at_once_s"])).drop("_others", "_burst")
               .sort(["context", "score", "ts"], descending=[False, True, False], nulls_last=True))  # context never leads
     return ranked.with_columns(probability(ranked, sc["unlogged"]))
 
@@ -262,15 +262,15 @@ def _flapped(groups: pl.DataFrame, events: pl.DataFrame, within: timedelta) -> p
 
 
 def _at_once(groups: pl.DataFrame, within: timedelta) -> pl.DataFrame:
-    """``_others``: how many other of the job's nodes logged the candidate's kind in its burst (each line within
-    ``within`` of the one before), for the kinds a component several nodes share can cause (their cause's ``shared``:
-    a leaf switch's ports), a flap left out (a switch that failed keeps its ports down until it is back)."""
+    """``_burst`` and ``_others``: the candidate's burst (each line within ``within`` of the one before), and how
+    many other of the job's nodes logged its kind in it, for the kinds a component several nodes share can cause
+    (their cause's ``shared``: a leaf switch's ports), a flap left out (a switch that failed keeps its ports down until it is back)."""
     rows = groups.with_columns(pl.col("shared").fill_null("")).with_row_index("_i")
     own = rows.filter(pl.col("shared") != "", ~pl.col("symptom"), ~pl.col("context"), ~pl.col("_flap"), pl.col("node").is_not_null(),
                       pl.col("ts").is_not_null()).select("_i", "kind", "node", "ts")
     burst = sessions.numbered("ts", "kind", within, undated_starts=True)  # sorted: linear in the lines, whatever they are
     near = (own.sort("kind", "ts").with_columns(burst.alias("_burst"))
-            .select("_i", (pl.col("node").n_unique().over("_burst") - 1).cast(pl.Int64).alias("_others")))
+            .select("_i", "_burst", (pl.col("node").n_unique().over("_burst") - 1).cast(pl.Int64).alias("_others")))
     return (rows.join(near, on="_i", how="left", maintain_order="left")
             .with_columns(pl.col("_others").fill_null(0)).drop("_i"))
 
@@ -278,14 +278,13 @@ def _at_once(groups: pl.DataFrame, within: timedelta) -> pl.DataFrame:
 def _shared(ranked: pl.DataFrame, alone: float, within: timedelta) -> pl.DataFrame:
     """Beside candidates of one kind on several nodes at once (``_others``), the component they share as a
     candidate of its own, without a node: the best member's evidence without the coincidence that member's
-    own node needs (``alone`` per other node), and its cause's ``shared`` action. Members within ``within``
-    of each other, in a chain, are one burst. ``shared`` then says whether a row is such a component; it rests on a
+    own node needs (``alone`` per other node), and its cause's ``shared`` action (``_burst``: :func:`_at_once`'s;
+    ``within`` for the message). ``shared`` then says whether a row is such a component; it rests on a
     trusted route when two of its nodes' lines do (a user's lines on other nodes are evidence, never the claim)."""
-    members = ranked.filter(pl.col("_others") > 0).sort("kind", "ts")
+    members = ranked.filter(pl.col("_others") > 0)
     ranked = ranked.with_columns(pl.lit(False).alias("shared"))  # the members' action; now: a burst's component?
     if members.is_empty():
         return ranked
-    members = members.with_columns(sessions.numbered("ts", "kind", within, undated_starts=True).alias("_burst"))
     best = pl.col("score").arg_max()
     coincidence = "the same on "
     bursts = (members.group_by("_burst", maintain_order=True)

@@ -9,12 +9,10 @@ from datetime import timedelta
 
 import polars as pl
 
+from collectors.nccl import NAMED_RANK, TORCHRUN_LABEL
 from queries.jobs import Run
 
 AGENT_KINDS = ("torch_elastic_failed", "torch_elastic_root_cause")  # what torchrun's agent prints of its workers
-# The rank a line states as its own: PyTorch's ProcessGroupNCCL logPrefix "[Rank N] " / "[PG ... Rank N] " (v1.13-v2.9),
-# NCCL's src/init.cc "comm %p rank %d nranks %d ..." (2.4-2.28)
-NAMED_RANK = r"\[(?:PG [^\]]*? )?Rank (\d{1,6})\]|\bcomm 0x[0-9a-f]+ rank (\d{1,6})\b"
 MAX_PER_NODE = 256  # ranks a node can run (8 GPUs, a few processes each, CPU ranks): a larger world is no world
 ADDRESS = r"(?:Bootstrap : Using|OOB) (?:\[\d+\])?[\w.-]+:(\S+?)<\d+>"  # a rank's own address, NCCL INFO at init
 
@@ -44,9 +42,9 @@ def _agents(events: pl.DataFrame, nodes: list[str]) -> pl.DataFrame:
     if not nodes or "raw" not in events.columns or not events.get_column("kind").is_in(list(AGENT_KINDS)).any():
         return events
     task = pl.col("raw").str.extract(r"^\s*(\d{1,6}): ", 1).cast(pl.Int32, strict=False)
-    alone = (task == pl.col("rank")) & ~pl.col("raw").str.contains(r"^\s*\d{1,6}: \s*\[[A-Za-z][A-Za-z_-]*\d+\]:")
+    alone = (task == pl.col("rank")) & ~pl.col("raw").str.contains(r"^\s*\d{1,6}: \s*" + TORCHRUN_LABEL)
     named = pl.col("message").str.extract_groups(NAMED_RANK)  # the line's own words say its rank: kept
-    said = pl.coalesce(named.struct.field("1"), named.struct.field("2")).cast(pl.Int32, strict=False)
+    said = pl.coalesce(named.struct.field(f) for f in ("1", "2", "3")).cast(pl.Int32, strict=False)
     tasks = int(events.select(task.filter(alone).max()).item() or 0) + 1
     per_node = max(1, math.ceil(tasks / len(nodes)))
     node = pl.lit(pl.Series(nodes, dtype=pl.String)).gather((task // per_node).clip(0, len(nodes) - 1))
