@@ -92,6 +92,7 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
     # the peer other ranks lost, the ranks that stalled or fell silent: evidence for what their node logged
     # (an OOM kill of a rank, a peer's panic), else candidates of their own
     lost = ranks.lost_peers(events, run, sc)
+    ev = _placed_by_peers(ev, lost, run.job_id, skew)
     stalled = ranks.stalls(events, run, sc)
     logged = list(set(ev.filter(~pl.col("symptom"), ~pl.col("context"), pl.col("_cg_mine")
                                 | pl.col("_cg").is_null()).get_column("node").drop_nulls()))
@@ -115,16 +116,24 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
                    pl.col("past").any(), pl.col("says").first(),
                    pl.col("rank").drop_nulls().first(), provenance.trusted().any().alias("trusted"),
                    pl.col("_cg").drop_nulls().first(), (pl.col("_cg_mine").any() | pl.col("_cg").is_null().all()).alias("_mine"),
-                   pl.col("_everywhere").any(), pl.col("shared").first()))
+                   pl.col("_everywhere").any(), pl.col("shared").first(), pl.col("_by_peers").any()))
     groups = (pl.concat([groups.drop("_episode"), derived], how="diagonal_relaxed")
               .with_columns(pl.col("approx").fill_null(False), pl.col("trusted").fill_null(False),
                             pl.col("_everywhere").fill_null(False), pl.col("_derived").fill_null(False),
+                            pl.col("_by_peers").fill_null(False),
                             pl.col("past").fill_null(False), pl.col("_mine").fill_null(True),
                             (pl.col("context").fill_null(False) | ~pl.col("_mine").fill_null(True)).alias("context")))
     spread = (groups.filter(pl.col("node").is_not_null()).group_by("kind", "code")
               .agg(pl.col("node").n_unique().alias("_nodes")))
     groups = _at_once(_flapped(groups.join(spread, on=["kind", "code"], how="left", maintain_order="left", nulls_equal=True),
                                events, timedelta(seconds=sc["flap_s"])), timedelta(seconds=sc["at_once_s"]))
+    if onset is not None:  # a link back up well before the failure began carried the job's traffic since: not why
+        reach = timedelta(seconds=sc["link_reach_s"]) + skew
+        groups = groups.with_columns(((pl.col("_back") + reach < _lit(onset)) & ~pl.col("symptom")).fill_null(False)
+                                     .alias("_ran_on"))
+        groups = groups.with_columns((pl.col("context") | pl.col("_ran_on")).alias("context"))
+    else:
+        groups = groups.with_columns(pl.lit(False).alias("_ran_on"))
     first_cause = (groups.filter(~pl.col("symptom"), ~pl.col("context"), ~pl.col("approx"), ~pl.col("past"),
                                  pl.col("ts").is_not_null())
                    .get_column("ts").min())
@@ -138,7 +147,8 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
     says = pl.when(pl.col("says").fill_null("") != "").then(pl.format(" ({})", pl.col("says"))).otherwise(pl.lit(""))
     prior = pl.col("prior").clip(1e-6, 1 - 1e-6)
     terms = [(prior / (1 - prior), pl.format("prior of {}: {}{}", pl.col("kind"), pl.col("prior"), says)),
-             (pl.when((pl.col("_nodes") == 1) & (len(run.nodes) > 1) & ~pl.col("past")).then(lr["unique_node"]),
+             (pl.when((pl.col("_nodes") == 1) & (len(run.nodes) > 1) & ~pl.col("past") & ~pl.col("_by_peers"))
+              .then(lr["unique_node"]),
               pl.lit(f"on this node only, of the job's {len(run.nodes)}"))]
     if onset is not None:
         late = timedelta(seconds=sc["late_s"])
@@ -221,6 +231,11 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
         groups = groups.with_columns((pl.col("context") | background).alias("context"))
         notes.append(pl.when(background).then(pl.format("background: logged in {}% of the hours of the {} days before",
                                                         (share * 100).round(0).cast(pl.Int64), pl.lit(sc["base_rate_days"]))))
+    notes.append(pl.when(pl.col("_ran_on")).then(pl.format(
+        "the link was back up at {}, more than {} s before the failure began: the job's traffic crossed it since",
+        pl.col("_back").dt.strftime("%H:%M:%S"), pl.lit(sc["link_reach_s"]))))
+    notes.append(pl.when(pl.col("_by_peers")).then(pl.format("its line names no node: it ran on {}, whose ranks the "
+                                                              "others lost", pl.col("node"))))
     notes.append(pl.when(~pl.col("_mine")).then(pl.format("hit a process in {}, not in the job's cgroup: not the job's",
                                                            pl.col("_cg"))))
     evidence = pl.concat_list(notes).list.drop_nulls()
@@ -229,11 +244,26 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
                                   pl.when(unconfirmed).then(pl.lit("verify")).otherwise("node_action").alias("node_action"),
                                   pl.when(unconfirmed).then(_verify_first("action")).otherwise("action").alias("action"))
               .drop("_nodes", "lead_s", "lag_s", "needs", "says", "prior", "_cg", "_mine", "_waited", "_everywhere", "_derived",
+                    "_by_peers",
                     *(["succeeded", "fleet", "hours_share", "fleet_hours_share"] if succeeded_with else []),
-                    "_flap"))
+                    "_flap", "_back", "_ran_on"))
     ranked = (_shared(ranked, lr["alone"], timedelta(seconds=sc["at_once_s"])).drop("_others", "_burst")
               .sort(["context", "score", "ts"], descending=[False, True, False], nulls_last=True))  # context never leads
     return ranked.with_columns(probability(ranked, sc["unlogged"]))
+
+
+def _placed_by_peers(annotated: pl.DataFrame, lost: pl.DataFrame, job_id: str, skew: timedelta) -> pl.DataFrame:
+    """A cause the job printed on a line that names no node (no launcher label), by the time its peers lost
+    their ranks on one node, ran on that node: the ranks that died are the ones the others lost (``_by_peers``).
+    What a surviving rank printed after the loss may be its reaction, and two lost nodes place nothing."""
+    gone = lost.get_column("node").unique()
+    if gone.len() != 1:
+        return annotated.with_columns(pl.lit(False).alias("_by_peers"))
+    noticed = lost.get_column("ts").min()
+    before = pl.col("ts").is_null() if noticed is None else pl.col("ts").is_null() | (pl.col("ts") <= _lit(noticed) + skew)
+    here = (pl.col("node").is_null() & (pl.col("job_id") == job_id) & ~pl.col("symptom") & ~pl.col("context")
+            & before).fill_null(False)
+    return annotated.with_columns(here.alias("_by_peers"), pl.when(here).then(pl.lit(gone[0])).otherwise("node").alias("node"))
 
 
 def _died_of_own_error(annotated: pl.DataFrame, skew: timedelta) -> pl.Expr | None:
@@ -251,14 +281,15 @@ def _died_of_own_error(annotated: pl.DataFrame, skew: timedelta) -> pl.Expr | No
 
 
 def _flapped(groups: pl.DataFrame, events: pl.DataFrame, within: timedelta) -> pl.DataFrame:
-    """``_flap``: an IB link that went down and came back up ``within`` seconds flapped (NCCL retries a link that
-    short); one that stayed down broke what used it."""
-    up = events.filter(pl.col("kind") == "ib_link_up", pl.col("ts").is_not_null()).select("node", pl.col("ts").alias("_up"))
+    """``_back``: when an IB link that went down came back up; ``_flap``: it did ``within`` seconds (NCCL retries
+    a link that short); one that stayed down broke what used it."""
+    up = events.filter(pl.col("kind") == "ib_link_up", pl.col("ts").is_not_null()).select("node", pl.col("ts").alias("_back"))
     rows = groups.with_row_index("_i")
     back = (rows.filter(pl.col("kind") == "ib_link_down", pl.col("ts").is_not_null()).sort("ts")
-            .join_asof(up.sort("_up"), left_on="ts", right_on="_up", by="node", strategy="forward", check_sortedness=False)
-            .filter(pl.col("_up") - pl.col("ts") <= within).get_column("_i"))
-    return rows.with_columns(pl.col("_i").is_in(back.implode()).alias("_flap")).drop("_i")
+            .join_asof(up.sort("_back"), left_on="ts", right_on="_back", by="node", strategy="forward", check_sortedness=False)
+            .select("_i", "_back"))
+    return (rows.join(back, on="_i", how="left", maintain_order="left")
+            .with_columns((pl.col("_back") - pl.col("ts") <= within).fill_null(False).alias("_flap")).drop("_i"))
 
 
 def _at_once(groups: pl.DataFrame, within: timedelta) -> pl.DataFrame:

@@ -476,6 +476,23 @@ def test_a_link_that_came_back_within_seconds_is_a_flap() -> None:
     assert any("came back within 10 s" in e for e in flap["evidence"])
 
 
+@pytest.mark.parametrize("down_at", [-1500, -20])
+def test_a_link_back_before_the_failure_began_carried_the_jobs_traffic_since(down_at: float) -> None:
+    """gpu002's link went down for 8 s, then a rank raised the job's own exception: 25 minutes after the link came
+    back, NCCL's QPs (which retry a lost peer for at most ~35 s) had long crossed it again, so it cannot be why:
+    context (without the rule: a candidate of its own); 20 s before, it may have been, less likely than the exception."""
+    rows = [ev("ib_link_down", "gpu002", down_at), ev("ib_link_up", "gpu002", down_at + 8),
+            ev("python_exception", None, 0, "nccl", rank=3, job_id="7",
+               message="KeyError: 'labels'", attrs={"exception": "KeyError", "detail": "'labels'"})]
+    ranked = candidates(place_ranks(frame(rows), NODES), RUN, load_causes())
+    assert ranked.row(0, named=True)["kind"] == "python_exception", ranked.select("node", "kind", "probability",
+                                                                                    "evidence").head(3)
+    link = ranked.filter(pl.col("kind") == "ib_link_down").row(0, named=True)
+    assert link["context"] is (down_at < -100) and (link["probability"] == 0) is (down_at < -100), link
+    if down_at < -100:
+        assert any("the job's traffic crossed it since" in e for e in link["evidence"]), link
+
+
 def test_ranks_in_different_collectives_are_the_jobs_own_bug() -> None:
     """Rank 0 waits in a BROADCAST while the others wait in ALLREDUCE at the same step: a code path
     some ranks skipped; the job's fault, nothing for a node."""
@@ -622,25 +639,70 @@ def test_the_programs_refused_command_line_on_every_rank_is_the_jobs(store, tmp_
     assert root["confidence"] >= 0.9, root
 
 
-def test_a_rank_that_died_of_the_jobs_own_error_is_why_its_peers_lost_it() -> None:
+@pytest.mark.parametrize("lost", [True, False])
+def test_a_rank_that_died_of_the_jobs_own_error_is_why_its_peers_lost_it(lost: bool) -> None:
     """A rank (its line carries no label) ran out of GPU memory; a minute later the other nodes' ranks lost
-    their NCCL peer on gpu003, which logged nothing. The lost peer is that death, not gpu003's network,
-    and the nodes whose ranks reported the loss only saw it: the job's own OOM, confidently."""
+    their NCCL peer on gpu003 (or, without NCCL network errors, gpu003's ranks never reported the timeout the
+    others did), and gpu003 logged nothing. That death is why, not gpu003's network or a hang there: the job's
+    own OOM, confidently; the nodes whose ranks reported the loss only saw it."""
     boot = [ev("log", NODES[r // 8], None, "nccl", rank=r, job_id="7",
                message=f"NCCL INFO Bootstrap : Using ib0:10.0.0.{r // 8 + 1}<0>") for r in range(0, 32, 8)]
     oom = ev("cuda_oom", None, 500, "nccl", job_id="7",
              message="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total "
                      "capacity of 79.15 GiB of which 1.02 GiB is free.")
-    lost = [ev("nccl_net_error", None, 560 + r / 10, "nccl", rank=r, job_id="7", attrs={"peer": "10.0.0.3<1>"})
-            for r in (1, 9, 25)]
-    ranked = candidates(place_ranks(frame(inits() + boot + [oom] + lost + timeouts(600)), NODES), RUN, load_causes())
+    peers = [ev("nccl_net_error", None, 560 + r / 10, "nccl", rank=r, job_id="7", attrs={"peer": "10.0.0.3<1>"})
+             for r in (1, 9, 25)] if lost else []
+    waited = timeouts(600, ranks=range(32) if lost else [r for r in range(32) if r // 8 != 2])
+    ranked = candidates(place_ranks(frame(inits() + boot + [oom] + peers + waited), NODES), RUN, load_causes())
     top = ranked.row(0, named=True)
     assert (top["kind"], top["category"], top["node_action"]) == ("cuda_oom", "user", "none"), ranked.head(4)
     assert top["probability"] >= 0.9, ranked.select("node", "kind", "probability", "evidence").head(4)
-    peer = ranked.filter(pl.col("kind") == "nccl_peer_lost").row(0, named=True)
-    assert any("died of the job's own error first" in x for x in peer["evidence"]), peer
-    saw = ranked.filter(pl.col("kind") == "nccl_net_error", pl.col("node") == "gpu001").row(0, named=True)
-    assert any("lost their peer on gpu003, as other nodes' did" in x for x in saw["evidence"]), saw
+    if lost:  # its line names no node: it ran where the peers lost their ranks
+        assert top["node"] == "gpu003" and not ranked.filter(pl.col("kind") == "nccl_peer_lost").height, ranked.head(4)
+        saw = ranked.filter(pl.col("kind") == "nccl_net_error", pl.col("node") == "gpu001").row(0, named=True)
+        assert any("lost their peer on gpu003, as other nodes' did" in x for x in saw["evidence"]), saw
+    else:
+        silent = ranked.filter(pl.col("node") == "gpu003", pl.col("kind") != "cuda_oom").row(0, named=True)
+        assert any("died of the job's own error first" in x for x in silent["evidence"]), silent
+
+
+@pytest.mark.parametrize("at, placed", [(540, True), (620, False)])
+def test_an_unlabelled_ranks_gpu_error_ran_on_the_node_its_peers_lost(at: float, placed: bool) -> None:
+    """A rank's "CUDA error: unknown error" (srun without -l: no node on the line), then the other nodes' ranks
+    lost their peer on gpu003: the rank that died of the GPU error is the one they lost, so its GPU is gpu003's
+    (without the placement: a GPU fault on no node against gpu003's network). A line printed after the loss may
+    be a survivor's reaction: placed nowhere."""
+    boot = [ev("log", NODES[r // 8], None, "nccl", rank=r, job_id="7",
+               message=f"NCCL INFO Bootstrap : Using ib0:10.0.0.{r // 8 + 1}<0>") for r in range(0, 32, 8)]
+    dead = ev("cuda_device_error", None, at, "nccl", job_id="7", message="RuntimeError: CUDA error: unknown error",
+              attrs={"detail": "unknown error"})
+    lost = [ev("nccl_net_error", NODES[r // 8], 560 + r / 10, "nccl", rank=r, job_id="7", attrs={"peer": "10.0.0.3<1>"})
+            for r in (1, 9, 25)]
+    ranked = candidates(place_ranks(frame(inits() + boot + [dead] + lost + timeouts(600)), NODES), RUN, load_causes())
+    gpu = ranked.filter(pl.col("kind") == "cuda_device_error").row(0, named=True)
+    assert (gpu["node"] == "gpu003") is placed, ranked.select("node", "kind", "probability", "evidence").head(4)
+    if placed:
+        assert ranked.row(0, named=True)["kind"] == "cuda_device_error" and gpu["probability"] >= 0.9, gpu
+        assert any("it ran on gpu003, whose ranks the others lost" in x for x in gpu["evidence"]), gpu
+        assert not ranked.filter(pl.col("kind") == "nccl_peer_lost").height, ranked
+
+
+def test_a_bare_assert_that_ended_a_rank_is_why_its_peers_lost_it(store, tmp_path) -> None:
+    """An unlabelled rank failed a bare ``assert`` (its traceback ends with the name alone, no message), and the
+    other nodes' ranks then found their socket to gpu003 closed; the output carries no times. The job's own
+    error explains the lost peer (without the bare-name rule: no exception, gpu003's network at 0.96)."""
+    from observe.ingest import ingest
+
+    out = tmp_path / "slurm-7.out"
+    out.write_text("Traceback (most recent call last):\n  File \"/app/train.py\", line 80, in <module>\n"
+                   "    assert batch.shape[0] == cfg.micro_batch\nAssertionError\n"
+                   + "".join(f"{n}:4242:4300 [1] misc/socket.cc:49 NCCL WARN socketProgress: Connection closed by remote "
+                             f"peer gpu003<{40000 + i}>\n" for i, n in enumerate(("gpu001", "gpu002", "gpu004"))))
+    _write(store, _job("7", -3600, 60, "FAILED") + inits())
+    ingest([str(out)], store, job="7", workers=1)
+    root = explain(store, "7").root_cause
+    assert (root["kind"], root["category"], root["node_action"], root["verdict"]) == ("python_exception", "user", "none",
+                                                                                     "cause"), root
 
 
 @pytest.mark.parametrize("agents, node", [(True, "gpu003"), (False, "gpu001")])
