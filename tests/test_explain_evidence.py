@@ -493,6 +493,39 @@ def test_a_link_back_before_the_failure_began_carried_the_jobs_traffic_since(dow
         assert any("the job's traffic crossed it since" in e for e in link["evidence"]), link
 
 
+def _waited_out(at: float, ranks) -> list[dict]:
+    """The ranks' watchdog timeouts printed ``at``, each collective having run 600 s: the hang began 600 s before."""
+    return [ev("nccl_timeout", None, at + r / 100, "nccl", rank=r, job_id="7",
+               attrs={"seq": "100", "op": "ALLREDUCE", "timeout_ms": "600000", "ran_ms": "600041"}) for r in ranks]
+
+
+def test_a_panic_from_a_fatal_machine_check_and_its_record_are_one_fault() -> None:
+    """gpu003 logged an uncorrectable machine check and panicked on it ("Fatal machine check"): one fault of the
+    host, not two rival diagnoses splitting the probability (the record read "memory", the panic "node": 0.84)."""
+    rows = [ev("mce", "gpu003", 0, message="mce: [Hardware Error]: CPU 40: Machine Check Exception: 5 Bank 0: "
+                                           "b200000000070005"),
+            ev("kernel_panic", "gpu003", 1, message="Kernel panic - not syncing: Fatal machine check",
+               attrs={"detail": "Fatal machine check"})] + _waited_out(600, [r for r in range(32) if r // 8 != 2])
+    ranked = candidates(place_ranks(frame(inits() + rows), NODES), RUN, load_causes())
+    top = ranked.row(0, named=True)
+    assert (top["node"], top["node_action"]) == ("gpu003", "drain") and top["probability"] >= 0.9, \
+        ranked.select("node", "kind", "category", "probability").head(4)
+    assert ranked.filter(pl.col("node") == "gpu003", pl.col("kind").is_in(["mce", "kernel_panic"])) \
+        .get_column("category").unique().to_list() == [top["category"]]
+
+
+def test_a_hung_task_reported_at_the_detectors_next_check_began_with_the_hang() -> None:
+    """gpu003's ranks hung at 0 (the others' collectives ran 600 s from then); khungtaskd reported a task
+    "blocked for more than 120 seconds" at 150 s: it checks once per 120 s interval, so the block may have begun
+    up to 240 s before its line, with the hang (without the detector's interval: "after the failure began")."""
+    rows = [ev("hung_task", "gpu003", 150, message="INFO: task python3:3751 blocked for more than 120 seconds.",
+               attrs={"task": "python3", "seconds": "120"})] + _waited_out(600, [r for r in range(32) if r // 8 != 2])
+    ranked = candidates(place_ranks(frame(inits() + rows), NODES), RUN, load_causes())
+    hung = ranked.filter(pl.col("kind") == "hung_task").row(0, named=True)
+    assert ranked.row(0, named=True)["kind"] == "hung_task", ranked.select("node", "kind", "probability").head(3)
+    assert "x3.0 came before the failure began" in hung["evidence"], hung["evidence"]
+
+
 def test_ranks_in_different_collectives_are_the_jobs_own_bug() -> None:
     """Rank 0 waits in a BROADCAST while the others wait in ALLREDUCE at the same step: a code path
     some ranks skipped; the job's fault, nothing for a node."""
