@@ -282,12 +282,16 @@ def _died_of_own_error(annotated: pl.DataFrame, skew: timedelta) -> pl.Expr | No
 
 def _flapped(groups: pl.DataFrame, events: pl.DataFrame, within: timedelta) -> pl.DataFrame:
     """``_back``: when an IB link that went down came back up; ``_flap``: it did ``within`` seconds (NCCL retries
-    a link that short); one that stayed down broke what used it."""
-    up = events.filter(pl.col("kind") == "ib_link_up", pl.col("ts").is_not_null()).select("node", pl.col("ts").alias("_back"))
+    a link that short); one that stayed down broke what used it. A link down a trusted route carried comes back
+    only by a trusted route's line: a user's ``logger`` line saying "Link up" brings no link back."""
+    up = (events.filter(pl.col("kind") == "ib_link_up", pl.col("ts").is_not_null())
+          .select("node", pl.col("ts").alias("_back"), provenance.trusted().alias("_sure")).sort("_back"))
     rows = groups.with_row_index("_i")
-    back = (rows.filter(pl.col("kind") == "ib_link_down", pl.col("ts").is_not_null()).sort("ts")
-            .join_asof(up.sort("_back"), left_on="ts", right_on="_back", by="node", strategy="forward", check_sortedness=False)
-            .select("_i", "_back"))
+    down = rows.filter(pl.col("kind") == "ib_link_down", pl.col("ts").is_not_null()).sort("ts")
+    back = pl.concat([part.join_asof(ups.drop("_sure"), left_on="ts", right_on="_back", by="node", strategy="forward",
+                                     check_sortedness=False).select("_i", "_back")
+                      for part, ups in ((down.filter(pl.col("trusted")), up.filter(pl.col("_sure"))),
+                                        (down.filter(~pl.col("trusted")), up))])
     return (rows.join(back, on="_i", how="left", maintain_order="left")
             .with_columns((pl.col("_back") - pl.col("ts") <= within).fill_null(False).alias("_flap")).drop("_i"))
 

@@ -476,6 +476,17 @@ def test_a_link_that_came_back_within_seconds_is_a_flap() -> None:
     assert any("came back within 10 s" in e for e in flap["evidence"])
 
 
+@pytest.mark.parametrize("up_route, flap", [("kmsg", True), ("syslog_file", False)])
+def test_only_a_trusted_line_brings_a_trusted_link_back(up_route: str, flap: bool) -> None:
+    """gpu002's kernel (kmsg) logged its link down; 3 s later a "Link up" came: from the kernel it is a flap, from a
+    syslog file any node user can write with ``logger`` it brings nothing back and the link stays the cause."""
+    rows = [ev("ib_link_down", "gpu002", 0, route="kmsg"), ev("ib_link_up", "gpu002", 3, route=up_route)] \
+        + [ev("nccl_net_error", None, 8, "nccl", rank=r, job_id="7") for r in (9, 25)]
+    ranked = candidates(place_ranks(frame(rows), NODES), RUN, load_causes())
+    link = ranked.filter(pl.col("kind") == "ib_link_down").row(0, named=True)
+    assert any("came back within 10 s" in e for e in link["evidence"]) is flap, link["evidence"]
+
+
 @pytest.mark.parametrize("down_at", [-1500, -20])
 def test_a_link_back_before_the_failure_began_carried_the_jobs_traffic_since(down_at: float) -> None:
     """gpu002's link went down for 8 s, then a rank raised the job's own exception: 25 minutes after the link came
