@@ -93,3 +93,17 @@ def search(store: Store, since: datetime | None = None, until: datetime | None =
 def first(events: pl.LazyFrame, rows: int | None = None) -> pl.DataFrame:
     """The first ``rows`` events (all with None): a search as an analysis an engine runs."""
     return (events.head(rows) if rows else events).collect()
+
+
+COUNTABLE = ("node", "kind", "source", "severity", "job_id", "gpu", "code", "program", "route")  # what counting by is for
+
+
+def count(events: pl.LazyFrame, by: list[str]) -> pl.DataFrame:
+    """How many events of each ``by`` value: a count as an analysis an engine runs (on node buckets, a bucket's)."""
+    return events.group_by(by).agg(pl.len().alias("events")).collect()
+
+
+def counts(buckets: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """The buckets' counts summed (on Ray each bucket counted its own nodes), most first, then by ``by``."""
+    return (buckets.group_by(by).agg(pl.col("events").sum().cast(pl.Int64))
+            .sort(["events", *by], descending=[True, *[False] * len(by)], nulls_last=True))

@@ -121,6 +121,26 @@ def test_query_filters_and_json(tmp_path: Path) -> None:
     assert re.search(r"\d+ events", stats.output)
 
 
+def test_query_counts_what_it_would_list(tmp_path: Path) -> None:
+    """--count-by node,kind counts the events the same query lists, one row per value pair, most first (a kernel
+    line kept in two inputs is one event either way); an unknown column is a one-line error."""
+    from collections import Counter
+
+    store = str(tmp_path / "s")
+    logs = [str(CORPUS / "real" / name) for name in ("xid.log", "nccl.log")]
+    assert runner.invoke(app, ["ingest", *logs, "--store", store]).exit_code == 0
+    listed = [json.loads(line) for line in runner.invoke(app, ["query", "--limit", "0", "--format", "json", "--store",
+                                                               store]).output.splitlines()]
+    result = runner.invoke(app, ["query", "--count-by", "node,kind", "--limit", "0", "--format", "json", "--store", store])
+    counted = [json.loads(line) for line in result.output.splitlines()]
+    assert {(r["node"], r["kind"]): r["events"] for r in counted} == Counter((r["node"], r["kind"]) for r in listed)
+    assert [r["events"] for r in counted] == sorted((r["events"] for r in counted), reverse=True) and len(counted) > 3
+    table = runner.invoke(app, ["query", "--count-by", "kind", "--kind", "gpu_xid", "--store", store])
+    assert table.exit_code == 0 and re.search(r"^gpu_xid\s+48$", table.stdout, re.M), table.output
+    bad = runner.invoke(app, ["query", "--count-by", "node,message", "--store", store])
+    assert bad.exit_code == 2 and "unknown column 'message'" in bad.output and "Traceback" not in bad.output
+
+
 def test_retention_drops_old_days_and_keeps_lines_without_a_time_written_since(tmp_path: Path) -> None:
     store = str(tmp_path / "s")
     logs = [str(CORPUS / "real" / name) for name in ("xid.log", "nccl.log")]

@@ -143,6 +143,7 @@ def test_the_cli_prints_the_same_on_either_engine(store: Store) -> None:
     last = store.scan().select(pl.col("ts").max()).collect().item()
     window = ["--since", (last - timedelta(days=2)).isoformat(), "--until", (last + timedelta(seconds=1)).isoformat()]
     for args in (["nodes", "--since", "30d", "--format", "json"], ["query", "--kind", "gpu_xid", "--format", "csv"],
+                 ["query", "--count-by", "kind,node", "--limit", "0", "--format", "json"],
                  ["incidents", "--since", "30d", "--format", "json"],
                  ["patterns", *window, "--baseline", "3d", "--format", "json", "--limit", "0"],
                  ["patterns", "--since", "8d", "--all", "--format", "json", "--limit", "0"]):

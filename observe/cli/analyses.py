@@ -17,7 +17,7 @@ from observe.printable import printable
 from observe.hostlists import expand_nodes
 from observe.spans import parse_span
 from queries.engine import EngineError, Order, engine
-from queries.search import ORDER, Match, first, first_line
+from queries.search import COUNTABLE, ORDER, Match, count, counts, first, first_line
 
 COMMANDS, command = command_table()
 
@@ -32,17 +32,22 @@ def query_cmd(
     job: Annotated[Optional[str], typer.Option(help="Job id.")] = None,
     grep: Annotated[Optional[str], typer.Option(help="Regex on the message (Rust syntax).")] = None,
     limit: Annotated[int, typer.Option(help="Most rows to print (0 = all); stderr says when more matched.", min=0, max=10**12)] = 100,
+    count_by: Annotated[Optional[str], typer.Option(
+        "--count-by", help=f"Count the matching events by these columns instead of listing them, most first, e.g. "
+                           f"node,kind (columns: {', '.join(COUNTABLE)}).")] = None,
     fmt: Annotated[str, typer.Option("--format", help="table, json (one object per line) or csv.")] = "table",
     store: StoreOpt = None,
     engine_name: EngineOpt = None,
     ray_address: RayAddressOpt = None,
 ) -> None:
-    """Search events.
+    """Search events, or count them.
 
     Example: observe query --since 2h --node 'gpu[001-016]' --kind gpu_xid --format json
+    Example: observe query --since 7d --source kernel --count-by node,kind
     """
     if fmt not in ("table", "json", "csv"):
         fail(f"unknown format {fmt!r}: use table, json or csv")
+    by = _columns(count_by) if count_by is not None else None
     try:
         start, end, nodes = when(since), when(until), expand_nodes(node) if node else None
         if start and end and end <= start:
@@ -51,13 +56,18 @@ def query_cmd(
         match = Match(since=start, until=end, nodes=nodes, sources=source, kinds=kind, job=job, grep=grep)
         existing_store(st)
         rows = limit + 1 if limit else None
-        df = engine(engine_name, ray_address).by_node(st, match, partial(first, rows=rows), Order(ORDER))
+        if by:
+            df = counts(engine(engine_name, ray_address).by_node(st, match, partial(count, by=by), Order(tuple(by))), by)
+        else:
+            df = engine(engine_name, ray_address).by_node(st, match, partial(first, rows=rows), Order(ORDER))
         df = df.head(rows) if rows else df
     except ValueError as exc:
         fail(str(exc))
     more = bool(limit) and df.height > limit
     df = df.head(limit) if more else df
-    if fmt == "json":
+    if by:
+        _print_counts(df, fmt)
+    elif fmt == "json":
         for row in df.with_columns(pl.col("ts").dt.strftime("%Y-%m-%dT%H:%M:%S%.6fZ")).iter_rows(named=True):
             row["attrs"] = json.loads(row["attrs"]) if row["attrs"] else None
             sys.stdout.write(json.dumps(row) + "\n")
@@ -76,6 +86,34 @@ def query_cmd(
         err.print(f"the first {limit} rows; more match (raise --limit, 0 = all)", style="dim", highlight=False)
     elif fmt == "table":
         err.print(f"{df.height} row(s)", style="dim")
+
+
+def _columns(spec: str) -> list[str]:
+    """``--count-by``'s comma-separated columns, each one a column events can be counted by."""
+    by = [c.strip() for c in spec.split(",") if c.strip()]
+    bad = [c for c in by if c not in COUNTABLE]
+    if not by or bad:
+        fail(f"--count-by: {'unknown column ' + repr(bad[0]) if bad else 'no column given'}: use one or more of "
+             f"{', '.join(COUNTABLE)}, separated by commas")
+    if len(set(by)) != len(by):
+        fail("--count-by: a column is named twice")
+    return by
+
+
+def _print_counts(df: pl.DataFrame, fmt: str) -> None:
+    """Counts as a table (values escaped for the terminal), JSON lines or CSV."""
+    if fmt == "json":
+        for row in df.iter_rows(named=True):
+            sys.stdout.write(json.dumps(row) + "\n")
+    elif fmt == "csv":
+        sys.stdout.write(_csv(df.with_columns(pl.col(c).cast(pl.String) for c in df.columns if c != "events")))
+    else:
+        shown = df.with_columns(pl.col(c).cast(pl.String).fill_null("-") for c in df.columns if c != "events")
+        widths = {c: max([len(c)] + [len(v) for v in shown.get_column(c).to_list()]) for c in shown.columns if c != "events"}
+        out.print(" ".join(f"{c:{w}}" for c, w in widths.items()) + f" {'events':>10}", style="bold", markup=False)
+        for r in shown.iter_rows(named=True):
+            out.print(printable(" ".join(f"{r[c]:{w}}" for c, w in widths.items()) + f" {r['events']:>10}"),
+                      overflow="ignore", crop=False, markup=False, highlight=False)
 
 
 # A spreadsheet runs a cell that opens with one of these as a formula (=cmd|'/c calc'!A1, @SUM(...));
