@@ -555,9 +555,11 @@ def unclassified(events: pl.DataFrame, causes: Causes) -> list[dict]:
 
 def missing(events: pl.DataFrame, run: Run) -> list[str]:
     """The run's nodes that logged no kernel or syslog line in the window read: a verdict cannot
-    rest on what is not there (a crashed node's last lines, a collector that stopped)."""
+    rest on what is not there (a crashed node's last lines, a collector that stopped). One line, the nodes
+    as a hostlist: a 128-node job whose logs were never shipped is one fact, not 128."""
     heard = set(events.filter(pl.col("source").is_in(["kernel", "syslog"])).get_column("node").drop_nulls().unique())
-    return [f"no kernel or syslog line from {n} in the window read" for n in run.nodes if n not in heard]
+    silent = [n for n in run.nodes if n not in heard]
+    return [f"no kernel or syslog line from {compact_nodes(silent)} in the window read"] if silent else []
 
 
 def timeline(events: pl.DataFrame, causes: Causes, rows: int = 60) -> list[dict]:

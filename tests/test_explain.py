@@ -277,6 +277,14 @@ def test_what_a_node_logs_while_its_jobs_succeed_weighs_less(store) -> None:
     assert any(line.strip().startswith("why: ") and "successful job(s)" in line for line in report(result))
 
 
+def test_the_nodes_that_logged_nothing_are_one_hostlist() -> None:
+    """Three of four nodes logged no kernel or syslog line: one MISSING line naming gpu[002-004], not three."""
+    from queries.explain import missing
+
+    heard = frame([ev("log", "gpu001", 100, "syslog"), ev("nccl_timeout", None, 600, "nccl", rank=9, job_id="7")])
+    assert missing(heard, RUN) == ["no kernel or syslog line from gpu[002-004] in the window read"]
+
+
 def test_weak_evidence_is_undetermined_and_says_what_is_missing(store) -> None:
     """Two rivals on two nodes scoring alike, and a node that logged nothing: the verdict is
     undetermined, the report says so, and names the node whose logs are missing."""
