@@ -95,9 +95,6 @@ def first(events: pl.LazyFrame, rows: int | None = None) -> pl.DataFrame:
     return (events.head(rows) if rows else events).collect()
 
 
-COUNTABLE = ("node", "kind", "source", "severity", "job_id", "gpu", "code", "program", "route")  # what counting by is for
-
-
 def count(events: pl.LazyFrame, by: list[str]) -> pl.DataFrame:
     """How many events of each ``by`` value: a count as an analysis an engine runs (on node buckets, a bucket's)."""
     return events.group_by(by).agg(pl.len().alias("events")).collect()

@@ -121,6 +121,17 @@ def test_query_filters_and_json(tmp_path: Path) -> None:
     assert re.search(r"\d+ events", stats.output)
 
 
+def test_help_imports_no_data_library() -> None:
+    """`observe --help` and every command's --help load neither polars, pyarrow nor numpy (a third of a second of
+    start-up on this machine): a command imports the library when it runs. Measured in bench/, asserted here."""
+    probe = ("import sys\nfrom typer.testing import CliRunner\nfrom observe.cli import COMMANDS, app\n"
+             "for args in [['--help']] + [[name, '--help'] for name in COMMANDS] + [['health', '--help']]:\n"
+             "    assert CliRunner().invoke(app, args).exit_code == 0, args\n"
+             "print(sorted(m for m in ('polars', 'pyarrow', 'numpy') if m in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", (done.stdout, done.stderr[-2000:])
+
+
 def test_query_counts_what_it_would_list(tmp_path: Path) -> None:
     """--count-by node,kind counts the events the same query lists, one row per value pair, most first (a kernel
     line kept in two inputs is one event either way); an unknown column is a one-line error."""

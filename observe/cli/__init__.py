@@ -9,12 +9,10 @@ from __future__ import annotations
 import os
 import sys
 
-import polars as pl
 from rich.markup import escape
 
 from observe.cli import analyses, checkpoint, data, exporter, health, slurm
 from observe.cli.base import OPENED, app, damaged_segments, err, one_line
-from observe.store import LegacyLayout, UnsafeStore
 
 # the order `observe --help` lists them in: the main job first
 TOP = ["ingest", "demo", "query", "explain", "incidents", "nodes", "patterns", "stats", "compact", "retention",
@@ -31,10 +29,8 @@ def main() -> None:
     """Console-script entry point; an unexpected error is one line (OBSERVE_DEBUG=1 shows the traceback)."""
     try:
         app()
-    except (UnsafeStore, LegacyLayout) as exc:  # found where a command meets it (a planted link, an old store)
-        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
-        sys.exit(2)
     except Exception as exc:  # a bug, not bad input: say so in one line and exit non-zero
+        _fail_store(exc)
         if os.environ.get("OBSERVE_DEBUG"):
             raise
         try:
@@ -43,10 +39,23 @@ def main() -> None:
             damaged = []
         if damaged:
             damaged_segments(damaged)
+        polars = sys.modules.get("polars")  # an error of polars' comes from a command that imported it
         remote = [s for s in OPENED if not s.place.local]
-        if remote and isinstance(exc, (OSError, pl.exceptions.PolarsError)):  # the object store, not observe
+        if remote and isinstance(exc, (OSError, *([polars.exceptions.PolarsError] if polars else []))):  # the object store
             err.print(f"[red]error:[/red] store {escape(remote[0].name)}: {escape(one_line(str(exc)))}",
                       highlight=False, soft_wrap=True)
             sys.exit(2)
         err.print(f"[red]internal error:[/red] {type(exc).__name__}: {escape(str(exc))} (set OBSERVE_DEBUG=1 for the traceback)")
         sys.exit(1)
+
+
+def _fail_store(exc: Exception) -> None:
+    """A store that is not safe to use or is of an old layout, found where a command met it (a planted link, an
+    old store): bad input, one line and exit 2. Only a command that opened a store can raise them."""
+    if "observe.store" not in sys.modules:
+        return
+    from observe.store import LegacyLayout, UnsafeStore
+
+    if isinstance(exc, (UnsafeStore, LegacyLayout)):
+        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        sys.exit(2)

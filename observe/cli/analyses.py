@@ -8,7 +8,6 @@ from functools import partial
 from pathlib import Path
 from typing import Annotated, Optional
 
-import polars as pl
 import typer
 
 from observe.cli.base import (EngineOpt, RayAddressOpt, StoreOpt, command_table, err, existing_store, fail, open_store,
@@ -16,10 +15,11 @@ from observe.cli.base import (EngineOpt, RayAddressOpt, StoreOpt, command_table,
 from observe.printable import printable
 from observe.hostlists import expand_nodes
 from observe.spans import parse_span
-from queries.engine import EngineError, Order, engine
-from queries.search import COUNTABLE, ORDER, Match, count, counts, first, first_line
 
 COMMANDS, command = command_table()
+
+
+COUNTABLE = ("node", "kind", "source", "severity", "job_id", "gpu", "code", "program", "route")  # --count-by's columns
 
 
 @command("query")
@@ -45,6 +45,11 @@ def query_cmd(
     Example: observe query --since 2h --node 'gpu[001-016]' --kind gpu_xid --format json
     Example: observe query --since 7d --source kernel --count-by node,kind
     """
+    import polars as pl
+
+    from queries.engine import Order, engine
+    from queries.search import ORDER, Match, count, counts, first, first_line
+
     if fmt not in ("table", "json", "csv"):
         fail(f"unknown format {fmt!r}: use table, json or csv")
     by = _columns(count_by) if count_by is not None else None
@@ -102,6 +107,8 @@ def _columns(spec: str) -> list[str]:
 
 def _print_counts(df: pl.DataFrame, fmt: str) -> None:
     """Counts as a table (values escaped for the terminal), JSON lines or CSV."""
+    import polars as pl
+
     if fmt == "json":
         for row in df.iter_rows(named=True):
             sys.stdout.write(json.dumps(row) + "\n")
@@ -125,6 +132,8 @@ def _csv(df: pl.DataFrame) -> str:
     """``df`` as CSV no spreadsheet runs: a text cell opening with a formula character (or ``'``) gets a
     leading ``'``, which spreadsheets show as text (OWASP's advice); drop it to have the exact text.
     Every other cell is as stored."""
+    import polars as pl
+
     def inert(c: str) -> pl.Expr:
         return pl.when(pl.col(c).str.contains(FORMULA_LEAD)).then(pl.lit("'") + pl.col(c)).otherwise(pl.col(c)).alias(c)
     return df.with_columns(inert(c) for c, t in df.schema.items() if t == pl.String).write_csv()
@@ -218,7 +227,11 @@ def incidents_cmd(
 
     Example: observe incidents --since 7d
     """
+    import polars as pl
+
+    from queries.engine import EngineError, engine
     from queries.incidents import incidents, kinds_read
+    from queries.search import Match
 
     if fmt not in ("table", "json"):
         fail(f"unknown format {fmt!r}: use table or json")
@@ -254,7 +267,9 @@ def nodes_cmd(
 
     Example: observe nodes --since 30d --gpus
     """
+    from queries.engine import EngineError, engine
     from queries.nodes import GPU_ORDER, NODE_ORDER, kinds_read, rank_gpus, rank_nodes
+    from queries.search import Match
 
     if fmt not in ("table", "json"):
         fail(f"unknown format {fmt!r}: use table or json")
@@ -299,7 +314,9 @@ def patterns_cmd(
     """
     from datetime import timezone
 
+    from queries.engine import EngineError, Order, engine
     from queries.patterns import compare, masked_counts, mine
+    from queries.search import Match
 
     if fmt not in ("table", "json"):
         fail(f"unknown format {fmt!r}: use table or json")

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from datetime import datetime
-from typing import Annotated, NoReturn, Optional
+from typing import TYPE_CHECKING, Annotated, NoReturn, Optional
 
 import typer
 from rich.console import Console
@@ -15,8 +15,10 @@ from rich.markup import escape
 from rich.text import Text
 
 from observe.printable import printable
-from observe.store import Store
 from observe.spans import parse_time
+
+if TYPE_CHECKING:  # the store (polars, pyarrow) is imported by the commands that open one: --help needs neither
+    from observe.store import Store
 
 app = typer.Typer(
     help="Log aggregation and failure analysis for GPU training clusters run by Slurm.\n\n"
@@ -69,6 +71,8 @@ def command_table() -> tuple[dict[str, Callable], Callable[[str], Callable]]:
 
 def open_store(path: str | None) -> Store:
     """The store named by ``--store``, $OBSERVE_STORE or ./observe-store; a one-line error if it cannot be one."""
+    from observe.store import Store
+
     try:
         store = Store(path or os.environ.get("OBSERVE_STORE") or "observe-store")
     except ValueError as exc:

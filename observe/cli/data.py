@@ -7,26 +7,21 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 from rich.table import Table
 
-from observe import rules
 from observe.cli.base import (EngineOpt, RayAddressOpt, StoreOpt, command_table, damaged_segments, err, existing_store,
                               fail, one_line, open_store, out)
-from observe.ingest import InputError, Summary, ingest
-from observe.ingest.pool import WorkerError
 from observe.printable import printable
-from observe.reader import input_files
-from observe.schema import DESCRIPTIONS, FIELDS
-from observe.timeparse import zone as tz_zone
-from observe.store import Store, StoreBusy
-from observe.store.layout import UNKNOWN_DATE
 from observe.spans import parse_span, parse_time
-from queries.search import first_line, search
+
+if TYPE_CHECKING:  # the library (polars, pyarrow) is imported by the commands that use it: --help needs none of it
+    from observe.ingest import Summary
+    from observe.store import Store
 
 COMMANDS, command = command_table()
 
@@ -77,6 +72,13 @@ def ingest_cmd(
 
     Example: observe ingest /var/log/slurm/slurmctld.log --node ctl1; dmesg | observe ingest - --source kernel --node gpu001
     """
+    from observe import rules
+    from observe.ingest import InputError, ingest
+    from observe.ingest.pool import WorkerError
+    from observe.reader import input_files
+    from observe.store import StoreBusy
+    from observe.timeparse import zone as tz_zone
+
     st = open_store(store)
     try:
         missing: list[str] = []
@@ -121,6 +123,7 @@ def demo_cmd(
     """
     from observe.ingest import ingest_inputs
     from observe.simulate import generate
+    from queries.search import first_line, search
 
     logs, store = directory / "logs", open_store(str(directory / "store"))
     err.print(f"generating {nodes} nodes x {hours:g} h of logs in {logs} ...", highlight=False)
@@ -179,6 +182,8 @@ def compact_cmd(
 
     With --engine ray the partitions are rewritten by Ray tasks at once (every worker must reach the
     store at the same location); this process commits."""
+    from observe.store import StoreBusy
+
     from queries.engine import EngineError, engine
 
     try:
@@ -218,6 +223,9 @@ def retention_cmd(
     """Drop partitions older than --keep, in one commit, and events without a time (job output's NCCL
     lines) whose file was written before then; their files are deleted after the grace period, as
     compaction's are. The store keeps the cutoff: a later ingest of old files stores none of it again."""
+    from observe.store import StoreBusy
+    from observe.store.layout import UNKNOWN_DATE
+
     try:
         span = parse_span(keep)
     except ValueError as exc:
@@ -238,6 +246,8 @@ def convert_cmd(store: StoreOpt = None) -> None:
     """Make a store written before observe kept a Delta table into one, in place: finish or undo its
     compaction notes, commit every live segment in one commit, and check that the events counted
     before and after are the same. Run it once, with no ingest or compaction running."""
+    from observe.store import StoreBusy
+
     from observe.store.convert import ConvertError, convert
 
     s = existing_store(open_store(store))
@@ -255,6 +265,8 @@ def repair_cmd(store: StoreOpt = None) -> None:
     observe) or gone: damaged files move to <store>/damaged/, and one commit drops them from the table,
     so every query runs again. Their events are lost to queries until a good copy is restored (put it
     in <store>/incoming/events/ with its partition path, and `observe compact` commits it)."""
+    from observe.store import StoreBusy
+
     s = existing_store(open_store(store))
     try:
         gone = s.repair()
@@ -296,6 +308,8 @@ def collect_cmd(
 @command("rules")
 def rules_cmd(check: Annotated[bool, typer.Option(help="Check every rule's examples; exit 1 on a failure.")] = False) -> None:
     """List the detection rules (built-in plus $OBSERVE_RULES directories), or check their examples."""
+    from observe import rules
+
     try:
         listed = rules.describe()
         problems = rules.examples_report() if check else []
@@ -315,5 +329,7 @@ def rules_cmd(check: Annotated[bool, typer.Option(help="Check every rule's examp
 @command("schema")
 def schema_cmd() -> None:
     """The event schema: every stored field and what it holds."""
+    from observe.schema import DESCRIPTIONS, FIELDS
+
     for name in FIELDS:
         out.print(f"[bold]{name:10}[/bold] {DESCRIPTIONS[name]}", highlight=False)
