@@ -217,6 +217,14 @@ def catalog(kind: str) -> pl.DataFrame | None:
     return next((c.entries for c in load()[1] if c.kind == kind), None)
 
 
+def xid_action() -> pl.Expr:
+    """The Xid catalog's action for an event (attached to its attrs at ingest): an NVLink5 Xid (144-150) whose line
+    says "Fatal" (nvrm.toml: attrs.nvlink_severity) takes the entry's ``fatal_action``, its Nonfatal form ``action``."""
+    attr = pl.col("attrs").str.json_path_match
+    fatal = (attr("$.nvlink_severity") == "fatal") & attr("$.fatal_action").is_not_null()
+    return pl.when(fatal).then(attr("$.fatal_action")).otherwise(attr("$.action"))
+
+
 def apply(df: pl.DataFrame, rules: tuple[Rule, ...] | None = None) -> pl.DataFrame:
     """Set ``kind``/``severity`` and rule-extracted fields on rows whose ``kind`` is still null.
 

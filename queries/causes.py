@@ -11,6 +11,7 @@ from pathlib import Path
 
 import polars as pl
 
+from observe import rules
 from observe.config import rule_dirs
 
 CAUSES = Path(__file__).with_name("causes.toml")
@@ -84,7 +85,7 @@ class Causes:
         # gpu_xid: the Xid catalog (merged into attrs at ingest) tells whose fault it is
         xid = pl.col("kind") == "gpu_xid"
         xid_cat = pl.col("attrs").str.json_path_match("$.category")
-        xid_action = pl.col("attrs").str.json_path_match("$.action")
+        xid_action = rules.xid_action()  # a Fatal NVLink5 Xid's is the catalog's fatal_action
         return ev.with_columns(
             pl.when(xid).then(xid_cat.replace_strict(XID_CATEGORY, default="gpu")).otherwise("category").alias("category"),
             pl.when(xid & xid_action.is_not_null()).then(pl.format("{} (Xid catalog: {})", pl.col("action"), xid_action))

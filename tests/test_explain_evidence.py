@@ -510,6 +510,25 @@ def _waited_out(at: float, ranks) -> list[dict]:
                attrs={"seq": "100", "op": "ALLREDUCE", "timeout_ms": "600000", "ran_ms": "600041"}) for r in ranks]
 
 
+@pytest.mark.parametrize("severity", ["fatal", "nonfatal"])
+def test_an_nvlink_xid_is_what_its_line_says_it_is(severity: str) -> None:
+    """NVIDIA's catalog gives NVLink5 Xids (144-150) two actions, by the word the line states: Fatal resets the GPU,
+    Nonfatal needs none. gpu003's Xid 149 "Fatal" is the cause, its catalog action reset_gpu (it read "drain ...
+    (Xid catalog: none)"); a "Nonfatal" one is context (it was a drain)."""
+    attrs = {"category": "nvlink", "action": "none", "fatal_action": "reset_gpu", "nvlink_severity": severity}
+    word = severity.capitalize()
+    rows = [ev("gpu_xid", "gpu003", 0, code=149, gpu="0000:1b:00", attrs=attrs,
+               message=f"NVRM: Xid (PCI:0000:1b:00): 149, NETIR_LINK_EVT {word} XC0 i0 Link 08 (0x021a6001 0x00000000)")] \
+        + _waited_out(600, [r for r in range(32) if r // 8 != 2])
+    ranked = candidates(place_ranks(frame(inits() + rows), NODES), RUN, load_causes())
+    xid = ranked.filter(pl.col("kind") == "gpu_xid").row(0, named=True)
+    if severity == "fatal":
+        assert ranked.row(0, named=True)["kind"] == "gpu_xid" and xid["node_action"] != "none", xid
+        assert xid["action"].endswith("(Xid catalog: reset_gpu)"), xid["action"]
+    else:
+        assert xid["context"] and xid["probability"] == 0, xid
+
+
 def test_a_panic_from_a_fatal_machine_check_and_its_record_are_one_fault() -> None:
     """gpu003 logged an uncorrectable machine check and panicked on it ("Fatal machine check"): one fault of the
     host, not two rival diagnoses splitting the probability (the record read "memory", the panic "node": 0.84)."""

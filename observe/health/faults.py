@@ -26,6 +26,7 @@ from datetime import datetime, timedelta, timezone
 import polars as pl
 
 from observe import provenance, sessions
+from observe.rules import xid_action
 from observe.health.policy import Faults
 from observe.spans import parse_span
 
@@ -53,8 +54,7 @@ def fault_lines(events: pl.LazyFrame, rules: Faults) -> pl.LazyFrame:
     """The events that are faults, each with its first remedy and drain-reason category."""
     kinds = rules.kinds
     xid_remedy = rules.xid_remedy
-    action = pl.when((_attr("nvlink_severity") == "fatal") & _attr("fatal_action").is_not_null()) \
-        .then(_attr("fatal_action")).otherwise(_attr("action"))
+    action = xid_action()
     stated = rules.recovery_action  # Xid 154's own words win over the catalog
     remedy = pl.when((pl.col("kind") == "gpu_xid") & _attr("recovery_action").is_in(list(stated))).then(
         _attr("recovery_action").replace_strict(list(stated), list(stated.values()), default=None, return_dtype=pl.String)
