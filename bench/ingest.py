@@ -1,4 +1,4 @@
-"""Ingest benchmark: `observe ingest` against a naive per-line parser, side by side, on three layouts.
+"""Ingest benchmark: `observe ingest` against what a user would run instead, side by side, on three layouts.
 
     python bench/ingest.py                       # all three layouts, under /tmp/observe-bench
     python bench/ingest.py --layouts syslog      # one of demo, syslog, jobs
@@ -12,8 +12,11 @@ Layouts (generated once, reused):
   (loghub's Linux, OpenSSH and Thunderbird daemons, kernel lines of the corpora), 86 MB, and a slurmctld log.
 - ``jobs``: 6,000 small job output files of real NCCL and PyTorch lines (``bench/fleet_logs.py``), 25 MB.
 
-The naive parser (``bench/naive.py``) is what a new user would write: per line one header match, a few
-searches for the main event kinds, pyarrow, one process. For each it prints wall seconds, the ratio,
+The peers (``bench/peers.py``) are what a user fluent in the tools would write: one columnar scan of every
+line with one header regex and the Xid / rank / job fields, to zstd Parquet, in polars and in DuckDB: the
+yardstick, CPU-s against CPU-s. The naive parser (``bench/naive.py``) is what a new user would write: per line
+one header match, a few searches for the main event kinds, pyarrow, one process. For each it prints wall
+seconds, the ratio to the naive parser,
 CPU seconds (the whole process tree, from wait4), MB/s per core of CPU, peak RSS (summed over the tree),
 segments written, and store bytes against ``zstd -3`` of the input (observe's also after
 ``observe compact --grace 0s``).
@@ -122,6 +125,8 @@ def bench(layout: str, logs: Path, stores: Path, runs: int, fair: bool) -> None:
     raw = du(logs)
     files = sum(1 for f in logs.rglob("*") if f.is_file())
     parsers = [("observe", [sys.executable, "-m", "observe.cli", "ingest", str(logs), "--store"]),
+               ("polars", [sys.executable, str(HERE / "peers.py"), "polars", str(logs)]),
+               ("duckdb", [sys.executable, str(HERE / "peers.py"), "duckdb", str(logs)]),
                ("naive", [sys.executable, str(HERE / "naive.py"), str(logs)])]
     if fair:
         parsers.append(("baseline", [sys.executable, str(HERE / "baseline.py"), str(logs)]))
@@ -149,7 +154,12 @@ def bench(layout: str, logs: Path, stores: Path, runs: int, fair: bool) -> None:
           f"{compacted / z:8.2f}")
     pairs = [n[0] / o[0] for o, n in zip(results["observe"], results["naive"])]
     print(f"observe is {naive / med['observe'][0]:.2f}x the naive parser's speed (each run: "
-          f"{', '.join(f'{p:.2f}x' for p in pairs)})\n", flush=True)
+          f"{', '.join(f'{p:.2f}x' for p in pairs)})", flush=True)
+    for peer in ("polars", "duckdb"):
+        cpu = [o[1] / p[1] for o, p in zip(results["observe"], results[peer])]
+        print(f"observe takes {med['observe'][1] / med[peer][1]:.2f}x the CPU of the {peer} peer (each run: "
+              f"{', '.join(f'{c:.2f}x' for c in cpu)})", flush=True)
+    print(flush=True)
 
 
 def main() -> None:
