@@ -73,15 +73,24 @@ class Causes:
     def annotate(self, events: pl.DataFrame) -> pl.DataFrame:
         """Events of catalogued kinds with prior, category, action, node_action, symptom, lead_s, needs, says, began,
         context, lag_s, cgroup and shared (the most specific entry wins: one whose attrs condition matches over the plain one)."""
-        table = self.table
-        plain = table.filter(pl.col("cond").is_null()).drop("cond")
-        ev = events.join(plain, on="kind", how="inner", maintain_order="left")
-        for row in table.filter(pl.col("cond").is_not_null()).iter_rows(named=True):
-            match = pl.col("kind") == row["kind"]
-            for key, value in json.loads(row["cond"]).items():
-                match = match & (pl.col("attrs").str.json_path_match(f"$.{key}") == value)
-            ev = ev.with_columns(pl.when(match).then(pl.lit(row[name], dtype=table.schema[name])).otherwise(name).alias(name)
-                                 for name in plain.columns if name != "kind")
+        table = self.table.with_row_index("_entry")
+        ev = events.join(table.filter(pl.col("cond").is_null()).select("kind", "_entry"), on="kind", how="inner",
+                         maintain_order="left")
+        conds = table.filter(pl.col("cond").is_not_null())
+        # each row's entry: the last whose attrs condition it meets, else its kind's plain one. Each attrs key is
+        # read once, on the rows of kinds some condition is about (a flood of other lines costs no JSON parsing)
+        wanted = [(row["_entry"], row["kind"], json.loads(row["cond"])) for row in conds.iter_rows(named=True)]
+        keys = sorted({key for _, _, cond in wanted for key in cond})
+        about = pl.when(pl.col("kind").is_in(conds.get_column("kind").unique().implode())).then(pl.col("attrs"))
+        ev = ev.with_columns(about.str.json_path_match(f"$.{key}").alias(f"_attr{i}") for i, key in enumerate(keys))
+        entry = pl.col("_entry")
+        for index, kind, cond in wanted:
+            match = pl.col("kind") == kind
+            for key, value in cond.items():
+                match = match & (pl.col(f"_attr{keys.index(key)}") == value)
+            entry = pl.when(match.fill_null(False)).then(pl.lit(index, dtype=pl.UInt32)).otherwise(entry)
+        ev = (ev.with_columns(entry.alias("_entry")).drop(f"_attr{i}" for i in range(len(keys)))
+              .join(table.drop("kind", "cond"), on="_entry", how="left", maintain_order="left").drop("_entry"))
         # gpu_xid: the Xid catalog (merged into attrs at ingest) tells whose fault it is
         xid = pl.col("kind") == "gpu_xid"
         xid_cat = pl.col("attrs").str.json_path_match("$.category")
