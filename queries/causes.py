@@ -72,7 +72,7 @@ class Causes:
 
     def annotate(self, events: pl.DataFrame) -> pl.DataFrame:
         """Events of catalogued kinds with prior, category, action, node_action, symptom, lead_s, needs, says, began,
-        context, lag_s, cgroup and shared (the most specific entry wins: one whose attrs condition matches over the plain one)."""
+        context, lag_s, cgroup, shared and xid_action (a gpu_xid's catalog action, as its line makes it) (the most specific entry wins: one whose attrs condition matches over the plain one)."""
         table = self.table.with_row_index("_entry")
         ev = events.join(table.filter(pl.col("cond").is_null()).select("kind", "_entry"), on="kind", how="inner",
                          maintain_order="left")
@@ -99,6 +99,7 @@ class Causes:
             pl.when(xid).then(xid_cat.replace_strict(XID_CATEGORY, default="gpu")).otherwise("category").alias("category"),
             pl.when(xid & xid_action.is_not_null()).then(pl.format("{} (Xid catalog: {})", pl.col("action"), xid_action))
             .otherwise("action").alias("action"),
+            pl.when(xid).then(xid_action).alias("xid_action"),
         )
 
 

@@ -116,7 +116,8 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
                    pl.col("past").any(), pl.col("says").first(),
                    pl.col("rank").drop_nulls().first(), provenance.trusted().any().alias("trusted"),
                    pl.col("_cg").drop_nulls().first(), (pl.col("_cg_mine").any() | pl.col("_cg").is_null().all()).alias("_mine"),
-                   pl.col("_everywhere").any(), pl.col("shared").first(), pl.col("_by_peers").any()))
+                   pl.col("_everywhere").any(), pl.col("shared").first(), pl.col("_by_peers").any(),
+                   pl.col("xid_action").first()))
     groups = (pl.concat([groups.drop("_episode"), derived], how="diagonal_relaxed")
               .with_columns(pl.col("approx").fill_null(False), pl.col("trusted").fill_null(False),
                             pl.col("_everywhere").fill_null(False), pl.col("_derived").fill_null(False),
@@ -514,7 +515,7 @@ def explain(store: Store, job_id: str, at: datetime | None = None, before: timed
     if ranked.height and (run.state or "").split()[:1] != ["COMPLETED"]:
         top = ranked.row(0, named=True)
         root = {k: top[k] for k in ("node", "kind", "code", "gpu", "ts", "message", "category", "action", "node_action",
-                                    "rank", "score", "trusted", "symptom", "context", "shared")}
+                                    "rank", "score", "trusted", "symptom", "context", "shared", "xid_action")}
         # only a symptom every rank reports whatever broke (a watchdog timeout) or only background (a corrected
         # error): no cause established, as probable as that the cause left no line; else the likeliest's
         # probability, undetermined when too low

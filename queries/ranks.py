@@ -100,7 +100,7 @@ def empty() -> pl.DataFrame:
                                 "category": pl.String, "action": pl.String, "node_action": pl.String,
                                 "symptom": pl.Boolean, "context": pl.Boolean,
                                 "rank": pl.Int32, "trusted": pl.Boolean, "score": pl.Float64, "probability": pl.Float64,
-                                "evidence": pl.List(pl.String), "shared": pl.Boolean})
+                                "evidence": pl.List(pl.String), "shared": pl.Boolean, "xid_action": pl.String})
 
 
 def first_failed(own: pl.DataFrame, skew: timedelta) -> str | None:

@@ -529,6 +529,24 @@ def test_an_nvlink_xid_is_what_its_line_says_it_is(severity: str) -> None:
         assert xid["context"] and xid["probability"] == 0, xid
 
 
+@pytest.mark.parametrize("severity, status", [("fatal", "FAIL"), ("nonfatal", "PASS")])
+def test_the_epilogs_explain_check_reads_an_nvlink_xid_as_its_line_says(store, severity: str, status: str) -> None:
+    """The kernel (kmsg) logged gpu003's Xid 149 "Fatal": the epilog's explain check on gpu003 fails with the
+    catalog's fatal_action's remedy, as the fault engine acts (it took the catalog's "none" by code: a pass); a
+    "Nonfatal" one passes."""
+    from observe.health import policy as pol
+    from observe.health.checks import explain as check
+
+    attrs = {"category": "nvlink", "action": "none", "fatal_action": "reset_gpu", "nvlink_severity": severity}
+    xid = ev("gpu_xid", "gpu003", 500, code=149, gpu="0000:1b:00", route="kmsg", attrs=attrs,
+             message=f"NVRM: Xid (PCI:0000:1b:00): 149, NETIR_LINK_EVT {severity.capitalize()} XC0 i0 Link 08 (0x021a6001)")
+    _write(store, _job("7", -3600, 900, "FAILED") + inits() + [xid] + _waited_out(1100, [r for r in range(32) if r // 8 != 2]))
+    policy = pol.load()
+    result = check.run({**policy.checks["explain"], "job": "7", "store": str(store.root), "node": "gpu003",
+                        "policy": policy.doc})
+    assert result.status.value == status, result.summary
+
+
 def test_a_panic_from_a_fatal_machine_check_and_its_record_are_one_fault() -> None:
     """gpu003 logged an uncorrectable machine check and panicked on it ("Fatal machine check"): one fault of the
     host, not two rival diagnoses splitting the probability (the record read "memory", the panic "node": 0.84)."""

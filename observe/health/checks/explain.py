@@ -33,7 +33,8 @@ def run(opts: dict) -> Result:
         return Result(NAME, Status.PASS, f"nothing to weigh: {exc}")
     if not root or root.get("node") != node or root.get("kind") not in opts["acts_on"]:
         return Result(NAME, Status.PASS, "the verdict names no fault of this node the policy acts on")
-    remedy = policy.faults.xid_remedy.get(_xid_action(root.get("code"))) if root["kind"] == "gpu_xid" else None
+    action = root.get("xid_action") or _xid_action(root.get("code"))  # a Fatal NVLink5 line's is the fatal one
+    remedy = policy.faults.xid_remedy.get(action) if root["kind"] == "gpu_xid" else None
     if root["kind"] == "gpu_xid" and remedy not in faults.ACTING:
         return Result(NAME, Status.PASS, f"gpu_xid {root.get('code')} on this node calls for no remedy that takes it out")
     sure = load_causes().scoring["drain_above"]
