@@ -128,13 +128,6 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
               .agg(pl.col("node").n_unique().alias("_nodes")))
     groups = _at_once(_flapped(groups.join(spread, on=["kind", "code"], how="left", maintain_order="left", nulls_equal=True),
                                events, timedelta(seconds=sc["flap_s"])), timedelta(seconds=sc["at_once_s"]))
-    if onset is not None:  # a link back up well before the failure began carried the job's traffic since: not why
-        reach = timedelta(seconds=sc["link_reach_s"]) + skew
-        groups = groups.with_columns(((pl.col("_back") + reach < _lit(onset)) & ~pl.col("symptom")).fill_null(False)
-                                     .alias("_ran_on"))
-        groups = groups.with_columns((pl.col("context") | pl.col("_ran_on")).alias("context"))
-    else:
-        groups = groups.with_columns(pl.lit(False).alias("_ran_on"))
     first_cause = (groups.filter(~pl.col("symptom"), ~pl.col("context"), ~pl.col("approx"), ~pl.col("past"),
                                  pl.col("ts").is_not_null())
                    .get_column("ts").min())
@@ -232,9 +225,6 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
         groups = groups.with_columns((pl.col("context") | background).alias("context"))
         notes.append(pl.when(background).then(pl.format("background: logged in {}% of the hours of the {} days before",
                                                         (share * 100).round(0).cast(pl.Int64), pl.lit(sc["base_rate_days"]))))
-    notes.append(pl.when(pl.col("_ran_on")).then(pl.format(
-        "the link was back up at {}, more than {} s before the failure began: the job's traffic crossed it since",
-        pl.col("_back").dt.strftime("%H:%M:%S"), pl.lit(sc["link_reach_s"]))))
     notes.append(pl.when(pl.col("_by_peers")).then(pl.format("its line names no node: it ran on {}, whose ranks the "
                                                               "others lost", pl.col("node"))))
     notes.append(pl.when(~pl.col("_mine")).then(pl.format("hit a process in {}, not in the job's cgroup: not the job's",
@@ -247,7 +237,7 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
               .drop("_nodes", "lead_s", "lag_s", "needs", "says", "prior", "_cg", "_mine", "_waited", "_everywhere", "_derived",
                     "_by_peers",
                     *(["succeeded", "fleet", "hours_share", "fleet_hours_share"] if succeeded_with else []),
-                    "_flap", "_back", "_ran_on"))
+                    "_flap"))
     ranked = (_shared(ranked, lr["alone"], timedelta(seconds=sc["at_once_s"])).drop("_others", "_burst")
               .sort(["context", "score", "ts"], descending=[False, True, False], nulls_last=True))  # context never leads
     return ranked.with_columns(probability(ranked, sc["unlogged"]))
@@ -282,9 +272,9 @@ def _died_of_own_error(annotated: pl.DataFrame, skew: timedelta) -> pl.Expr | No
 
 
 def _flapped(groups: pl.DataFrame, events: pl.DataFrame, within: timedelta) -> pl.DataFrame:
-    """``_back``: when an IB link that went down came back up; ``_flap``: it did ``within`` seconds (NCCL retries
-    a link that short); one that stayed down broke what used it. A link down a trusted route carried comes back
-    only by a trusted route's line: a user's ``logger`` line saying "Link up" brings no link back."""
+    """``_flap``: an IB link that went down and came back up ``within`` seconds flapped (NCCL retries a link that
+    short); one that stayed down broke what used it. A link down a trusted route carried comes back only by a
+    trusted route's line: a user's ``logger`` line saying "Link up" brings no link back."""
     up = (events.filter(pl.col("kind") == "ib_link_up", pl.col("ts").is_not_null())
           .select("node", pl.col("ts").alias("_back"), provenance.trusted().alias("_sure")).sort("_back"))
     rows = groups.with_row_index("_i")
@@ -294,7 +284,7 @@ def _flapped(groups: pl.DataFrame, events: pl.DataFrame, within: timedelta) -> p
                       for part, ups in ((down.filter(pl.col("trusted")), up.filter(pl.col("_sure"))),
                                         (down.filter(~pl.col("trusted")), up))])
     return (rows.join(back, on="_i", how="left", maintain_order="left")
-            .with_columns((pl.col("_back") - pl.col("ts") <= within).fill_null(False).alias("_flap")).drop("_i"))
+            .with_columns((pl.col("_back") - pl.col("ts") <= within).fill_null(False).alias("_flap")).drop("_i", "_back"))
 
 
 def _at_once(groups: pl.DataFrame, within: timedelta) -> pl.DataFrame:
