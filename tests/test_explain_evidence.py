@@ -487,6 +487,77 @@ def test_only_a_trusted_line_brings_a_trusted_link_back(up_route: str, flap: boo
     assert any("came back within 10 s" in e for e in link["evidence"]) is flap, link["evidence"]
 
 
+def _waited_out(at: float, ranks) -> list[dict]:
+    """The ranks' watchdog timeouts printed ``at``, each collective having run 600 s: the hang began 600 s before."""
+    return [ev("nccl_timeout", None, at + r / 100, "nccl", rank=r, job_id="7",
+               attrs={"seq": "100", "op": "ALLREDUCE", "timeout_ms": "600000", "ran_ms": "600041"}) for r in ranks]
+
+
+@pytest.mark.parametrize("severity, code, action", [("fatal", 149, "none"), ("nonfatal", 149, "none"),
+                                                     ("nonfatal", 145, "application_error")])
+def test_an_nvlink_xid_is_what_its_line_says_it_is(severity: str, code: int, action: str) -> None:
+    """NVIDIA's catalog gives NVLink5 Xids (144-150) two actions, by the word the line states: Fatal resets the GPU,
+    Nonfatal needs none (145's: follow Xid 154 if logged). gpu003's Xid 149 "Fatal" is the cause, its catalog action
+    reset_gpu (it read "drain ... (Xid catalog: none)"); a "Nonfatal" one, 149 or 145, is context (both were drains)."""
+    attrs = {"category": "nvlink", "action": action, "fatal_action": "reset_gpu", "nvlink_severity": severity}
+    word = severity.capitalize()
+    rows = [ev("gpu_xid", "gpu003", 0, code=code, gpu="0000:1b:00", attrs=attrs,
+               message=f"NVRM: Xid (PCI:0000:1b:00): {code}, NETIR_LINK_EVT {word} XC0 i0 Link 08 (0x021a6001 0x00000000)")] \
+        + _waited_out(600, [r for r in range(32) if r // 8 != 2])
+    ranked = candidates(place_ranks(frame(inits() + rows), NODES), RUN, load_causes())
+    xid = ranked.filter(pl.col("kind") == "gpu_xid").row(0, named=True)
+    if severity == "fatal":
+        assert ranked.row(0, named=True)["kind"] == "gpu_xid" and xid["node_action"] != "none", xid
+        assert xid["action"].endswith("(Xid catalog: reset_gpu)"), xid["action"]
+    else:
+        assert xid["context"] and xid["probability"] == 0, xid
+
+
+@pytest.mark.parametrize("severity, status", [("fatal", "FAIL"), ("nonfatal", "PASS")])
+def test_the_epilogs_explain_check_reads_an_nvlink_xid_as_its_line_says(store, severity: str, status: str) -> None:
+    """The kernel (kmsg) logged gpu003's Xid 149 "Fatal": the epilog's explain check on gpu003 fails with the
+    catalog's fatal_action's remedy, as the fault engine acts (it took the catalog's "none" by code: a pass); a
+    "Nonfatal" one passes."""
+    from observe.health import policy as pol
+    from observe.health.checks import explain as check
+
+    attrs = {"category": "nvlink", "action": "none", "fatal_action": "reset_gpu", "nvlink_severity": severity}
+    xid = ev("gpu_xid", "gpu003", 500, code=149, gpu="0000:1b:00", route="kmsg", attrs=attrs,
+             message=f"NVRM: Xid (PCI:0000:1b:00): 149, NETIR_LINK_EVT {severity.capitalize()} XC0 i0 Link 08 (0x021a6001)")
+    _write(store, _job("7", -3600, 900, "FAILED") + inits() + [xid] + _waited_out(1100, [r for r in range(32) if r // 8 != 2]))
+    policy = pol.load()
+    result = check.run({**policy.checks["explain"], "job": "7", "store": str(store.root), "node": "gpu003",
+                        "policy": policy.doc})
+    assert result.status.value == status, result.summary
+
+
+def test_a_panic_from_a_fatal_machine_check_and_its_record_are_one_fault() -> None:
+    """gpu003 logged an uncorrectable machine check and panicked on it ("Fatal machine check"): one fault of the
+    host, not two rival diagnoses splitting the probability (the record read "memory", the panic "node": 0.84)."""
+    rows = [ev("mce", "gpu003", 0, message="mce: [Hardware Error]: CPU 40: Machine Check Exception: 5 Bank 0: "
+                                           "b200000000070005"),
+            ev("kernel_panic", "gpu003", 1, message="Kernel panic - not syncing: Fatal machine check",
+               attrs={"detail": "Fatal machine check"})] + _waited_out(600, [r for r in range(32) if r // 8 != 2])
+    ranked = candidates(place_ranks(frame(inits() + rows), NODES), RUN, load_causes())
+    top = ranked.row(0, named=True)
+    assert (top["node"], top["node_action"]) == ("gpu003", "drain") and top["probability"] >= 0.9, \
+        ranked.select("node", "kind", "category", "probability").head(4)
+    assert ranked.filter(pl.col("node") == "gpu003", pl.col("kind").is_in(["mce", "kernel_panic"])) \
+        .get_column("category").unique().to_list() == [top["category"]]
+
+
+def test_a_hung_task_reported_at_the_detectors_next_check_began_with_the_hang() -> None:
+    """gpu003's ranks hung at 0 (the others' collectives ran 600 s from then); khungtaskd reported a task
+    "blocked for more than 120 seconds" at 150 s: it checks once per 120 s interval, so the block may have begun
+    up to 240 s before its line, with the hang (without the detector's interval: "after the failure began")."""
+    rows = [ev("hung_task", "gpu003", 150, message="INFO: task python3:3751 blocked for more than 120 seconds.",
+               attrs={"task": "python3", "seconds": "120"})] + _waited_out(600, [r for r in range(32) if r // 8 != 2])
+    ranked = candidates(place_ranks(frame(inits() + rows), NODES), RUN, load_causes())
+    hung = ranked.filter(pl.col("kind") == "hung_task").row(0, named=True)
+    assert ranked.row(0, named=True)["kind"] == "hung_task", ranked.select("node", "kind", "probability").head(3)
+    assert "x3.0 came before the failure began" in hung["evidence"], hung["evidence"]
+
+
 def test_ranks_in_different_collectives_are_the_jobs_own_bug() -> None:
     """Rank 0 waits in a BROADCAST while the others wait in ALLREDUCE at the same step: a code path
     some ranks skipped; the job's fault, nothing for a node."""
