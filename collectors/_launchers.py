@@ -10,7 +10,7 @@ from collections.abc import Callable
 import polars as pl
 
 from observe import timeparse as tp
-from observe.collector import Context, split_header
+from observe.collector import INPUT_BITS, Context, split_header
 
 # What a launcher puts before each task's lines: srun --label's right-aligned ``12: `` (task id),
 # torchrun's ``[default3]:`` / ``[rank3]:``: source: pytorch/pytorch torch/distributed/elastic/multiprocessing/tail_log.py
@@ -61,11 +61,73 @@ LAUNCHER = (
     r"<(?:stdout|stderr|stddiag)>: ?)"
 )
 LAUNCHER_LITERALS = ["pid=", "]<std", "[0m "]
+# pdsh's label before every line a remote host prints (deepspeed's multi-node launcher runs pdsh): source: chaos/pdsh
+#   src/pdsh/dsh.c _flush_lines (2.x): outf("%S: %s", th->host, buf); its own errors about a host: src/common/pipecmd.c
+#   err("%p: %S: %s exited with exit code %d\n", ...), dsh.c err("%p: %S: command timeout\n", ...) (%p: "pdsh@<host>").
+# A word and a colon begin many lines ("ValueError: ..."), so a word is pdsh's host only where the output names it
+# so (PDSH_HOSTS): pdsh's own error lines, deepspeed's runner (microsoft/DeepSpeed deepspeed/launcher/
+# multinode_runner.py PDSHRunner.get_cmd, v0.3-v0.16: logger.info("Running on the following workers: %s" %
+# active_workers), the hosts joined by ","; pdsh_cmd_args = ['pdsh', '-S', '-f', str(PDSH_MAX_FAN_OUT), '-w',
+# active_workers], which deepspeed/launcher/runner.py main logs as logger.info(f"cmd = {' '.join(cmd)}")), or an NCCL
+# line under the label whose own header (NCCL's hostname, cut at its first ".") names the same host.
+HOST = r"[A-Za-z0-9][\w.-]*"
+PDSH_LABEL = r"(" + HOST + r"): "
+PDSH_HOSTS = [("pdsh@", r"^pdsh@[\w.-]+: (" + HOST + r"): "),
+              ("following workers: ", r"Running on the following workers: ([\w.-]+(?:,[\w.-]+)*)"),
+              ("cmd = pdsh ", r"cmd = pdsh -S -f \d+ -w ([\w.-]+(?:,[\w.-]+)*) ")]
+PDSH_NCCL = r"^(" + HOST + r"): (" + HOST + r"):\d+:\d+ "
+# A labelled traceback's frames continue its record (collectors/nccl.py RANKED_INDENT); their labels go with it.
+PDSH_CONTINUED = r"\n" + HOST + r": (\s)"
 
 def launcher_cut(records: pl.DataFrame, ctx: Context,
                  parse: Callable[[pl.DataFrame, Context], pl.DataFrame]) -> pl.DataFrame:
-    """``parse`` over ``records`` with each line's launcher prefix (LAUNCHER) cut away first, the rank,
-    pid, host and time it gave kept where the line's own header gives none."""
+    """``parse`` over ``records`` with each line's launcher prefix cut away first (pdsh's host label where the
+    output names its hosts, then LAUNCHER), the rank, pid, host and time it gave kept where the line's own
+    header gives none."""
+    host = _pdsh_host(records)
+    if host is None:
+        return _launcher_cut(records, ctx, parse)
+    labelled = records.filter(host.is_not_null())
+    labels = host.filter(host.is_not_null())
+    raw = labelled.get_column("raw")
+    cut = labelled.with_columns(
+        raw.str.slice(labels.str.len_chars() + 2).str.replace_all(PDSH_CONTINUED, "\n$1").alias("raw"))
+    inner = _launcher_cut(cut, ctx, parse)
+    inner = inner.join(pl.DataFrame({"offset": labelled.get_column("offset"), "_phost": labels}), on="offset", how="left")
+    node = pl.coalesce("node", "_phost") if "node" in inner.columns else pl.col("_phost")
+    inner = inner.with_columns(node.alias("node")).drop("_phost")
+    rest = records.filter(host.is_null())
+    return pl.concat([_launcher_cut(rest, ctx, parse), inner] if rest.height else [inner], how="diagonal_relaxed")
+
+
+def _pdsh_host(records: pl.DataFrame) -> pl.Series | None:
+    """Each record's pdsh host label (PDSH_LABEL), null where it has none or its output never names that word as
+    one of pdsh's hosts (PDSH_HOSTS, PDSH_NCCL); None where no record has one."""
+    raw = pl.col("raw")
+    named = []
+    for literal, pattern in PDSH_HOSTS:
+        found = records.lazy().filter(raw.str.contains(literal, literal=True)).select(
+            "offset", raw.str.extract(pattern, 1).str.split(",").alias("host")).explode("host")
+        named.append(found)
+    nccl = records.lazy().filter(raw.str.contains(" NCCL ", literal=True)).select(
+        "offset", raw.str.extract_groups(PDSH_NCCL).alias("g")).unnest("g")
+    named.append(nccl.filter((pl.col("1") == pl.col("2")) | pl.col("1").str.starts_with(pl.col("2") + "."))
+                 .select("offset", pl.col("1").alias("host")))
+    hosts = (pl.concat(named).drop_nulls().select((pl.col("offset") // (1 << INPUT_BITS)).alias("_in"), "host")
+             .unique().collect())
+    if not hosts.height:
+        return None
+    label = records.select((pl.col("offset") // (1 << INPUT_BITS)).alias("_in"),
+                           raw.str.extract("^" + PDSH_LABEL, 1).alias("host"))
+    hit = label.join(hosts.with_columns(pl.lit(True).alias("_hit")), on=["_in", "host"], how="left",
+                     maintain_order="left").get_column("_hit")
+    return label.with_columns(hit.fill_null(False).alias("_hit")).select(
+        pl.when(pl.col("_hit")).then(pl.col("host")).alias("host")).to_series()
+
+
+def _launcher_cut(records: pl.DataFrame, ctx: Context,
+                  parse: Callable[[pl.DataFrame, Context], pl.DataFrame]) -> pl.DataFrame:
+    """``parse`` over ``records`` with LAUNCHER cut away (launcher_cut's second step)."""
     maybe = records.select(pl.col("raw").str.contains_any(LAUNCHER_LITERALS)).to_series()
     if not maybe.any():
         return parse(records, ctx)

@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 
 import polars as pl
 
-from collectors._launchers import ROLE, RUNTIME_PREFIX, SRUN_LABEL, TASK_LABEL, TORCHRUN_LABEL, launcher_cut
+from collectors._launchers import HOST, ROLE, RUNTIME_PREFIX, SRUN_LABEL, TASK_LABEL, TORCHRUN_LABEL, launcher_cut
 from collectors._slurm_text import SLURM_PROGRAMS, slurm_fields
 from observe import timeparse as tp
 from observe.collector import INPUT_BITS, Collector, Context, register, split_header
@@ -65,14 +65,16 @@ PY_BASIC = r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL):(?:[A-Za-z_][\w.]*):"
 RANK_PREFIX = r"^\s*(?:(\d{1,6}): )?(?:\[" + ROLE + r"(\d+)\]:\s?)?"
 # An indented line without a launcher label continues the record above (a traceback frame, a wrapped line);
 # a labelled one is a record of its own (the label is a header), except the lines of a Python traceback (one
-# exception report that the launcher labels line by line: source: python/cpython Lib/traceback.py
+# exception report that the launcher (srun's task, torchrun's rank, pdsh's host) labels line by line: source:
+# python/cpython Lib/traceback.py
 # StackSummary.format, 3.x: '  File "{}", line {}, in {}\n' then the source line indented by four) and the
 # rows of torchrun's failure table, likewise one message: source: pytorch/pytorch
 # torch/distributed/elastic/multiprocessing/errors/__init__.py (v1.9-v2.9) _format_failure:
 # "[{idx}]:\n  time      : {time}\n  host      : {hostname}\n  rank      : {rank} (local_rank: {local_rank})\n
 # exitcode  : {exitcode} (pid: {pid})\n  error_file: {error_file}\n  traceback : {message}" (keys padded to 10).
+TRACEBACK_TAIL = r" {2}(?:File \"[^\"]+\", line \d+|  +\S)"
 RANKED_INDENT = (r"^\s|^\s*" + TASK_LABEL + r"\s {2}[a-z_]{4,10} *: "
-                 + r"|^\s*" + TASK_LABEL + r" ? {2}(?:File \"[^\"]+\", line \d+|  +\S)")
+                 + r"|^\s*" + TASK_LABEL + r" ?" + TRACEBACK_TAIL + r"|^" + HOST + r": " + TRACEBACK_TAIL)
 # torchrun's ChildFailedError prints each failure as an ``[i]:`` line and indented fields: the line
 # continues the heading before it ("Root Cause (first observed failure):"), so one record holds both
 FAILURE_INDEX = r"^\s*(?:" + TASK_LABEL + r"\s?)?\[\d+\]:\s*$"

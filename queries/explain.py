@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 import polars as pl
 
 from observe import provenance, sessions
+from observe.frames import merge_attrs
 from observe.hostlists import compact_nodes
 from observe.store import Store
 from queries import base_rate, jobs, node_past, ranks
@@ -78,7 +79,7 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
     # times placed from neighbouring lines (see run_events); the node's past (see _past)
     events = events.with_columns(pl.col(flag).fill_null(False) if flag in events.columns else pl.lit(False).alias(flag)
                                  for flag in ("approx", "past"))
-    ev = causes.annotate(events.filter(pl.col("job_id").is_null() | (pl.col("job_id") == run.job_id)))
+    ev = causes.annotate(_traceback_ends(events.filter(pl.col("job_id").is_null() | (pl.col("job_id") == run.job_id))))
     ev = ev.filter(~pl.col("past") | (pl.col("node_action") == "drain"))  # of the past, only what takes a node out
     # a cause's line printed by a timeout: what it reports began its wait before (a symptom's wait is the onset)
     ev = ev.with_columns(*_cgroup(run.job_id, causes), pl.when(~pl.col("symptom")).then(_waited(ev)).alias("_waited"),
@@ -92,7 +93,9 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
     # the peer other ranks lost, the ranks that stalled or fell silent: evidence for what their node logged
     # (an OOM kill of a rank, a peer's panic), else candidates of their own
     lost = ranks.lost_peers(events, run, sc)
-    ev = _placed_by_peers(ev, lost, run.job_id, skew)
+    own = events.filter(pl.col("job_id") == run.job_id)
+    first = ranks.first_failed(own, skew)
+    ev, placed_why = _placed(ev, lost, first, run.job_id, skew)
     stalled = ranks.stalls(events, run, sc)
     logged = list(set(ev.filter(~pl.col("symptom"), ~pl.col("context"), pl.col("_cg_mine")
                                 | pl.col("_cg").is_null()).get_column("node").drop_nulls()))
@@ -164,7 +167,6 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
                       pl.lit("a fault that takes the node out, logged before the run, with no recovery since, and the run "
                              f"failed {ran / 60:.0f} min after it started" if doa else
                              f"a fault logged before the run, but the run worked {ran / 60:.0f} min before it failed")))
-    own = events.filter(pl.col("job_id") == run.job_id)
     if own.filter(pl.col("source") == "nccl").height:  # the job logs NCCL/PyTorch output: it can corroborate
         seen = own.get_column("kind").unique().to_list()
         terms.append((pl.when(pl.col("needs").list.len() > 0, ~pl.col("needs").list.eval(pl.element().is_in(seen)).list.any())
@@ -177,9 +179,8 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
     if groups.get_column("_flap").any():
         terms.append((pl.when(pl.col("_flap")).then(lr["flapped"]),
                       pl.format("the link came back within {} s: a flap", pl.lit(sc["flap_s"]))))
-    first = ranks.first_failed(own, skew)
     if first:
-        terms.append((pl.when((pl.col("node") == first) & ~pl.col("symptom")).then(lr["first_to_fail"]),
+        terms.append((pl.when((pl.col("node") == first[0]) & ~pl.col("symptom")).then(lr["first_to_fail"]),
                       pl.lit("the first of the job's processes to die ran on this node")))
     if ev.get_column("_everywhere").any():  # the job's own error on every node at once: the job's doing
         terms += [(pl.when(pl.col("_everywhere")).then(lr["same_error_everywhere"]),
@@ -225,8 +226,8 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
         groups = groups.with_columns((pl.col("context") | background).alias("context"))
         notes.append(pl.when(background).then(pl.format("background: logged in {}% of the hours of the {} days before",
                                                         (share * 100).round(0).cast(pl.Int64), pl.lit(sc["base_rate_days"]))))
-    notes.append(pl.when(pl.col("_by_peers")).then(pl.format("its line names no node: it ran on {}, whose ranks the "
-                                                              "others lost", pl.col("node"))))
+    notes.append(pl.when(pl.col("_by_peers")).then(pl.format("its line names no node: it ran on {}, {}", pl.col("node"),
+                                                              pl.lit(placed_why))))
     notes.append(pl.when(~pl.col("_mine")).then(pl.format("hit a process in {}, not in the job's cgroup: not the job's",
                                                            pl.col("_cg"))))
     evidence = pl.concat_list(notes).list.drop_nulls()
@@ -243,18 +244,47 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
     return ranked.with_columns(probability(ranked, sc["unlogged"]))
 
 
-def _placed_by_peers(annotated: pl.DataFrame, lost: pl.DataFrame, job_id: str, skew: timedelta) -> pl.DataFrame:
+def _traceback_ends(events: pl.DataFrame) -> pl.DataFrame:
+    """A traceback whose next record in its file no rule read (``log``: no exception, CUDA or NCCL rule knows its
+    last line, as ``class: message`` or a bare class name) ended in an exception the catalog does not name: its
+    heading then stands for the failure (attrs ``ended``: ``unread``, its causes.toml entry), its message the
+    traceback and that line. One whose last line a rule read is context: that line says what happened."""
+    if "file_id" not in events.columns or not (events.get_column("kind") == "python_traceback").any():
+        return events
+    after = (events.select("file_id", "offset", "kind", "message").unique(["file_id", "offset"], keep="first")
+             .sort("file_id", "offset")
+             .with_columns(pl.col("kind").shift(-1).over("file_id").alias("_next"),
+                           pl.col("message").shift(-1).over("file_id").str.split("\n").list.first().alias("_last"))
+             .filter(pl.col("kind") == "python_traceback", pl.col("_next").is_in(["log", "unparsed"]))
+             .select("file_id", "offset", "_last"))
+    if after.is_empty():
+        return events
+    unread = (pl.col("kind") == "python_traceback") & pl.col("_last").is_not_null()
+    return (events.join(after, on=["file_id", "offset"], how="left", maintain_order="left")
+            .with_columns(pl.when(unread).then(merge_attrs(pl.col("attrs"), pl.lit('{"ended":"unread"}'))).otherwise("attrs")
+                          .alias("attrs"),
+                          pl.when(unread).then(pl.format("{}\n{}", "message", "_last")).otherwise("message").alias("message"))
+            .drop("_last"))
+
+
+def _placed(annotated: pl.DataFrame, lost: pl.DataFrame, first: tuple[str, datetime | None] | None, job_id: str,
+            skew: timedelta) -> tuple[pl.DataFrame, str]:
     """A cause the job printed on a line that names no node (no launcher label), by the time its peers lost
     their ranks on one node, ran on that node: the ranks that died are the ones the others lost (``_by_peers``).
-    What a surviving rank printed after the loss may be its reaction, and two lost nodes place nothing."""
+    Where no one node was lost, by the time srun or torchrun saw the job's first process die of its own (an exit,
+    not a kill: :func:`ranks.first_failed`), it ran on that process's node: a rank that raised dies of it. What a
+    surviving rank printed after the loss may be its reaction, and two lost nodes place nothing. Also says why."""
     gone = lost.get_column("node").unique()
-    if gone.len() != 1:
-        return annotated.with_columns(pl.lit(False).alias("_by_peers"))
-    noticed = lost.get_column("ts").min()
+    if gone.len() == 1:
+        node, noticed, why = gone[0], lost.get_column("ts").min(), "whose ranks the others lost"
+    elif gone.len() == 0 and first is not None:
+        (node, noticed), why = first, "where the job's first process to die ran"
+    else:
+        return annotated.with_columns(pl.lit(False).alias("_by_peers")), ""
     before = pl.col("ts").is_null() if noticed is None else pl.col("ts").is_null() | (pl.col("ts") <= _lit(noticed) + skew)
     here = (pl.col("node").is_null() & (pl.col("job_id") == job_id) & ~pl.col("symptom") & ~pl.col("context")
             & before).fill_null(False)
-    return annotated.with_columns(here.alias("_by_peers"), pl.when(here).then(pl.lit(gone[0])).otherwise("node").alias("node"))
+    return annotated.with_columns(here.alias("_by_peers"), pl.when(here).then(pl.lit(node)).otherwise("node").alias("node")), why
 
 
 def _died_of_own_error(annotated: pl.DataFrame, skew: timedelta) -> pl.Expr | None:

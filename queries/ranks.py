@@ -5,7 +5,7 @@ die, and the node other ranks' NCCL errors say they lost. Derived candidates for
 from __future__ import annotations
 
 import math
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import polars as pl
 
@@ -56,7 +56,8 @@ def world_size(events: pl.DataFrame, nodes: list[str], job_id: str | None = None
     """How many ranks the job has: NCCL's nranks at init, else one per GPU Slurm gave the job (its record's
     ``gpus``: torchrun and srun start a process per GPU) when no line names a rank beyond them, else ranks 0
     to the highest any line names, rounded up to fill the run's nodes evenly (a world is whole nodes of
-    ranks) when most of that world printed something (a watchdog timeout every rank reports); else
+    ranks, as many on each as the lines placed on one node show: the ranks of a silent last node are the
+    highest) when most of that world printed something (a watchdog timeout every rank reports); else
     ``per_node`` (a GPU node's eight) on each node. The GPUs come before the ranks seen: a node whose
     ranks all hung printed none, and its ranks are the highest."""
     attr = pl.col("attrs").str.json_path_match
@@ -71,7 +72,9 @@ def world_size(events: pl.DataFrame, nodes: list[str], job_id: str | None = None
         attr("$.gpus").cast(pl.Int64, strict=False).max()).item()  # this job's record: others end in the window too
     if gpus and top <= gpus:
         return int(gpus)
-    world = -(-top // n) * n
+    on_node = events.filter(pl.col("rank").is_not_null(), pl.col("node").is_in(nodes)).group_by("node").agg(
+        pl.col("rank").n_unique()).get_column("rank").max()  # the most ranks the lines a launcher labelled show on one node
+    world = max(-(-top // n) * n, int(on_node or 0) * n)
     return world if ranks.n_unique() * 2 >= world else per_node * n
 
 
@@ -103,10 +106,10 @@ def empty() -> pl.DataFrame:
                                 "evidence": pl.List(pl.String), "shared": pl.Boolean, "xid_action": pl.String})
 
 
-def first_failed(own: pl.DataFrame, skew: timedelta) -> str | None:
-    """The node of the job's first process to die of its own: torchrun's root-cause block (the first
-    observed failure), else the first task srun saw exit other than by being killed. None when a process
-    on another node died within ``skew`` of it (clocks that close order nothing)."""
+def first_failed(own: pl.DataFrame, skew: timedelta) -> tuple[str, datetime | None] | None:
+    """The node of the job's first process to die of its own, and when the line saying so was logged: torchrun's
+    root-cause block (the first observed failure), else the first task srun saw exit other than by being killed.
+    None when a process on another node died within ``skew`` of it (clocks that close order nothing)."""
     signal = pl.col("attrs").str.json_path_match("$.signal").fill_null("")
     died = own.filter(pl.col("node").is_not_null(), (pl.col("kind") == "torch_elastic_root_cause")
                       | ((pl.col("kind") == "slurm_task_exit") & ~signal.is_in(["Killed", "Terminated"])))
@@ -117,7 +120,7 @@ def first_failed(own: pl.DataFrame, skew: timedelta) -> str | None:
     node, ts = died.row(0)[died.columns.index("node")], died.get_column("ts")[0]
     if ts is not None and died.filter(pl.col("node") != node, pl.col("ts") <= ts + skew).height:
         return None
-    return node
+    return node, ts
 
 
 def lost_peers(events: pl.DataFrame, run: Run, sc: dict) -> pl.DataFrame:

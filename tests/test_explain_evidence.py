@@ -169,6 +169,15 @@ def test_a_node_whose_ranks_all_hung_is_found_by_the_jobs_gpus() -> None:
     assert (top["node"], top["kind"], top["category"], top["symptom"]) == ("gpu002", "nccl_timeout", "node", False), top
 
 
+def test_a_silent_last_node_is_found_by_the_ranks_a_label_placed_on_each_node() -> None:
+    """pdsh labels each line with its host: ranks 0-23 print the watchdog timeout from gpu001-gpu003, eight on each,
+    and gpu004 prints nothing; Slurm's record gives no GPU count and no init line says nranks. Counting the ranks
+    seen, the world would be 24 (six a node, none silent); eight a node puts 24-31 on the silent gpu004."""
+    rows = [dict(r, node=NODES[r["rank"] // 8]) for r in timeouts(600, ranks=range(24))]
+    top = candidates(place_ranks(frame(rows), NODES, "7"), RUN, load_causes()).row(0, named=True)
+    assert (top["node"], top["kind"], top["symptom"]) == ("gpu004", "nccl_timeout", False), top
+
+
 def test_slurmctld_notices_a_dead_node_a_slurmd_timeout_late() -> None:
     """slurmctld says "not responding" only after SlurmdTimeout (300 s): a line 4 minutes after the
     peers' timeouts still came before the failure, it is no consequence of it."""
@@ -357,6 +366,46 @@ def test_srun_first_exit_other_than_killed_is_the_first_to_die() -> None:
             ev("slurm_task_exit", "gpu001", 560, "slurm", job_id="7", attrs={"signal": "Killed"}),
             ev("slurm_task_exit", "gpu002", 561, "slurm", job_id="7", code=1)] + timeouts(600)
     assert _top(rows)["node"] == "gpu002"
+
+
+def _explain_output(store, tmp_path, text: str) -> dict:
+    """Job 7's root cause, its output ``text`` ingested as slurm-7.out."""
+    from observe.ingest import ingest
+
+    out = tmp_path / "slurm-7.out"
+    out.write_text(text)
+    _write(store, _job("7", -3600, 900, "FAILED"))
+    ingest([str(out)], store, job="7", workers=1)
+    return explain(store, "7").root_cause
+
+
+def test_an_unlabelled_exception_ran_where_srun_saw_the_first_task_exit(store, tmp_path) -> None:
+    """Plain srun (no -l): one rank's exception names no node; srun then says task 9 on gpu003 exited with code 1
+    and killed the others (src/srun/step_launch.c "%s: task %s: Exited with exit code %d", "...: Killed"). The rank
+    that raised is the task that exited first: the exception ran on gpu003, and no NCCL error of a surviving
+    rank outweighs it."""
+    root = _explain_output(store, tmp_path, "Traceback (most recent call last):\n"
+                           '  File "/home/u/fit.py", line 90, in <module>\n'
+                           "    step(batch)\n"
+                           "KeyError: 'labels'\n"
+                           "srun: error: gpu003: task 9: Exited with exit code 1\n"
+                           "srun: Terminating StepId=7.0\n"
+                           "gpu001:3301:3390 [2] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer "
+                           "10.9.0.3<4711> with error 12, opcode 0, len 0, vendor err 129 (Recv)\n"
+                           "srun: error: gpu001: tasks 0-7: Killed\n")
+    assert (root["kind"], root["node"], root["verdict"]) == ("python_exception", "gpu003", "cause"), root
+
+
+def test_a_traceback_whose_last_line_no_rule_reads_is_the_jobs_failure(store, tmp_path) -> None:
+    """A traceback ending in an exception whose class no rule names (not *Error / *Exception): its heading stands for
+    the job's own failure, with that last line; not "undetermined, 1.0" as if the cause had left no line."""
+    root = _explain_output(store, tmp_path, "Traceback (most recent call last):\n"
+                           '  File "/home/u/fit.py", line 90, in <module>\n'
+                           "    guard(loss)\n"
+                           "fit.TrainingDiverged: loss is nan at step 4410\n")
+    assert (root["kind"], root["category"], root["context"]) == ("python_traceback", "user", False), root
+    assert root["message"].endswith("fit.TrainingDiverged: loss is nan at step 4410"), root["message"]
+    assert root["confidence"] < 0.9, root
 
 
 def test_the_lagging_rank_is_named_with_its_gpu() -> None:

@@ -489,6 +489,38 @@ def test_a_labelled_traceback_is_one_record(tmp_path: Path) -> None:
         (2, "python_traceback", 2), (2, "python_exception", 0), (2, "log", 0)]
 
 
+# pdsh dsh.c _flush_lines outf("%S: %s", th->host, buf) before every line of a remote host, pipecmd.c "%p: %S: %s
+# exited with exit code %d", deepspeed PDSHRunner.get_cmd "Running on the following workers: %s": a word is a host
+# label only where the output names it one of pdsh's hosts (an exception's name before its colon stays the text)
+@pytest.mark.parametrize("named", [
+    "[2025-01-05 10:00:00,001] [INFO] [multinode_runner.py:80:get_cmd] Running on the following workers: dgx-07,dgx-08",
+    "pdsh@dgx-07: dgx-08: ssh exited with exit code 1",
+    "[2025-01-05 10:00:00,002] [INFO] [runner.py:600:main] cmd = pdsh -S -f 1024 -w dgx-07,dgx-08 export NCCL_DEBUG=WARN; "
+    "cd /home/u; /usr/bin/python -u -m deepspeed.launcher.launch --node_rank=%n fit.py",
+    "dgx-08: dgx-08:4410:4410 [0] NCCL INFO Bootstrap : Using eth0:10.1.0.8<0>",
+])
+def test_pdsh_host_labels_are_header_where_the_output_names_the_hosts(tmp_path: Path, named: str) -> None:
+    lines = [named,
+             "dgx-08: Traceback (most recent call last):",
+             'dgx-08:   File "/home/u/fit.py", line 12, in <module>',
+             "dgx-08:     run(cfg)",
+             "dgx-08: KeyError: 'optimizer'",
+             "dgx-08: fit.py: error: unrecognized arguments: --lr-warm 3",
+             "KeyError: 'scheduler'"]
+    rows = _rows(tmp_path, lines, "nccl")[1:]
+    got = [(r["node"], r["kind"], r["message"]) for r in rows]
+    assert got[0] == ("dgx-08", "python_traceback",
+                      'Traceback (most recent call last):\n  File "/home/u/fit.py", line 12, in <module>\n    run(cfg)')
+    assert got[1] == ("dgx-08", "python_exception", "KeyError: 'optimizer'")
+    assert got[2] == ("dgx-08", "usage_error", "fit.py: error: unrecognized arguments: --lr-warm 3")
+    assert got[3] == (None, "python_exception", "KeyError: 'scheduler'")
+
+
+def test_a_word_before_a_colon_is_no_pdsh_host_unless_named(tmp_path: Path) -> None:
+    rows = _rows(tmp_path, ["dgx-08: KeyError: 'optimizer'", "RuntimeError: boom"], "nccl")
+    assert [(r["node"], r["message"]) for r in rows] == [(None, "dgx-08: KeyError: 'optimizer'"), (None, "RuntimeError: boom")]
+
+
 # submitit/core/logger.py "%(name)s %(levelname)s (%(asctime)s) - %(message)s"; srun --label "%*d: "
 def test_submitit_and_srun_label_in_job_output(tmp_path: Path) -> None:
     rows = _rows(tmp_path, ["submitit WARNING (2022-08-12 02:06:11,453) - Bypassing signal SIGCONT",
