@@ -19,7 +19,7 @@ from observe import provenance, sessions
 from observe.frames import merge_attrs
 from observe.hostlists import compact_nodes
 from observe.store import Store
-from queries import base_rate, jobs, node_past, ranks
+from queries import base_rate, ib_retry, jobs, node_past, ranks
 from queries.causes import Causes, load_causes
 from queries.jobs import Run, failed_run, job_runs
 from queries.search import search
@@ -90,10 +90,14 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
     ran = max(0.0, (onset - run.start).total_seconds()) if onset is not None and run.start is not None else None
     if ran is not None and ran > sc["arrival_s"]:  # the run found its nodes working, as any run that long would
         ev = ev.with_columns((pl.col("context") | pl.col("past")).alias("context"))  # have: their past faults ended
+    # a link back within NCCL's IB retries cannot fail a job: context, before "what the node logged" is decided
+    own = events.filter(pl.col("job_id") == run.job_id)
+    rides_out = ib_retry.retry_span(own.filter(pl.col("source") == "nccl"))
+    ev = _flapped(ev, events, rides_out or timedelta(seconds=sc["flap_s"]))
+    ev = ev.with_columns((pl.col("context") | pl.col("_flap")).alias("context"))
     # the peer other ranks lost, the ranks that stalled or fell silent: evidence for what their node logged
     # (an OOM kill of a rank, a peer's panic), else candidates of their own
     lost = ranks.lost_peers(events, run, sc)
-    own = events.filter(pl.col("job_id") == run.job_id)
     first = ranks.first_failed(own, skew)
     ev, placed_why = _placed(ev, lost, first, run.job_id, skew)
     stalled = ranks.stalls(events, run, sc)
@@ -113,7 +117,8 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
               .agg(pl.col("ts").min(), pl.len().alias("count"), pl.col("message").first(),
                    pl.col("prior").first(), pl.col("category").first(), pl.col("action").first(),
                    pl.col("node_action").first(),
-                   pl.col("symptom").first(), pl.col("context").first(), pl.col("lead_s").first(), pl.col("lag_s").first(),
+                   pl.col("symptom").first(), pl.col("context").all(), pl.col("_flap").all(), pl.col("lead_s").first(),
+                   pl.col("lag_s").first(),
                    pl.col("needs").first(), pl.col("_waited").max(),
                    pl.col("approx").all(),
                    pl.col("past").any(), pl.col("says").first(),
@@ -124,13 +129,13 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
     groups = (pl.concat([groups.drop("_episode"), derived], how="diagonal_relaxed")
               .with_columns(pl.col("approx").fill_null(False), pl.col("trusted").fill_null(False),
                             pl.col("_everywhere").fill_null(False), pl.col("_derived").fill_null(False),
-                            pl.col("_by_peers").fill_null(False),
+                            pl.col("_by_peers").fill_null(False), pl.col("_flap").fill_null(False),
                             pl.col("past").fill_null(False), pl.col("_mine").fill_null(True),
                             (pl.col("context").fill_null(False) | ~pl.col("_mine").fill_null(True)).alias("context")))
     spread = (groups.filter(pl.col("node").is_not_null()).group_by("kind", "code")
               .agg(pl.col("node").n_unique().alias("_nodes")))
-    groups = _at_once(_flapped(groups.join(spread, on=["kind", "code"], how="left", maintain_order="left", nulls_equal=True),
-                               events, timedelta(seconds=sc["flap_s"])), timedelta(seconds=sc["at_once_s"]))
+    groups = _at_once(groups.join(spread, on=["kind", "code"], how="left", maintain_order="left", nulls_equal=True),
+                      timedelta(seconds=sc["at_once_s"]))
     first_cause = (groups.filter(~pl.col("symptom"), ~pl.col("context"), ~pl.col("approx"), ~pl.col("past"),
                                  pl.col("ts").is_not_null())
                    .get_column("ts").min())
@@ -176,9 +181,6 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
         terms.append((pl.when(~pl.col("symptom") & ~pl.col("context") & ~pl.col("approx") & ~pl.col("past")
                               & (ts <= _lit(first_cause) + skew))
                       .then(lr["earliest"]), pl.lit("the first cause logged")))
-    if groups.get_column("_flap").any():
-        terms.append((pl.when(pl.col("_flap")).then(lr["flapped"]),
-                      pl.format("the link came back within {} s: a flap", pl.lit(sc["flap_s"]))))
     if first:
         terms.append((pl.when((pl.col("node") == first[0]) & ~pl.col("symptom")).then(lr["first_to_fail"]),
                       pl.lit("the first of the job's processes to die ran on this node")))
@@ -226,6 +228,10 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
         groups = groups.with_columns((pl.col("context") | background).alias("context"))
         notes.append(pl.when(background).then(pl.format("background: logged in {}% of the hours of the {} days before",
                                                         (share * 100).round(0).cast(pl.Int64), pl.lit(sc["base_rate_days"]))))
+    within = f"{(rides_out or timedelta(seconds=sc['flap_s'])).total_seconds():.1f} s" + (
+        ", as long as the job's NCCL retries a link" if rides_out else "")
+    notes.append(pl.when(pl.col("_flap")).then(pl.lit(f"the link came back within {within}: a flap, which cannot "
+                                                      "fail the job")))
     notes.append(pl.when(pl.col("_by_peers")).then(pl.format("its line names no node: it ran on {}, {}", pl.col("node"),
                                                               pl.lit(placed_why))))
     notes.append(pl.when(~pl.col("_mine")).then(pl.format("hit a process in {}, not in the job's cgroup: not the job's",
@@ -301,18 +307,24 @@ def _died_of_own_error(annotated: pl.DataFrame, skew: timedelta) -> pl.Expr | No
     return pl.min_horizontal(here, pl.lit(anywhere, dtype=pl.Datetime("us", "UTC"))) - skew
 
 
-def _flapped(groups: pl.DataFrame, events: pl.DataFrame, within: timedelta) -> pl.DataFrame:
-    """``_flap``: an IB link that went down and came back up ``within`` seconds flapped (NCCL retries a link that
-    short); one that stayed down broke what used it. A link down a trusted route carried comes back only by a
-    trusted route's line: a user's ``logger`` line saying "Link up" brings no link back."""
+def _flapped(ev: pl.DataFrame, events: pl.DataFrame, within: timedelta) -> pl.DataFrame:
+    """``_flap``: an IB link that went down and came back up ``within`` seconds flapped (NCCL's IB retries ride out a
+    link that short); one that stayed down broke what used it. A link comes back by an up of the same HCA and port
+    (attrs hca, port: a flap of mlx5_1 brings no mlx5_0 back; a down naming neither, such as a cable module's, by
+    none), and a link down a trusted route carried only by a trusted route's line: a user's ``logger`` line saying
+    "Link up" brings no link back."""
+    link = pl.concat_str([pl.col("attrs").str.json_path_match("$.hca"), pl.col("attrs").str.json_path_match("$.port")],
+                         separator=":", ignore_nulls=True).fill_null("")
     up = (events.filter(pl.col("kind") == "ib_link_up", pl.col("ts").is_not_null())
-          .select("node", pl.col("ts").alias("_back"), provenance.trusted().alias("_sure")).sort("_back"))
-    rows = groups.with_row_index("_i")
-    down = rows.filter(pl.col("kind") == "ib_link_down", pl.col("ts").is_not_null()).sort("ts")
-    back = pl.concat([part.join_asof(ups.drop("_sure"), left_on="ts", right_on="_back", by="node", strategy="forward",
-                                     check_sortedness=False).select("_i", "_back")
-                      for part, ups in ((down.filter(pl.col("trusted")), up.filter(pl.col("_sure"))),
-                                        (down.filter(~pl.col("trusted")), up))])
+          .select("node", link.alias("_link"), pl.col("ts").alias("_back"), provenance.trusted().alias("_sure"))
+          .filter(pl.col("_link") != "").sort("_back"))
+    rows = ev.with_row_index("_i")
+    down = (rows.filter(pl.col("kind") == "ib_link_down", pl.col("ts").is_not_null())
+            .select("_i", "node", "ts", link.alias("_link"), provenance.trusted().alias("_sure")).sort("ts"))
+    back = pl.concat([part.join_asof(ups.drop("_sure"), left_on="ts", right_on="_back", by=["node", "_link"],
+                                     strategy="forward", check_sortedness=False).select("_i", "_back")
+                      for part, ups in ((down.filter(pl.col("_sure")), up.filter(pl.col("_sure"))),
+                                        (down.filter(~pl.col("_sure")), up))])
     return (rows.join(back, on="_i", how="left", maintain_order="left")
             .with_columns((pl.col("_back") - pl.col("ts") <= within).fill_null(False).alias("_flap")).drop("_i", "_back"))
 
@@ -365,10 +377,16 @@ def _shared(ranked: pl.DataFrame, alone: float, within: timedelta) -> pl.DataFra
 def _cgroup(job_id: str, causes: Causes) -> list[pl.Expr]:
     """``_cg``: the cgroup the event's process was in (its cause's ``cgroup`` attr), and ``_cg_mine``: whether
     that is the job's (Slurm's ``job_<id>``; an array task's cgroup has a number of its own, so only a plain
-    job id is compared)."""
+    job id is compared). The OOM killer names the cgroup on one line and kills on the next, both naming the
+    victim's pid: source: torvalds/linux mm/oom_kill.c (4.19+) dump_oom_summary pr_info("oom-kill:constraint=%s,
+    ...") pr_cont(",task_memcg=...,task=%s,pid=%d,uid=%d"), __oom_kill_process pr_err("%s: Killed process %d (%s)
+    total-vm:%lukB, ...") (message "Out of memory" or "Memory cgroup out of memory"): a line that names none takes
+    the cgroup its node's line about the same pid names."""
     cg = pl.lit(None, dtype=pl.String)
     for name in causes.table.get_column("cgroup").drop_nulls().unique().to_list():
         cg = pl.when(pl.col("cgroup") == name).then(pl.col("attrs").str.json_path_match(f"$.{name}")).otherwise(cg)
+    cg = pl.when(pl.col("cgroup").is_not_null() & pl.col("pid").is_not_null()).then(
+        pl.coalesce(cg, cg.drop_nulls().first().over("node", "pid", "cgroup"))).otherwise(cg)
     mine = cg.str.contains(f"/job_{job_id}(?:/|$)") if job_id.isdigit() else pl.lit(True)
     return [cg.alias("_cg"), mine.fill_null(False).alias("_cg_mine")]
 
