@@ -253,8 +253,8 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
 def _traceback_ends(events: pl.DataFrame) -> pl.DataFrame:
     """A traceback whose next record in its file no rule read (``log``: no exception, CUDA or NCCL rule knows its
     last line, as ``class: message`` or a bare class name) ended in an exception the catalog does not name: its
-    heading then stands for the failure (attrs ``ended``: ``unread``, its causes.toml entry), its message the
-    traceback and that line. One whose last line a rule read is context: that line says what happened."""
+    heading then stands for the failure (attrs ``ended``: ``unread``, its causes.toml entry), its message that
+    line, then the traceback. One whose last line a rule read is context: that line says what happened."""
     if "file_id" not in events.columns or not (events.get_column("kind") == "python_traceback").any():
         return events
     after = (events.select("file_id", "offset", "kind", "message").unique(["file_id", "offset"], keep="first")
@@ -269,7 +269,7 @@ def _traceback_ends(events: pl.DataFrame) -> pl.DataFrame:
     return (events.join(after, on=["file_id", "offset"], how="left", maintain_order="left")
             .with_columns(pl.when(unread).then(merge_attrs(pl.col("attrs"), pl.lit('{"ended":"unread"}'))).otherwise("attrs")
                           .alias("attrs"),
-                          pl.when(unread).then(pl.format("{}\n{}", "message", "_last")).otherwise("message").alias("message"))
+                          pl.when(unread).then(pl.format("{}\n{}", "_last", "message")).otherwise("message").alias("message"))
             .drop("_last"))
 
 

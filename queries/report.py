@@ -39,7 +39,7 @@ def report(e: Explanation) -> list[str]:
         head = "LIKELIEST " if r["verdict"] == "undetermined" else "ROOT CAUSE"
         sure = f"probability {r['probability']:.2f}" if r["verdict"] == "undetermined" else f"confidence {r['confidence']:.2f}"
         lines += [f"{head}  {where}{gpu}{rank}  {what}  category {r['category']}  {sure}",
-                  f"  {when(r['ts'])}  {first_line(r['message'])}",
+                  f"  {when(r['ts'])}  {_bounded(first_line(r['message']))}",
                   f"  action: {r['action']}  (for the node: {r['node_action']})"]
         if r["node_action"] == "verify" and not r.get("trusted"):
             lines.append("  unconfirmed: the lines came through a route users can write (a syslog file, job output); "
@@ -88,3 +88,8 @@ def _fold_symptoms(candidates: list[dict]) -> list[dict]:
         nodes = row.pop("_nodes")
         row["node"] = compact_nodes(nodes) if len(nodes) > 1 else nodes[0]
     return out
+
+
+def _bounded(text: str, most: int = 400) -> str:
+    """``text`` cut to ``most`` characters, saying how many more there were: a line a job printed can be megabytes."""
+    return text if len(text) <= most else f"{text[:most]}... ({len(text) - most} more characters)"

@@ -404,8 +404,16 @@ def test_a_traceback_whose_last_line_no_rule_reads_is_the_jobs_failure(store, tm
                            "    guard(loss)\n"
                            "fit.TrainingDiverged: loss is nan at step 4410\n")
     assert (root["kind"], root["category"], root["context"]) == ("python_traceback", "user", False), root
-    assert root["message"].endswith("fit.TrainingDiverged: loss is nan at step 4410"), root["message"]
+    assert root["message"].startswith("fit.TrainingDiverged: loss is nan at step 4410\nTraceback"), root["message"]
     assert root["confidence"] < 0.9, root
+
+
+def test_the_report_bounds_a_root_line_a_job_printed(store, tmp_path) -> None:
+    """A 200,000-character exception line is the verdict's line: the report shows its first 400 characters and says
+    how many more there were, not a 200 KB line on the on-call's terminal."""
+    _explain_output(store, tmp_path, "ValueError: " + "x" * 200_000 + "\n")
+    text = report(explain(store, "7"))
+    assert max(len(line) for line in text) < 1000 and any("more characters)" in line for line in text), text[:6]
 
 
 def test_the_lagging_rank_is_named_with_its_gpu() -> None:
