@@ -10,21 +10,25 @@ from datetime import datetime
 
 import polars as pl
 
+from observe import provenance
 from observe.store import Store
 from queries import jobs
 from queries.search import search
 
 DAY = re.compile(r"\d{4}-\d\d-\d\d")  # a dated partition's name
-SCHEMA = {"node": pl.String, "kind": pl.String, "code": pl.Int32, "succeeded": pl.UInt32, "hours_share": pl.Float64}
-FLEET = {"kind": pl.String, "code": pl.Int32, "fleet": pl.UInt32, "fleet_hours_share": pl.Float64}
+SCHEMA = {"node": pl.String, "kind": pl.String, "code": pl.Int32, "trusted": pl.Boolean, "succeeded": pl.UInt32,
+          "hours_share": pl.Float64}
+FLEET = {"kind": pl.String, "code": pl.Int32, "trusted": pl.Boolean, "fleet": pl.UInt32, "fleet_hours_share": pl.Float64}
 
 
 @dataclass(frozen=True)
 class BaseRates:
-    """``node`` (node, kind, code, succeeded, hours_share): per node of the run, and ``fleet``
-    (kind, code, fleet, fleet_hours_share): on any node, how many jobs that completed each event
+    """``node`` (node, kind, code, trusted, succeeded, hours_share): per node of the run, and ``fleet``
+    (kind, code, trusted, fleet, fleet_hours_share): on any node, how many jobs that completed each event
     was logged during, and the share of hours it was logged in (of the node's, of every node's)
-    since the store's first such event: the chance it shows in any hour, failure or not."""
+    since the store's first such event: the chance it shows in any hour, failure or not. ``trusted`` true: counted
+    over the lines of trusted routes only, the rates a trusted line is weighed by (what a node user writes with
+    ``logger`` during their own jobs cannot make a real fault look like background); false: over every line."""
 
     node: pl.DataFrame
     fleet: pl.DataFrame
@@ -33,13 +37,15 @@ class BaseRates:
 def succeeded_with(store: Store, nodes: list[str], kinds: list[str], since: datetime, until: datetime,
                    min_hours: float) -> BaseRates:
     """For each event of ``kinds`` between ``since`` and ``until``, the jobs that ran on the node that
-    logged it, when it was logged, and completed: per node of ``nodes`` and fleet-wide. Jobs come
-    from the store's job index (``observe compact`` or ingest writes it); none without one."""
+    logged it, when it was logged, and completed: per node of ``nodes`` and fleet-wide, over every line and over
+    the trusted routes' lines. Jobs come from the store's job index (``observe compact`` or ingest writes it);
+    none without one."""
     none = BaseRates(pl.DataFrame(schema=SCHEMA), pl.DataFrame(schema=FLEET))
     if not nodes or not kinds:
         return none
     seen = (search(store, since=since, until=until, kinds=kinds, copies=True)  # whether, not how often
-            .select("node", "kind", "code", "ts").drop_nulls(["ts", "node"]).sort("ts").collect())
+            .select("node", "kind", "code", "ts", provenance.trusted().alias("_sure")).drop_nulls(["ts", "node"])
+            .sort("ts").collect())
     if seen.is_empty():
         return none
     days = sorted(p.date for p in store.partitions(since=since, until=until) if DAY.fullmatch(p.date))
@@ -49,6 +55,15 @@ def succeeded_with(store: Store, nodes: list[str], kinds: list[str], since: date
           if completed is not None else pl.DataFrame(schema={"node": pl.String, "job_id": pl.String,
                                                              "start": seen.schema["ts"], "end": seen.schema["ts"]}))
     fleet_nodes = pl.concat([seen.get_column("node"), ok.get_column("node"), pl.Series(nodes)]).n_unique()
+    parts = [_rates(lines, ok, nodes, covered, until, fleet_nodes, min_hours, sure)
+             for sure, lines in ((False, seen), (True, seen.filter(pl.col("_sure"))))]
+    return BaseRates(pl.concat([p[0] for p in parts]).select(list(SCHEMA)).cast(SCHEMA),
+                     pl.concat([p[1] for p in parts]).select(list(FLEET)).cast(FLEET))
+
+
+def _rates(seen: pl.DataFrame, ok: pl.DataFrame, nodes: list[str], covered: datetime, until: datetime, fleet_nodes: int,
+           min_hours: float, trusted: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """:func:`succeeded_with`'s two frames over the lines ``seen``, marked ``trusted``."""
     node_hours, fleet_hours = _hours_share(seen, covered, until, fleet_nodes, min_hours)
     during = (seen.join_asof(ok, left_on="ts", right_on="start", by="node", strategy="backward", check_sortedness=False)
               .filter(pl.col("ts") <= pl.col("end")))
@@ -58,7 +73,8 @@ def succeeded_with(store: Store, nodes: list[str], kinds: list[str], since: date
                       how="left", nulls_equal=True))
     fleet = fleet_hours.join(during.group_by("kind", "code").agg(jobs_.alias("fleet")), on=["kind", "code"], how="left",
                              nulls_equal=True)
-    return BaseRates(per_node.select(list(SCHEMA)).cast(SCHEMA), fleet.select(list(FLEET)).cast(FLEET))
+    mark = pl.lit(trusted).alias("trusted")
+    return per_node.with_columns(mark), fleet.with_columns(mark)
 
 
 def _hours_share(seen: pl.DataFrame, since: datetime, until: datetime, nodes: int,

@@ -140,9 +140,10 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
                                  pl.col("ts").is_not_null())
                    .get_column("ts").min())
     if succeeded_with is not None:
-        groups = (groups.join(succeeded_with.node, on=["node", "kind", "code"], how="left", maintain_order="left",
+        groups = (groups.join(succeeded_with.node, on=["node", "kind", "code", "trusted"], how="left", maintain_order="left",
                               nulls_equal=True)
-                  .join(succeeded_with.fleet, on=["kind", "code"], how="left", maintain_order="left", nulls_equal=True))
+                  .join(succeeded_with.fleet, on=["kind", "code", "trusted"], how="left", maintain_order="left",
+                        nulls_equal=True))
     ts = pl.col("ts")
     lr = causes.evidence
     # the cause's prior odds, then each piece of evidence that applied: its likelihood ratio and what it says

@@ -298,6 +298,18 @@ def test_a_line_a_node_logs_most_hours_is_background(store) -> None:
     assert hca_row["context"] and any(why.startswith("background: logged in") for why in hca_row["evidence"]), hca_row
 
 
+def test_what_a_user_writes_every_hour_makes_no_trusted_line_background(store) -> None:
+    """A node user's ``logger`` writes the same ACCESS_REG error into gpu002's syslog every hour for two days (a
+    syslog file: untrusted); the kernel logs it once (kmsg) as job 7 hangs. The trusted line is weighed by how often
+    trusted routes log it: not background, whatever the user wrote."""
+    hca = "mlx5_core 0000:3b:00.0: mlx5_cmd_out_err:803:(pid 1234): ACCESS_REG(0x805) op_mod(0x1) failed, status bad parameter(0x3)"
+    forged = [ev("ib_hca_error", "gpu002", -h * 3600 + 120, route="syslog_file", message=hca) for h in range(48)]
+    _write(store, _job("7", -3600, 900, "FAILED") + forged + [ev("ib_hca_error", "gpu002", 300, route="kmsg", message=hca)]
+           + timeouts(600) + inits())
+    row = next(c for c in explain(store, "7").candidates if c["kind"] == "ib_hca_error" and c["trusted"])
+    assert not any(why.startswith("background: logged in") for why in row["evidence"]), row
+
+
 def test_a_store_hours_old_calls_nothing_background(store) -> None:
     """The store holds two hours: the previous run's Xid 79 on gpu003 is in one of them, which is no rate
     at all (base_rate_min_hours). It is the restart's cause, not background."""
