@@ -89,7 +89,9 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
     onset = _onset(ev, run)
     ran = max(0.0, (onset - run.start).total_seconds()) if onset is not None and run.start is not None else None
     if ran is not None and ran > sc["arrival_s"]:  # the run found its nodes working, as any run that long would
-        ev = ev.with_columns((pl.col("context") | pl.col("past")).alias("context"))  # have: their past faults ended
+        # have: what they logged before it started had ended (read from their past or in the window before the start)
+        before = (pl.col("ts") < _lit(run.start) - skew).fill_null(False)
+        ev = ev.with_columns((pl.col("context") | pl.col("past") | before).alias("context"))
     # a link back within NCCL's IB retries cannot fail a job: context, before "what the node logged" is decided
     own = events.filter(pl.col("job_id") == run.job_id)
     rides_out = ib_retry.retry_span(own.filter(pl.col("source") == "nccl"))

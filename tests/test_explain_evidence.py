@@ -55,6 +55,15 @@ def test_an_unrecovered_fault_before_the_run_explains_its_failure(store) -> None
     assert any("no recovery since" in e for e in top["evidence"])
 
 
+def test_a_past_fault_a_trusted_route_carried_stays_trusted_beside_its_copy(store) -> None:
+    """The same Xid 48 line came by the kernel (kmsg) and by a syslog file's copy of it (any user can write one):
+    the node's past keeps the kernel's, so the verdict on it is a drain, not a verify."""
+    copy = dict(XID48, route="syslog_file", file_id="g")
+    _write(store, _job("6", -4 * 3600, -3 * 3600 + 60, "FAILED") + [dict(XID48, route="kmsg"), copy] + RESTART_7)
+    root = explain(store, "7").root_cause
+    assert (root["kind"], root["code"], root["trusted"], root["node_action"]) == ("gpu_xid", 48, True, "drain"), root
+
+
 def test_a_rendezvous_that_timed_out_began_at_the_start(store) -> None:
     """The restart's master waited 1801 s for ranks that never joined ("Timed out after 1801 seconds waiting
     for clients"): the failure began at the rendezvous, the run never worked, and gpu003's unrecovered Xid
@@ -66,6 +75,18 @@ def test_a_rendezvous_that_timed_out_began_at_the_start(store) -> None:
     e = explain(store, "7")
     assert (e.root_cause["node"], e.root_cause["kind"], e.root_cause["code"]) == ("gpu003", "gpu_xid", 48), e.root_cause
     assert any("no recovery since, and the run failed 0 min after it started" in x for x in e.candidates[0]["evidence"])
+
+
+def test_a_fault_read_before_the_start_of_a_run_that_worked_is_context() -> None:
+    """gpu003 logged Xid 79 five minutes before job 7 started (in the window read, not only in its past); job 7 then
+    ran an hour before gpu001's task hung: the run found gpu003 working, so that Xid cannot be what failed it."""
+    rows = [ev("gpu_xid", "gpu003", -3600 - 300, code=79, gpu="0000:3b:00", route="kmsg",
+               attrs={"category": "gpu", "action": "reset_gpu"}, message="NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus."),
+            ev("hung_task", "gpu001", 300, route="kmsg", attrs={"process": "python3", "seconds": "120"},
+               message="INFO: task python3:4242 blocked for more than 120 seconds.")] + timeouts(600)
+    ranked = candidates(place_ranks(frame(rows), NODES), RUN, load_causes())
+    xid = ranked.filter(pl.col("kind") == "gpu_xid").row(0, named=True)
+    assert xid["context"] and ranked.row(0, named=True)["kind"] == "hung_task", ranked.head(3)
 
 
 def test_a_run_that_worked_an_hour_on_the_node_was_not_failed_by_its_past(store) -> None:
