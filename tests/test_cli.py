@@ -223,3 +223,29 @@ def test_empty_messages_and_carriage_returns_list(tmp_path: Path) -> None:
     result = runner.invoke(app, ["query", "--store", store])
     assert result.exit_code == 0, result.output
     assert "a\\rb" in result.stdout and "2 row(s)" in result.stderr
+
+
+def _tour() -> list[str]:
+    """The commands of the README's five-minute tour, comments cut."""
+    text = README.read_text()
+    block = text[text.index("## A five-minute tour"):].split("```sh\n", 1)[1].split("```", 1)[0]
+    return [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.startswith("observe ")]
+
+
+def test_the_readmes_tour_runs_on_the_demo_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every command the README's tour shows runs on the demo's store, exits 0 and prints what it is about; JOB is
+    a job the demo says it failed."""
+    done = runner.invoke(app, ["demo", "--dir", str(tmp_path / "demo")])
+    assert done.exit_code == 0, done.output[-2000:]
+    job = re.search(r"job (\d+)\s+\w+\s+node=", done.output).group(1)
+    monkeypatch.setenv("OBSERVE_STORE", str(tmp_path / "demo" / "store"))
+    tour = _tour()
+    assert len(tour) >= 8 and any(c.startswith("observe explain JOB") for c in tour), tour
+    expect = {"query": "gpu_xid", "explain": f"job {job}", "incidents": "category", "nodes": "advice",
+              "patterns": "template", "health": "remedy", "exporter": "# HELP"}
+    for command in tour:
+        args = command.replace("JOB", job).split()[1:]
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, (command, result.output[-1000:])
+        word = expect[args[0]] if args[0] != "query" or "--count-by" not in args else "events"
+        assert word in result.output or (args[0] == "explain" and '"job_id"' in result.output), (command, result.output[:500])

@@ -17,7 +17,7 @@ from observe.spans import parse_span
 NAME = "exporter"
 GROUP = typer.Typer(
     help="Prometheus metrics over HTTP (/metrics) or as a node_exporter textfile. Scrape config and "
-    "dashboards: README, 'Prometheus and Grafana'.", no_args_is_help=True)
+    "dashboards: docs/operating.md, 'Prometheus and Grafana'.", no_args_is_help=True)
 
 ListenOpt = Annotated[str, typer.Option(help="HOST:PORT to serve /metrics on (:PORT = all interfaces).")]
 IntervalOpt = Annotated[str, typer.Option(help="How often to refresh the numbers (10s, 1m); scrapes get the last ones.")]
