@@ -76,6 +76,7 @@ PDSH_HOSTS = [("pdsh@", r"^pdsh@[\w.-]+: (" + HOST + r"): "),
               ("following workers: ", r"Running on the following workers: ([\w.-]+(?:,[\w.-]+)*)"),
               ("cmd = pdsh ", r"cmd = pdsh -S -f \d+ -w ([\w.-]+(?:,[\w.-]+)*) ")]
 PDSH_NCCL = r"^(" + HOST + r"): (" + HOST + r"):\d+:\d+ "
+PDSH_MAX_HOSTS = 4096  # hosts taken from one line that lists them (deepspeed's fan-out is 1024: PDSH_MAX_FAN_OUT)
 # A labelled traceback's frames continue its record (collectors/nccl.py RANKED_INDENT); their labels go with it.
 PDSH_CONTINUED = r"\n" + HOST + r": (\s)"
 
@@ -85,7 +86,7 @@ def launcher_cut(records: pl.DataFrame, ctx: Context,
     output names its hosts, then LAUNCHER), the rank, pid, host and time it gave kept where the line's own
     header gives none."""
     host = _pdsh_host(records)
-    if host is None:
+    if host is None or host.null_count() == host.len():  # hosts named, but no line under their label
         return _launcher_cut(records, ctx, parse)
     labelled = records.filter(host.is_not_null())
     labels = host.filter(host.is_not_null())
@@ -107,7 +108,7 @@ def _pdsh_host(records: pl.DataFrame) -> pl.Series | None:
     named = []
     for literal, pattern in PDSH_HOSTS:
         found = records.lazy().filter(raw.str.contains(literal, literal=True)).select(
-            "offset", raw.str.extract(pattern, 1).str.split(",").alias("host")).explode("host")
+            "offset", raw.str.extract(pattern, 1).str.split(",").list.head(PDSH_MAX_HOSTS).alias("host")).explode("host")
         named.append(found)
     nccl = records.lazy().filter(raw.str.contains(" NCCL ", literal=True)).select(
         "offset", raw.str.extract_groups(PDSH_NCCL).alias("g")).unnest("g")

@@ -92,6 +92,11 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
         # have: what they logged before it started had ended (read from their past or in the window before the start)
         before = (pl.col("ts") < _lit(run.start) - skew).fill_null(False)
         ev = ev.with_columns((pl.col("context") | pl.col("past") | before).alias("context"))
+    if run.end is not None:  # a line logged once the run was over (its detector's lag and wait taken back) cannot have failed it
+        began = (pl.col("ts") - pl.duration(seconds=pl.col("lag_s").fill_null(0.0))
+                 - pl.duration(milliseconds=pl.col("_waited").fill_null(0)))
+        over = (began > _lit(run.end) + timedelta(seconds=sc["after_end_s"])).fill_null(False)
+        ev = ev.with_columns((pl.col("context") | over).alias("context"))
     # a link back within NCCL's IB retries cannot fail a job: context, before "what the node logged" is decided
     own = events.filter(pl.col("job_id") == run.job_id)
     rides_out = ib_retry.retry_span(own.filter(pl.col("source") == "nccl"))
@@ -100,7 +105,7 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
     # the peer other ranks lost, the ranks that stalled or fell silent: evidence for what their node logged
     # (an OOM kill of a rank, a peer's panic), else candidates of their own
     lost = ranks.lost_peers(events, run, sc)
-    first = ranks.first_failed(own, skew)
+    first = ranks.first_failed(own, skew, run.nodes)
     ev, placed_why = _placed(ev, lost, first, run.job_id, skew)
     stalled = ranks.stalls(events, run, sc)
     logged = list(set(ev.filter(~pl.col("symptom"), ~pl.col("context"), pl.col("_cg_mine")

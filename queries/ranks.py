@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 import polars as pl
 
 from collectors.nccl import NAMED_RANK, TORCHRUN_LABEL
+from observe import provenance
 from queries.jobs import Run
 
 AGENT_KINDS = ("torch_elastic_failed", "torch_elastic_root_cause")  # what torchrun's agent prints of its workers
@@ -72,8 +73,10 @@ def world_size(events: pl.DataFrame, nodes: list[str], job_id: str | None = None
         attr("$.gpus").cast(pl.Int64, strict=False).max()).item()  # this job's record: others end in the window too
     if gpus and top <= gpus:
         return int(gpus)
-    on_node = events.filter(pl.col("rank").is_not_null(), pl.col("node").is_in(nodes)).group_by("node").agg(
-        pl.col("rank").n_unique()).get_column("rank").max()  # the most ranks the lines a launcher labelled show on one node
+    # the most ranks one node shows on lines a launcher's label placed there (not the node a collector gave the file)
+    labelled = (pl.col("attrs").str.json_path_match("$.claimed_node") == pl.col("node")).fill_null(False)
+    on_node = (events.filter(pl.col("rank").is_not_null(), pl.col("node").is_in(nodes), labelled)
+               .group_by("node").agg(pl.col("rank").n_unique()).get_column("rank").max())
     world = max(-(-top // n) * n, int(on_node or 0) * n)
     return world if ranks.n_unique() * 2 >= world else per_node * n
 
@@ -106,12 +109,15 @@ def empty() -> pl.DataFrame:
                                 "evidence": pl.List(pl.String), "shared": pl.Boolean, "xid_action": pl.String})
 
 
-def first_failed(own: pl.DataFrame, skew: timedelta) -> tuple[str, datetime | None] | None:
+def first_failed(own: pl.DataFrame, skew: timedelta, nodes: list[str]) -> tuple[str, datetime | None] | None:
     """The node of the job's first process to die of its own, and when the line saying so was logged: torchrun's
-    root-cause block (the first observed failure), else the first task srun saw exit other than by being killed.
-    None when a process on another node died within ``skew`` of it (clocks that close order nothing)."""
+    root-cause block (the first observed failure), else the first task srun saw exit other than by being killed;
+    one of the run's ``nodes``, said in the job's own output or by a trusted route (a ``logger`` line naming the
+    job's step says nothing of it). None when a process on another node died within ``skew`` of it (clocks that
+    close order nothing)."""
     signal = pl.col("attrs").str.json_path_match("$.signal").fill_null("")
-    died = own.filter(pl.col("node").is_not_null(), (pl.col("kind") == "torch_elastic_root_cause")
+    said = (pl.col("route") == "job_output") | provenance.trusted()
+    died = own.filter(pl.col("node").is_in(nodes), said, (pl.col("kind") == "torch_elastic_root_cause")
                       | ((pl.col("kind") == "slurm_task_exit") & ~signal.is_in(["Killed", "Terminated"])))
     if died.is_empty():
         return None

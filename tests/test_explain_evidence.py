@@ -3,6 +3,7 @@ a symptom alone, the first process to die, the lagging rank's GPU, an OOM kill t
 not report, an Xid by its catalog action, one diagnosis on every node, calibrated confidence)."""
 from __future__ import annotations
 
+import json
 import math
 import re
 from datetime import timedelta
@@ -194,9 +195,30 @@ def test_a_silent_last_node_is_found_by_the_ranks_a_label_placed_on_each_node() 
     """pdsh labels each line with its host: ranks 0-23 print the watchdog timeout from gpu001-gpu003, eight on each,
     and gpu004 prints nothing; Slurm's record gives no GPU count and no init line says nranks. Counting the ranks
     seen, the world would be 24 (six a node, none silent); eight a node puts 24-31 on the silent gpu004."""
-    rows = [dict(r, node=NODES[r["rank"] // 8]) for r in timeouts(600, ranks=range(24))]
+    rows = [dict(r, node=NODES[r["rank"] // 8], attrs=json.dumps({**json.loads(r["attrs"]), "claimed_node": NODES[r["rank"] // 8]}))
+            for r in timeouts(600, ranks=range(24))]
     top = candidates(place_ranks(frame(rows), NODES, "7"), RUN, load_causes()).row(0, named=True)
     assert (top["node"], top["kind"], top["symptom"]) == ("gpu004", "nccl_timeout", False), top
+
+
+def test_ranks_a_collector_filed_under_its_own_node_size_no_world() -> None:
+    """A node's collector ingests job output with its own --node: all eight ranks' lines carry gpu001, no launcher
+    label. That is no sign of eight ranks a node: every rank of the two-node run reported, none fell silent."""
+    run = Run("7", RUN.start, RUN.end, "FAILED", "1:0", ["gpu001", "gpu002"])
+    rows = [dict(r, node="gpu001") for r in timeouts(600, ranks=range(8))]
+    ranked = candidates(place_ranks(frame(rows), run.nodes, "7"), run, load_causes())
+    assert not [m for m in ranked.get_column("message").to_list() if "never reported" in m], ranked.head(3)
+
+
+@pytest.mark.parametrize("route, node", [("syslog_file", "gpu002"), ("job_output", "gpu042")])
+def test_the_first_to_die_is_said_by_the_jobs_output_on_its_nodes(route: str, node: str) -> None:
+    """srun's "task N: Exited" names the first process to die only from the job's own output (a ``logger`` line
+    naming the job's step says nothing of it) and only on one of the run's nodes."""
+    rows = [ev("slurm_task_exit", node, 561, "slurm", job_id="7", code=1, route=route),
+            ev("python_exception", None, 560, "nccl", job_id="7", route="job_output", message="RuntimeError: boom")]
+    ranked = candidates(place_ranks(frame(rows + timeouts(600)), NODES), RUN, load_causes())
+    assert not any("first of the job's processes" in e for ev_ in ranked.get_column("evidence").to_list() for e in ev_)
+    assert ranked.filter(pl.col("kind") == "python_exception").row(0, named=True)["node"] is None
 
 
 def test_slurmctld_notices_a_dead_node_a_slurmd_timeout_late() -> None:
@@ -396,8 +418,8 @@ def test_the_first_process_to_die_tips_two_equal_candidates() -> None:
 
 def test_srun_first_exit_other_than_killed_is_the_first_to_die() -> None:
     rows = [ev("pcie_aer", "gpu001", 500, attrs={"aer": "non_fatal"}), ev("pcie_aer", "gpu002", 501, attrs={"aer": "non_fatal"}),
-            ev("slurm_task_exit", "gpu001", 560, "slurm", job_id="7", attrs={"signal": "Killed"}),
-            ev("slurm_task_exit", "gpu002", 561, "slurm", job_id="7", code=1)] + timeouts(600)
+            ev("slurm_task_exit", "gpu001", 560, "slurm", job_id="7", attrs={"signal": "Killed"}, route="job_output"),
+            ev("slurm_task_exit", "gpu002", 561, "slurm", job_id="7", code=1, route="job_output")] + timeouts(600)
     assert _top(rows)["node"] == "gpu002"
 
 
@@ -439,6 +461,34 @@ def test_a_traceback_whose_last_line_no_rule_reads_is_the_jobs_failure(store, tm
     assert (root["kind"], root["category"], root["context"]) == ("python_traceback", "user", False), root
     assert root["message"].startswith("fit.TrainingDiverged: loss is nan at step 4410\nTraceback"), root["message"]
     assert root["confidence"] < 0.9, root
+
+
+def test_a_job_killed_at_its_time_limit_is_told_so(store, tmp_path) -> None:
+    """slurmstepd's "CANCELLED AT ... DUE TO TIME LIMIT" (src/slurmd/slurmstepd/req.c): the job ran out of its
+    --time, the user's to change; not "see who cancelled it", undetermined."""
+    root = _explain_output(store, tmp_path, "step 9000 loss 1.92\n"
+                           "slurmstepd: error: *** JOB 7 ON gpu001 CANCELLED AT 2026-11-20T12:15:00 DUE TO TIME LIMIT ***\n")
+    assert (root["kind"], root["category"], root["verdict"], root["node_action"]) == (
+        "slurm_job_cancelled", "user", "cause", "none"), root
+
+
+def test_a_rank_that_died_of_a_segfault_is_the_jobs_native_code() -> None:
+    """The kernel says python[4242] on gpu003 died of a segfault in the job's extension, and srun saw task 17 die of
+    it: the job's native code crashed (software, nothing for the node), not the silent ranks' node or network."""
+    rows = [ev("segfault", "gpu003", 500, route="kmsg", pid=4242, attrs={"process": "python", "detail": " in libext.so[7f00+1000]"},
+               message="python[4242]: segfault at 0 ip 00007f2a1c0a1b2c sp 00007ffd5b2c1d30 error 4 in libext.so[7f00+1000]"),
+            ev("slurm_task_exit", "gpu003", 501, "slurm", job_id="7", route="job_output", attrs={"signal": "Segmentation fault"})]
+    top = _top(rows + timeouts(600, ranks=[r for r in range(32) if r // 8 != 2]) + inits())
+    assert (top["kind"], top["node"], top["category"], top["node_action"]) == ("segfault", "gpu003", "software", "none"), top
+
+
+def test_a_fault_logged_after_the_job_ended_did_not_fail_it() -> None:
+    """An Xid 79 on gpu003 7.5 minutes after job 7's end (Slurm's record): the node broke later, idle or in another
+    job; it cannot have failed job 7, whose ranks all timed out (a silent hang: undetermined), and no drain."""
+    rows = timeouts(600) + [ev("gpu_xid", "gpu003", 900 + 450, code=79, gpu="0000:3b:00", route="kmsg",
+                                attrs={"category": "gpu", "action": "reset_gpu"}, message="NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.")]
+    ranked = candidates(place_ranks(frame(rows + inits()), NODES), RUN, load_causes())
+    assert ranked.filter(pl.col("kind") == "gpu_xid").row(0, named=True)["context"], ranked.head(3)
 
 
 def test_the_report_bounds_a_root_line_a_job_printed(store, tmp_path) -> None:

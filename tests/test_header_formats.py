@@ -516,6 +516,13 @@ def test_pdsh_host_labels_are_header_where_the_output_names_the_hosts(tmp_path: 
     assert got[3] == (None, "python_exception", "KeyError: 'scheduler'")
 
 
+def test_hosts_named_with_no_line_under_their_label_parse_as_ever(tmp_path: Path) -> None:
+    """deepspeed names its workers, but no line carries a pdsh label (a single node, output captured another way)."""
+    rows = _rows(tmp_path, ["[2025-01-05 10:00:00,001] [INFO] [multinode_runner.py:80:get_cmd] Running on the following "
+                            "workers: " + ",".join(f"w{i}" for i in range(20_000)), "KeyError: 'x'"], "nccl")
+    assert [r["kind"] for r in rows][-1] == "python_exception" and all(r["node"] is None for r in rows)
+
+
 def test_a_word_before_a_colon_is_no_pdsh_host_unless_named(tmp_path: Path) -> None:
     rows = _rows(tmp_path, ["dgx-08: KeyError: 'optimizer'", "RuntimeError: boom"], "nccl")
     assert [(r["node"], r["message"]) for r in rows] == [(None, "dgx-08: KeyError: 'optimizer'"), (None, "RuntimeError: boom")]
