@@ -495,11 +495,12 @@ def run_events(store: Store, run: Run, before: timedelta, after: timedelta) -> p
     if since is not None and until is not None:  # the job's own output starts with its run, not before
         own_since = run.start - timedelta(minutes=1) if run.start else since
         inside = inside | pl.col("_at").is_between(own_since, until)
-    # a job's output names its nodes only as claims: one the job ran on is taken, another is not
+    # a job's output names its nodes only as claims: one the job ran on is taken (over the node a collector gave
+    # the whole file, where its batch script ran), another is not
     claimed = pl.col("attrs").str.json_path_match("$.claimed_node")
     mine = mine.filter(inside).with_columns(
         pl.col("ts").is_null().alias("approx"), pl.col("_at").alias("ts"),
-        pl.coalesce("node", pl.when(claimed.is_in(run.nodes or [])).then(claimed)).alias("node")).drop("_at")
+        pl.coalesce(pl.when(claimed.is_in(run.nodes or [])).then(claimed), "node").alias("node")).drop("_at")
     on_nodes = search(store, since=since, until=until, nodes=run.nodes or None).with_columns(pl.lit(False).alias("approx"))
     return (pl.concat([on_nodes, mine]).unique(subset=["file_id", "offset", "kind"], keep="first", maintain_order=True)
             .collect())

@@ -53,6 +53,17 @@ def test_a_jobs_output_forges_no_kernel_line_on_another_node(tmp_path: Path) -> 
     assert provenance.policy()["job_output_sources"] == ["nccl"]
 
 
+def test_a_node_or_job_a_rule_reads_in_job_output_is_only_a_claim(tmp_path: Path) -> None:
+    """srun's "gpu042: task 0: Exited" and a StepId of another job, printed in job 7's output collected on gpu001:
+    a rule's node group is a claim like a header's, and the job is the file's (attack-20: a user's own output
+    pointed another job's verdict at a node outside it)."""
+    text = "srun: error: gpu042: task 0: Exited with exit code 1\nslurmstepd: error: *** STEP 8.0 ON gpu042 CANCELLED AT 2026-11-20T12:00:00 ***\n"
+    df = _ingest(tmp_path, "slurm-7.out", text, node="gpu001")
+    claimed = df.get_column("attrs").str.json_path_match("$.claimed_node").to_list()
+    assert set(df.get_column("node")) == {"gpu001"} and claimed == ["gpu042", "gpu042"], df.select("node", "attrs")
+    assert set(df.get_column("job_id")) == {"7"} and df.get_column("kind").to_list() == ["slurm_task_exit", "slurm_job_cancelled"]
+
+
 def test_a_file_a_user_owns_is_read_as_job_output(tmp_path: Path) -> None:
     if os.geteuid() != 0:
         pytest.skip("needs root to give the file to another user")

@@ -48,10 +48,13 @@ def finalize(df: pl.DataFrame, c: Collector, ctx: Context, file_id: str | None =
         _route(ctx, c).alias("route"),
     )
     df = bounded(df)  # a time or uptime out of range: none, with attrs.parse_error (before rules and boot times)
-    if provenance.user_written(ctx.route):  # the node a user's text names is only a claim (attrs.claimed_node)
-        claim = pl.when(pl.col("node") != given.fill_null("")).then(pl.col("node"))
-        df = df.with_columns(given.alias("node"), merge_attrs(pl.col("attrs"), attrs_json([("claimed_node", claim)])).alias("attrs"))
     df = provenance.clamp_future(rules.apply(df))
+    if provenance.user_written(ctx.route):
+        # the node a user's text names, by its header or a rule's group (srun's "gpu042: task 0: Exited"), is only a
+        # claim (attrs.claimed_node); its job is the one the file or --job says where one does (not a StepId it prints)
+        claim = pl.when(short_host(pl.col("node")) != given.fill_null("")).then(short_host(pl.col("node")))
+        df = df.with_columns(given.alias("node"), pl.coalesce(job_hint, "job_id").alias("job_id"),
+                             merge_attrs(pl.col("attrs"), attrs_json([("claimed_node", claim)])).alias("attrs"))
     df = df.with_columns(
         pl.when(pl.col("kind").is_not_null()).then("kind")
         .when("_ok").then(pl.lit("log")).otherwise(pl.lit("unparsed")).alias("kind"),
