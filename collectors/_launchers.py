@@ -93,8 +93,8 @@ def launcher_cut(records: pl.DataFrame, ctx: Context,
     raw = labelled.get_column("raw")
     cut = labelled.with_columns(
         raw.str.slice(labels.str.len_chars() + 2).str.replace_all(PDSH_CONTINUED, "\n$1").alias("raw"))
-    inner = _launcher_cut(cut, ctx, parse)
-    inner = inner.join(pl.DataFrame({"offset": labelled.get_column("offset"), "_phost": labels}), on="offset", how="left")
+    inner = _launcher_cut(cut, ctx, parse).drop("raw")  # the line as it was written is what is kept
+    inner = inner.join(labelled.select("offset", "raw").with_columns(labels.alias("_phost")), on="offset", how="left")
     node = pl.coalesce("node", "_phost") if "node" in inner.columns else pl.col("_phost")
     inner = inner.with_columns(node.alias("node")).drop("_phost")
     rest = records.filter(host.is_null())

@@ -514,6 +514,7 @@ def test_pdsh_host_labels_are_header_where_the_output_names_the_hosts(tmp_path: 
     assert got[1] == ("dgx-08", "python_exception", "KeyError: 'optimizer'")
     assert got[2] == ("dgx-08", "usage_error", "fit.py: error: unrecognized arguments: --lr-warm 3")
     assert got[3] == (None, "python_exception", "KeyError: 'scheduler'")
+    assert [r["raw"].split("\n")[0] for r in rows[:3]] == lines[1:2] + lines[4:6]  # the lines as written are kept
 
 
 def test_hosts_named_with_no_line_under_their_label_parse_as_ever(tmp_path: Path) -> None:
