@@ -472,6 +472,27 @@ def test_a_job_killed_at_its_time_limit_is_told_so(store, tmp_path) -> None:
         "slurm_job_cancelled", "user", "cause", "none"), root
 
 
+def test_a_job_someone_cancelled_is_told_who() -> None:
+    """slurmctld logged scancel's RPC for job 7 with the requesting uid (proc_req.c _slurm_rpc_kill_job), and
+    slurmstepd then cancelled its step: cancelled on request, the uid says by whom; not "the cause left no line"."""
+    rows = [ev("slurm_job_kill_request", "ctl1", 880, "slurm", job_id="7", route="system_file", attrs={"uid": "1001"},
+               message="_slurm_rpc_kill_job: REQUEST_KILL_JOB JobId=7 uid 1001"),
+            ev("slurm_job_cancelled", "gpu001", 881, "slurm", job_id="7", route="job_output", attrs={"step": "0"},
+               message="slurmstepd: error: *** STEP 7.0 ON gpu001 CANCELLED AT 2026-11-20T12:14:41 ***")]
+    ranked = candidates(place_ranks(frame(rows), NODES), RUN, load_causes())
+    top = ranked.row(0, named=True)
+    assert (top["kind"], top["category"], top["node_action"]) == ("slurm_job_kill_request", "user", "none"), ranked.head(3)
+    assert top["probability"] >= 0.9, top
+
+
+def test_a_preempted_job_is_told_so(store, tmp_path) -> None:
+    """slurmstepd's "DUE TO PREEMPTION" (req.c): Slurm gave the nodes to a job of higher priority."""
+    root = _explain_output(store, tmp_path, "step 900 loss 2.1\n"
+                           "slurmstepd: error: *** JOB 7 ON gpu001 CANCELLED AT 2026-11-20T12:15:00 DUE TO PREEMPTION ***\n")
+    assert (root["kind"], root["category"], root["verdict"], root["node_action"]) == (
+        "slurm_job_cancelled", "user", "cause", "none"), root
+
+
 def test_a_rank_that_died_of_a_segfault_is_the_jobs_native_code() -> None:
     """The kernel says python[4242] on gpu003 died of a segfault in the job's extension, and srun saw task 17 die of
     it: the job's native code crashed (software, nothing for the node), not the silent ranks' node or network."""
