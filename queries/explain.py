@@ -43,6 +43,9 @@ class Explanation:
     missing: list[str] = field(default_factory=list)  # evidence the store lacks (a node's logs in the window)
     onset: datetime | None = None  # when the failure began (its first symptom)
     unclassified: list[dict] = field(default_factory=list)  # error-looking lines no catalogued kind covers
+    # the verdict of the lines no user can write, on their own, where it takes a node out and the root cause
+    # (which weighs what users write too) names another fault: the fault a node is drained for
+    node_fault: dict | None = None
 
     def to_dict(self) -> dict:
         """Plain JSON-able dict (times as ISO 8601 strings)."""
@@ -419,8 +422,11 @@ def _number(ratio: pl.Expr) -> pl.Expr:
             .otherwise(ratio.round_sig_figs(2).cast(pl.String)))
 
 
+VERIFY_FIRST = "confirm on the node with an active check (observe health check) first, then: {}"
+
+
 def _verify_first(action: str) -> pl.Expr:
-    return pl.format("confirm on the node with an active check (observe health check) first, then: {}", action)
+    return pl.format(VERIFY_FIRST, action)
 
 
 def _diagnosis() -> pl.Expr:
@@ -544,7 +550,9 @@ def explain(store: Store, job_id: str, at: datetime | None = None, before: timed
     day = timedelta(days=1)
     records = search(store, kinds=jobs.RUN_KINDS, sources=["slurm"], since=first - day if first else None,
                      until=last + day if last else None, copies=True)  # a job's runs are told apart by time
-    runs = job_runs(records, job_id)
+    # a run as Slurm's own records tell it, where a trusted route carried any: a user's `logger` copy of a
+    # slurmctld line (an early `_job_complete`) moves no end
+    runs = job_runs(records.filter(provenance.trusted()), job_id) or job_runs(records, job_id)
     run = failed_run(runs, at)
     if run is None:
         when = f" running at {at.isoformat()}" if at and runs else ""
@@ -557,29 +565,47 @@ def explain(store: Store, job_id: str, at: datetime | None = None, before: timed
         events = (pl.concat([past, events], how="diagonal_relaxed")
                   .unique(subset=["file_id", "offset", "kind"], keep="first", maintain_order=True))
     events = ranks.place_ranks(events, run.nodes, run.job_id)
-    ranked = candidates(events, run, causes, _succeeded_with(store, run, events, causes))
-    root = None
-    if ranked.height and (run.state or "").split()[:1] != ["COMPLETED"]:
-        top = ranked.row(0, named=True)
-        root = {k: top[k] for k in ("node", "kind", "code", "gpu", "ts", "message", "category", "action", "node_action",
-                                    "rank", "score", "trusted", "symptom", "context", "shared", "xid_action")}
-        # only a symptom every rank reports whatever broke (a watchdog timeout) or only background (a corrected
-        # error): no cause established, as probable as that the cause left no line; else the likeliest's
-        # probability, undetermined when too low
-        sc = causes.scoring
-        nothing = top["symptom"] or top["context"]
-        probable = float(top["probability"])
-        root["confidence"] = round(unlogged(ranked, sc["unlogged"]) if nothing else probable, 2)
-        root["probability"] = round(probable, 2)
-        unsure = nothing or probable < sc["undetermined_below"]
-        root["verdict"] = "undetermined" if unsure else "cause"
-        if top["node_action"] == "drain" and (unsure or probable < sc["drain_above"]):  # not sure enough to act
-            root["node_action"] = "verify"
-            root["action"] = ranked.select(_verify_first("action")).item(0, 0)
+    base = _succeeded_with(store, run, events, causes)
+    ranked = candidates(events, run, causes, base)
+    done = (run.state or "").split()[:1] == ["COMPLETED"]
+    root = None if done else verdict(ranked, causes)
+    # what lines no user can write say on their own: the only verdict a node is taken out on
+    sure = None if done else verdict(candidates(events.filter(provenance.trusted()), run, causes, base), causes)
+    acts = sure if sure and sure["node_action"] == "drain" else None
+    if root and root["node_action"] == "drain" and (acts is None or not _same(acts, root)):
+        root["node_action"], root["action"] = "verify", VERIFY_FIRST.format(root["action"])
     mine = events.filter(pl.col("job_id").is_null() | (pl.col("job_id") == run.job_id))
     return Explanation(run.job_id, run.state, run.exit_code, run.nodes, run.start, run.end, root,
                        ranked.head(10).to_dicts(), timeline(events, causes, timeline_rows), missing(events, run),
-                       _onset(causes.annotate(mine), run), unclassified(mine, causes))
+                       _onset(causes.annotate(mine), run), unclassified(mine, causes),
+                       acts if acts and not (root and root["node_action"] == "drain" and _same(acts, root)) else None)
+
+
+def verdict(ranked: pl.DataFrame, causes: Causes) -> dict | None:
+    """The likeliest candidate as a verdict: ``cause``, or ``undetermined`` when it is only a symptom every rank
+    reports whatever broke (a watchdog timeout) or background (a corrected error): then as probable as that the
+    cause left no line; else when its probability is under ``undetermined_below``. A drain it is not sure enough
+    of (``drain_above``) is a ``verify``. None without candidates."""
+    if ranked.is_empty():
+        return None
+    top = ranked.row(0, named=True)
+    root = {k: top[k] for k in ("node", "kind", "code", "gpu", "ts", "message", "category", "action", "node_action",
+                                "rank", "score", "trusted", "symptom", "context", "shared", "xid_action")}
+    sc = causes.scoring
+    nothing = top["symptom"] or top["context"]
+    probable = float(top["probability"])
+    root["confidence"] = round(unlogged(ranked, sc["unlogged"]) if nothing else probable, 2)
+    root["probability"] = round(probable, 2)
+    unsure = nothing or probable < sc["undetermined_below"]
+    root["verdict"] = "undetermined" if unsure else "cause"
+    if top["node_action"] == "drain" and (unsure or probable < sc["drain_above"]):  # not sure enough to act
+        root["node_action"], root["action"] = "verify", VERIFY_FIRST.format(top["action"])
+    return root
+
+
+def _same(a: dict, b: dict) -> bool:
+    """Whether two verdicts name the same fault: its node and kind."""
+    return (a["node"], a["kind"]) == (b["node"], b["kind"])
 
 
 def unclassified(events: pl.DataFrame, causes: Causes) -> list[dict]:

@@ -23,7 +23,8 @@ def unrecovered(store: Store, nodes: list[str], kinds: list[str], since: datetim
     operator's all-clear), no job on the node that completed after them (the node worked through it,
     or again) and no run that started on it after them and ran longer than ``worked`` (a node left broken
     fails a run as soon as the run touches it; one that ran that long found the node working). The last such event
-    per (node, kind, code, gpu), a trusted route's where copies of the line came by several. From any route: a
+    per (node, kind, code, gpu) that a trusted route carried, where one did: a later copy a user wrote takes no trusted
+    fault's place. From any route: a
     fault a user could have written is evidence (explain's verdict on it is to verify), never a trigger. A recovery a user
     could have written (``logger -t kernel 'Linux version ...'``) ends only such faults: never one a
     trusted route carried, which the epilog acts on."""
@@ -47,4 +48,4 @@ def unrecovered(store: Store, nodes: list[str], kinds: list[str], since: datetim
                                          pl.col("ts").max().alias("_ended_any"))
     ended = (pl.col("_ended") >= pl.col("ts")) | (~provenance.trusted() & (pl.col("_ended_any") >= pl.col("ts")))
     return (faults.join(last_end, on="node", how="left").filter(~ended.fill_null(False)).drop("_ended", "_ended_any")
-            .sort("ts", provenance.trusted()).unique(["node", "kind", "code", "gpu"], keep="last", maintain_order=True))
+            .sort(provenance.trusted(), "ts").unique(["node", "kind", "code", "gpu"], keep="last", maintain_order=True))

@@ -44,6 +44,13 @@ def report(e: Explanation) -> list[str]:
         if r["node_action"] == "verify" and not r.get("trusted"):
             lines.append("  unconfirmed: the lines came through a route users can write (a syslog file, job output); "
                          "confirm on the node with an active check (observe health check) before acting on it")
+    if e.node_fault:
+        f = e.node_fault
+        what = f["kind"] + (f" {f['code']}" if f["code"] is not None else "")
+        lines += [f"NODE FAULT  {f['node']}  {what}  confidence {f['confidence']:.2f} on the lines no user can write, "
+                  "on their own (the verdict above also weighs lines users write)",
+                  f"  {when(f['ts'])}  {_bounded(first_line(f['message']))}",
+                  f"  action: {f['action']}  (for the node: {f['node_action']})"]
     lines += [f"MISSING     {m}" for m in e.missing]
     if e.candidates:
         lines += ["", "CANDIDATES", f"  {'prob':>5}  {'node':10} {'kind':26} {'code':>5}  {'first seen':19}  {'count':>5}  message"]

@@ -36,7 +36,9 @@ def score(store: Store, incidents: list[dict]) -> pl.DataFrame:
         rows.append({"type": inc["type"], "job_id": inc["job_id"], "top1": bool(hits[:1] and hits[0]),
                      "top3": any(hits), "node": top.get("node"), "kind": top.get("kind"),
                      "expected": f"{inc['node']} {inc['kind']}",
-                     "drain": bool(root and root["verdict"] == "cause" and root.get("node_action") == "drain"),
+                     # a drain the verdict advises, or the one the trusted lines on their own call for
+                     "drain": bool(root and root["verdict"] == "cause" and root.get("node_action") == "drain"
+                                   or (ranked and result.node_fault)),
                      "undetermined": bool(root and root["verdict"] == "undetermined"),
                      "confidence": float(root["confidence"]) if root else 0.0})
     return pl.DataFrame(rows, schema={"type": pl.String, "job_id": pl.String, "top1": pl.Boolean, "top3": pl.Boolean,

@@ -3,7 +3,9 @@ verdict is a hardware fault on this node that the policy lets act (``[explain] a
 when ``[faults]`` gives its catalog action a remedy that takes the node out), sure enough
 (``drain_above`` of ``queries/causes.toml``: the verdict's probability under explain's model, the one
 threshold explain's own drain advice uses) and resting on lines a trusted route carried
-(a user can write job output and their own journal entries, not the kernel's log)."""
+(a user can write job output and their own journal entries, not the kernel's log). Where explain's verdict weighs
+what users wrote against a fault the trusted lines name on their own (``node_fault``), that fault is the one
+weighed: what a user writes may add evidence, never hide a fault from this check."""
 from __future__ import annotations
 
 from datetime import datetime
@@ -28,7 +30,8 @@ def run(opts: dict) -> Result:
         return unknown(NAME, "needs a job and a store (the epilog passes both)")
     node, policy = opts.get("node") or this_node(), from_doc(opts["policy"])
     try:
-        root = explain(Store(opts["store"]), str(opts["job"]), timeline_rows=0).root_cause
+        found = explain(Store(opts["store"]), str(opts["job"]), timeline_rows=0)
+        root = found.node_fault or found.root_cause  # the fault trusted lines alone name, whatever users wrote beside
     except ExplainError as exc:
         return Result(NAME, Status.PASS, f"nothing to weigh: {exc}")
     if not root or root.get("node") != node or root.get("kind") not in opts["acts_on"]:

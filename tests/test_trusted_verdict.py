@@ -1,0 +1,120 @@
+"""What a user writes may add evidence to a verdict, never hide a fault from the node's drain: a trusted uncorrectable
+memory error on gpu002 fails job 8, and each test adds what a user of the job's nodes can write (a ``logger`` line
+rsyslog keeps in /var/log/syslog, the job's own output) that outweighed it before (the attack of 2026-11-29, S1-S7
+in docs/security.md). explain may still weigh those lines for its verdict; the fault the trusted lines name on
+their own (``node_fault``) stays the one the epilog's explain check drains the node for."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import polars as pl
+import pytest
+
+from observe.collector import Context
+from observe.health.checks import explain as explain_check
+from observe.ingest import parse_bytes
+from observe.store import Store
+from queries import node_past
+from queries.explain import explain
+from queries.report import report
+
+CTL = """[2026-11-22T11:00:00.000] sched: Allocate JobId=8 NodeList=gpu[001-002] #CPUs=64 Partition=gpu
+[2026-11-22T12:05:00.000] _job_complete: JobId=8 WEXITSTATUS 1
+[2026-11-22T12:05:00.000] _job_complete: JobId=8 done
+"""
+# edac_mc.c edac_mc_handle_error: "%d %s error%s on %s (%s%s%s%s%s%s%s%s%s)" after the "EDAC MC%d: " prefix
+UE = ("2026-11-22T12:03:00.000000+00:00 gpu002 kernel: EDAC MC0: 1 UE memory read error on CPU_SrcID#0_Ha#0_Chan#1_DIMM#0 "
+      "(channel:1 slot:0 page:0x12345 offset:0x0 grain:32 syndrome:0x0)\n")
+# what every rank printed once the node's GPU process died: the job's own output
+OUTPUT = """[2026-11-22 12:03:05] RuntimeError: NCCL communicator was aborted on rank 1.
+"""
+
+
+def _put(store: Store, text: str, source: str, node: str, route: str, file_id: str, job: str | None = None) -> None:
+    df = parse_bytes(text.encode(), source, Context(node=node, job_id=job, route=route))
+    store.write(df.with_columns(pl.lit(file_id).alias("file_id")))
+
+
+@pytest.fixture
+def ue_store(tmp_path) -> Store:
+    store = Store(tmp_path / "store")
+    _put(store, CTL, "slurm", "ctl1", "system_file", "ctl")
+    _put(store, UE, "kernel", "gpu002", "kmsg", "kmsg2")
+    _put(store, OUTPUT, "nccl", "gpu001", "job_output", "out8", job="8")
+    return store
+
+
+def _acts_on(store: Store) -> str:
+    """What the epilog's explain check on gpu002 decides after job 8: PASS, FAIL or UNKNOWN."""
+    from observe.health import policy as pol
+
+    policy = pol.load()
+    return explain_check.run({**policy.checks["explain"], "job": "8", "store": str(store.root), "node": "gpu002",
+                              "policy": policy.doc}).status.name
+
+
+def _drains(store: Store) -> dict:
+    """The fault explain says to drain for: the verdict's, or the trusted lines' own."""
+    e = explain(store, "8")
+    fault = e.node_fault or e.root_cause
+    assert fault and fault["node_action"] == "drain", (e.root_cause, e.node_fault)
+    return fault
+
+
+def test_the_trusted_fault_alone_drains(ue_store) -> None:
+    e = explain(ue_store, "8")
+    assert (e.root_cause["node"], e.root_cause["kind"], e.root_cause["node_action"]) == ("gpu002", "memory_ecc", "drain")
+    assert e.node_fault is None  # the verdict names it already
+    assert _acts_on(ue_store) == "FAIL"
+
+
+def test_a_logger_time_limit_line_hides_no_fault(ue_store) -> None:
+    """S1: ``logger -t slurmstepd`` on gpu001 writes slurmstepd's time-limit notice for job 8 into /var/log/syslog
+    (and the same into a file named slurm-8.out): the verdict may read it, the drain does not."""
+    forged = ("2026-11-22T12:02:30.000000+00:00 gpu001 slurmstepd[999]: error: *** JOB 8 ON gpu002 CANCELLED AT "
+              "2026-11-22T12:02:30 DUE TO TIME LIMIT ***\n")
+    _put(ue_store, forged, "syslog", "gpu001", "syslog_file", "syslog1")
+    _put(ue_store, forged.split("slurmstepd[999]: ")[1], "nccl", "gpu001", "job_output", "out8b", job="8")
+    fault = _drains(ue_store)
+    assert (fault["node"], fault["kind"], fault["trusted"]) == ("gpu002", "memory_ecc", True)
+    assert _acts_on(ue_store) == "FAIL"
+    assert any(line.startswith("NODE FAULT  gpu002  memory_ecc") for line in report(explain(ue_store, "8")))
+
+
+def test_a_printed_fatal_signal_in_the_jobs_output_hides_no_fault(ue_store) -> None:
+    """S4: the job prints CPython faulthandler's "Fatal Python error: Segmentation fault" before the UE."""
+    _put(ue_store, "[2026-11-22 12:02:50] Fatal Python error: Segmentation fault\n", "nccl", "gpu002", "job_output",
+         "out8c", job="8")
+    assert _drains(ue_store)["node"] == "gpu002"
+    assert _acts_on(ue_store) == "FAIL"
+
+
+def test_the_same_error_claimed_on_every_node_hides_no_fault(ue_store) -> None:
+    """S2: the job's output heads one CUDA out-of-memory line with each node's name (pdsh's "host: " label, a claim):
+    one user's lines counted as "the same error on every node at once" against the trusted fault."""
+    text = "".join(f"{host}: [2026-11-22 12:02:55] RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+                   for host in ("gpu001", "gpu002"))
+    _put(ue_store, "pdsh -w gpu[001-002] python train.py\n" + text, "nccl", "gpu001", "job_output", "out8d", job="8")
+    assert _drains(ue_store)["node"] == "gpu002"
+    assert _acts_on(ue_store) == "FAIL"
+
+
+def test_a_forged_early_job_complete_moves_no_end(ue_store) -> None:
+    """S7: a ``logger -t slurmctld`` "_job_complete" four minutes before the real one: the run ends when slurmctld's
+    own log says, so the UE is no line "after the end" (context)."""
+    _put(ue_store, "2026-11-22T12:00:50.000000+00:00 gpu001 slurmctld[1]: _job_complete: JobId=8 WEXITSTATUS 1\n",
+         "syslog", "gpu001", "syslog_file", "syslog2")
+    e = explain(ue_store, "8")
+    assert e.end == datetime(2026, 11, 22, 12, 5, tzinfo=timezone.utc)
+    assert (e.root_cause["node"], e.root_cause["kind"], e.root_cause["node_action"]) == ("gpu002", "memory_ecc", "drain")
+
+
+def test_a_later_forged_copy_leaves_a_past_fault_trusted(tmp_path) -> None:
+    """S5: the kernel logged gpu002's UE before the run; a ``logger`` copy of the same line minutes later is the last
+    copy: the node's past keeps the kernel's (a trusted fault), not the user's."""
+    store = Store(tmp_path / "store")
+    _put(store, UE.replace("12:03:00", "10:00:00"), "kernel", "gpu002", "kmsg", "kmsg2")
+    _put(store, UE.replace("12:03:00", "10:05:00"), "syslog", "gpu002", "syslog_file", "syslog2")
+    past = node_past.unrecovered(store, ["gpu002"], ["memory_ecc"], datetime(2026, 11, 22, 9, tzinfo=timezone.utc),
+                                 datetime(2026, 11, 22, 11, tzinfo=timezone.utc), ["kernel_boot"], timedelta(minutes=5))
+    assert past.get_column("route").to_list() == ["kmsg"]
