@@ -119,15 +119,16 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
         pl.lit(True).alias("_derived"))
     if ev.is_empty() and not derived.height:
         return ranks.empty()
-    # repeats of one event close together are one candidate; the same event an hour apart is two
-    same = ["node", "kind", "code", "gpu"]
+    # repeats of one event close together are one candidate; the same event an hour apart is two, and a link that
+    # went down and came back (a flap) is over: a later outage of that link is an episode of its own
+    same = ["node", "kind", "code", "gpu", "_flap"]
     episode = sessions.starts("ts", same, timedelta(seconds=sc["episode_gap_s"]), undated_starts=False)
     groups = (ev.sort("ts", nulls_last=True).with_columns(episode.cum_sum().over(same).alias("_episode"))
               .group_by(*same, "_episode", maintain_order=True)
               .agg(pl.col("ts").min(), pl.len().alias("count"), pl.col("message").first(),
                    pl.col("prior").first(), pl.col("category").first(), pl.col("action").first(),
                    pl.col("node_action").first(),
-                   pl.col("symptom").first(), pl.col("context").all(), pl.col("_flap").all(), pl.col("lead_s").first(),
+                   pl.col("symptom").first(), pl.col("context").all(), pl.col("lead_s").first(),
                    pl.col("lag_s").first(),
                    pl.col("needs").first(), pl.col("_waited").max(),
                    pl.col("approx").all(),

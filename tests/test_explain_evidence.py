@@ -690,6 +690,20 @@ def test_only_a_trusted_line_brings_a_trusted_link_back(up_route: str, flap: boo
     assert any("came back within" in e for e in link["evidence"]) is flap, link["evidence"]
 
 
+def test_a_flap_before_a_switchs_outage_is_an_episode_of_its_own() -> None:
+    """gpu001's link flapped (down, back 2 s later) three minutes before its leaf switch failed: gpu001's and gpu002's
+    links then went down together and stayed down. The flap is over when the link is back, so gpu001's outage is
+    an episode of its own, at once with gpu002's: the switch they share (it read as gpu001's one episode from the
+    flap's time, minutes before gpu002's, and no switch)."""
+    rows = [_link("ib_link_down", "gpu001", 300), _link("ib_link_up", "gpu001", 302),
+            _link("ib_link_down", "gpu001", 480), _link("ib_link_down", "gpu002", 480.5)] \
+        + [ev("nccl_net_error", None, 500 + r / 100, "nccl", rank=r, job_id="7") for r in range(32)]
+    ranked = candidates(place_ranks(frame(rows), NODES), RUN, load_causes())
+    top = ranked.row(0, named=True)
+    assert (top["node"], top["kind"], top["shared"]) == (None, "ib_link_down", True), \
+        ranked.select("node", "kind", "ts", "context", "shared", "probability").head(5)
+
+
 def _waited_out(at: float, ranks) -> list[dict]:
     """The ranks' watchdog timeouts printed ``at``, each collective having run 600 s: the hang began 600 s before."""
     return [ev("nccl_timeout", None, at + r / 100, "nccl", rank=r, job_id="7",
