@@ -249,3 +249,17 @@ def test_the_readmes_tour_runs_on_the_demo_store(tmp_path: Path, monkeypatch: py
         assert result.exit_code == 0, (command, result.output[-1000:])
         word = expect[args[0]] if args[0] != "query" or "--count-by" not in args else "events"
         assert word in result.output or (args[0] == "explain" and '"job_id"' in result.output), (command, result.output[:500])
+
+
+def test_the_demo_at_two_ends_is_the_same_demo(tmp_path: Path) -> None:
+    """``observe demo --end``: the same seed ending at two different hours ingests as many events and injects the
+    same incidents (their times aside); a bad --end is a one-line error."""
+    said = []
+    for end in ("2026-11-20T00:00", "2026-11-23T07:00"):
+        done = runner.invoke(app, ["demo", "--dir", str(tmp_path / end[:10]), "--nodes", "4", "--hours", "6", "--end", end])
+        assert done.exit_code == 0, done.output[-2000:]
+        text = re.sub(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d", "T", done.output).replace(end[:10], "D")
+        said.append(re.sub(r"in [\d.]+s \([\d.]+ [KMG]?B/s\)", "", text))  # how long it took aside
+    assert said[0] == said[1] and "Injected incidents" in said[0]
+    bad = runner.invoke(app, ["demo", "--dir", str(tmp_path / "x"), "--end", "soon"])
+    assert bad.exit_code == 2 and "bad time 'soon'" in bad.output and "Traceback" not in bad.output

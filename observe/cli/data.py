@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
@@ -15,7 +15,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColu
 from rich.table import Table
 
 from observe.cli.base import (EngineOpt, RayAddressOpt, StoreOpt, command_table, damaged_segments, err, existing_store,
-                              fail, one_line, open_store, out)
+                              fail, one_line, open_store, out, when)
 from observe.printable import printable
 from observe.spans import parse_span, parse_time
 
@@ -40,7 +40,7 @@ def _summary(s: Summary) -> None:
         err.print(f"{s.quarantined} record(s) could not be parsed and were stored unparsed (attrs.parse_error); "
                   f"the first: {printable(s.parse_error)}", highlight=False, markup=False)
     table = Table("kind", "records", box=None, pad_edge=False)
-    for kind, n in s.kinds.most_common():
+    for kind, n in sorted(s.kinds.items(), key=lambda kv: (-kv[1], kv[0])):  # most first, ties by name
         table.add_row(kind, str(n))
     out.print(table)
 
@@ -116,18 +116,23 @@ def demo_cmd(
     nodes: Annotated[int, typer.Option(help="Nodes in the cluster.")] = 16,
     hours: Annotated[float, typer.Option(help="Hours of logs.")] = 24,
     seed: Annotated[int, typer.Option(help="Random seed (same seed, same logs).")] = 0,
+    end: Annotated[Optional[str], typer.Option(
+        help="When the logs end: an ISO time (UTC) or a span before now (2h, 1d); default: the last whole hour. "
+             "The same seed, nodes and hours give the same logs at any end, only shifted in time.")] = None,
 ) -> None:
     """Generate a small GPU cluster's logs with injected incidents, ingest them, show what is there.
 
     Example: observe demo --nodes 16 --hours 24 && observe query --store observe-demo/store --kind gpu_xid
+    (--end 2026-11-20T00:00 gives everyone the same store, to compare with the README's tour)
     """
     from observe.ingest import ingest_inputs
     from observe.simulate import generate
     from queries.search import first_line, search
 
+    start = when(end) - timedelta(hours=hours) if end else None
     logs, store = directory / "logs", open_store(str(directory / "store"))
     err.print(f"generating {nodes} nodes x {hours:g} h of logs in {logs} ...", highlight=False)
-    manifest = generate(logs, nodes=nodes, hours=hours, seed=seed)
+    manifest = generate(logs, nodes=nodes, hours=hours, seed=seed, start=start)
     summary = ingest_inputs([(str(f.path), {"source": f.format, "node": f.node, "job": f.job}) for f in manifest.files], store)
     _summary(summary)
     _index_jobs(store, summary)

@@ -48,8 +48,8 @@ class Cluster:
         self.lost: dict[int, tuple[int, int]] = {}  # node index -> a window its kernel and syslog lines never reached us
         self.hit: set[int] = set()  # jobs with an incident record
         self.hosts = Hosts({k: [n.daemons[k] for n in self.nodes] for k in ("logind", "chronyd", "exporter")},
-                           [n.pid_base for n in self.nodes], [n.session for n in self.nodes])
-        self.controller = Hosts({}, [0], [0])
+                           [n.pid_base for n in self.nodes], [n.session for n in self.nodes], start)
+        self.controller = Hosts({}, [0], [0], start)
         self.boots = np.array([n.boot for n in self.nodes], dtype=np.int64)
         fits = [(k, tuple(n for n in k.nodes if n <= n_nodes)) for k in (SCENARIO_KINDS if scenario else KINDS)]
         self.kinds = [Kind(k.name, k.script, n, k.hours, k.weight, k.every, k.limit) for k, n in fits if n]

@@ -21,7 +21,7 @@ PID_FLOOR, PID_SPAN = 300, 4_194_304 - 300  # Linux hands out pids upwards from 
 
 
 def pid(base, t):
-    """The pid a host hands out at time ``t`` (about two new processes a second); scalars or arrays."""
+    """The pid a host hands out ``t`` after the simulation's start (about two new processes a second); scalars or arrays."""
     return PID_FLOOR + (base + t // (S // 2)) % PID_SPAN
 
 
@@ -109,11 +109,11 @@ class Job:
 class Run:
     """One run of a job on its nodes; knows its ranks and writes its progress lines."""
 
-    def __init__(self, job: Job, nodes: list[Node], t: int, gpus: int, rng: np.random.Generator) -> None:
+    def __init__(self, job: Job, nodes: list[Node], t: int, gpus: int, rng: np.random.Generator, origin: int) -> None:
         self.job, self.nodes, self.start, self.gpus = job, nodes, t, gpus
         self.nodelist = collect_hostlist([n.name for n in nodes])
         self.ranks = len(nodes) * gpus
-        self.stepd = [int(pid(n.pid_base, t)) for n in nodes]
+        self.stepd = [int(pid(n.pid_base, t - origin)) for n in nodes]  # time since the simulation's start
         self.base_pids = [p + 40 for p in self.stepd]  # the ranks start after slurmstepd and srun's helpers
         self.comms = [f"0x{v:x}" for v in rng.integers(0x55d000000000, 0x55dfffffffff, self.ranks).tolist()]
         self.comm_id = f"0x{int(rng.integers(1 << 60, 1 << 62)):x}"

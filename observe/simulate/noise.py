@@ -31,11 +31,13 @@ class Noise:
     at: int = 0
     fields: dict[str, Callable[[np.random.Generator, int], np.ndarray]] = field(default_factory=dict)
 
-    def times(self, rng: np.random.Generator, t0: int, t1: int, hosts: int) -> tuple[np.ndarray, np.ndarray]:
-        """Burst start times in [t0, t1) and the host of each, ordered by host, then time."""
+    def times(self, rng: np.random.Generator, t0: int, t1: int, hosts: int, origin: int) -> tuple[np.ndarray, np.ndarray]:
+        """Burst start times in [t0, t1) and the host of each, ordered by host, then time. A periodic burst
+        keeps its phase from ``origin`` (the simulation's start): the same run started at another hour is
+        the same logs, shifted."""
         if self.every:
             period, phase = self.every * S, self.at * S
-            first = -(-(t0 - phase) // period) * period + phase
+            first = origin + -(-(t0 - origin - phase) // period) * period + phase
             base = np.arange(first, t1, period, dtype=np.int64)
             host = np.repeat(np.arange(hosts), len(base))
             return np.tile(base, hosts) + rng.integers(0, S // 2, len(host)), host
@@ -84,7 +86,8 @@ def _compile(template: str) -> tuple[str, tuple[str, ...]]:
 class Hosts:
     """Hosts whose background noise is drawn together: per-host template constants and counters."""
 
-    def __init__(self, consts: dict[str, list[str]], pid_base: list[int], session: list[int]) -> None:
+    def __init__(self, consts: dict[str, list[str]], pid_base: list[int], session: list[int], origin: int) -> None:
+        self.origin = origin  # the simulation's start: pids and periods count from it
         self.consts = {k: np.array(v, dtype=object) for k, v in consts.items()}
         self.pid_base = np.array(pid_base, dtype=np.int64)
         self.session = np.array(session, dtype=np.int64)
@@ -101,7 +104,7 @@ def column(name: str, spec: Noise, hosts: Hosts, rng: np.random.Generator, t: np
     if name in hosts.consts:
         return hosts.consts[name][host].tolist()
     if name in ("pid", "cpid"):
-        p = pid(hosts.pid_base[host], t) + rng.integers(0, 3, n)
+        p = pid(hosts.pid_base[host], t - hosts.origin) + rng.integers(0, 3, n)
         cols["pid"], cols["cpid"] = p.tolist(), (p + 1).tolist()
         return cols[name]
     if name == "session":  # numbered per host in time order
@@ -132,7 +135,7 @@ def draw(specs: tuple[Noise, ...], hosts: Hosts, rng: np.random.Generator, t0: i
     """The bursts of ``specs`` on every host in [t0, t1): line times, hosts and texts."""
     times, where, texts = [], [], []
     for spec in specs:
-        t, host = spec.times(rng, t0, t1, hosts.n)
+        t, host = spec.times(rng, t0, t1, hosts.n, hosts.origin)
         if not len(t):
             continue
         cols: dict[str, list] = {}

@@ -62,7 +62,7 @@ def start(sim: Cluster, t: int, job: Job, nodes: list[Node], backfill: bool) -> 
     job.runs += 1
     if job.runs == 1:
         sim.files.add(f"jobs/slurm-{job.id}.out", "nccl", keep_open=False, job=str(job.id))
-    run = Run(job, nodes, t, sim.gpus, rng)
+    run = Run(job, nodes, t, sim.gpus, rng, sim.start)
     for n in nodes:
         n.state, n.run = "alloc", run
     if backfill:
