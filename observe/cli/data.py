@@ -39,10 +39,28 @@ def _summary(s: Summary) -> None:
     if s.quarantined:
         err.print(f"{s.quarantined} record(s) could not be parsed and were stored unparsed (attrs.parse_error); "
                   f"the first: {printable(s.parse_error)}", highlight=False, markup=False)
+    if s.no_node:
+        err.print(f"{s.no_node} kernel or GPU record(s) stored with no node: their lines name none and no --node, "
+                  "--layout (e.g. '{node}/dmesg') or directory named after a node gave one", highlight=False, markup=False)
     table = Table("kind", "records", box=None, pad_edge=False)
     for kind, n in sorted(s.kinds.items(), key=lambda kv: (-kv[1], kv[0])):  # most first, ties by name
         table.add_row(kind, str(n))
     out.print(table)
+
+
+def _path_nodes(files: list[str], layout: str | None, store: Store) -> dict[str, str]:
+    """Each file's node from its path (:mod:`observe.ingest.archive`): by ``layout``, else the nearest directory named
+    after a node that Slurm's records in the store, or the files' own lines, name."""
+    import polars as pl
+
+    from observe.ingest import archive
+    from queries import jobs
+
+    if layout:
+        return archive.layout_nodes(files, layout)
+    ran = jobs.runs_on_nodes(store)
+    known = set(ran.select(pl.col("node").unique()).collect().get_column("node").drop_nulls()) if ran is not None else set()
+    return archive.directory_nodes(files, known | archive.named_hosts(files))
 
 
 def _index_jobs(store: Store, summary: Summary) -> None:
@@ -63,6 +81,9 @@ def ingest_cmd(
     source: Annotated[str, typer.Option(help="Input format: auto, kernel, syslog, slurm, slurm_jobs, nccl, nvidia_smi, dcgm.")] = "auto",
     node: Annotated[Optional[str], typer.Option(help="Node the input came from (when lines do not name it, e.g. dmesg).")] = None,
     job: Annotated[Optional[str], typer.Option(help="Job id of job output (else taken from names like slurm-1234.out).")] = None,
+    layout: Annotated[Optional[str], typer.Option(help="Where an archive's paths name the node, for lines that name none: "
+                                                  "'{node}/dmesg', 'nodes/{node}/*'. Without it, a directory named after a "
+                                                  "node Slurm's records or the files' own lines name is taken.")] = None,
     boot_time: Annotated[Optional[str], typer.Option(help="Boot time (ISO; without an offset, in --tz) to turn dmesg [seconds] stamps into wall-clock UTC.")] = None,
     tz: Annotated[str, typer.Option(help="Time zone of stamps that carry none (syslog, slurmctld).")] = "UTC",
     workers: Annotated[int, typer.Option(help="Parse processes: 0 = one per core when there is over 64 MB to read.", min=0, max=256)] = 0,
@@ -70,10 +91,11 @@ def ingest_cmd(
 ) -> None:
     """Parse log files into the store; re-ingesting the same bytes adds nothing.
 
-    Example: observe ingest /var/log/slurm/slurmctld.log --node ctl1; dmesg | observe ingest - --source kernel --node gpu001
+    Example: observe ingest /var/log/slurm/slurmctld.log --node ctl1; dmesg | observe ingest - --source kernel --node gpu001;
+    observe ingest logs/ (an archive of logs/<node>/dmesg, logs/<node>/syslog, ...)
     """
     from observe import rules
-    from observe.ingest import InputError, ingest
+    from observe.ingest import InputError, ingest_inputs
     from observe.ingest.pool import WorkerError
     from observe.reader import input_files
     from observe.store import StoreBusy
@@ -88,15 +110,17 @@ def ingest_cmd(
         tz = tz_zone(tz)
         boot = parse_time(boot_time, tz=tz) if boot_time else None
         opts = dict(source=source, node=node, job=job, boot_time=boot, tz=tz)
+        nodes = {} if node else _path_nodes(files, layout, st)
+        inputs = [(f, {**opts, "node": node or nodes.get(f)}) for f in files]
         total = sum(Path(f).stat().st_size for f in files if f != "-") if sys.stderr.isatty() else 0
         if total > 10_000_000:  # a bar for a person watching a long run
             with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
                           TransferSpeedColumn(), console=err, transient=True) as bar:
                 task = bar.add_task("ingesting", total=total)
-                summary = ingest(files, st, progress=lambda n: bar.advance(task, n), workers=workers or None,
-                                 waiting=_waiting(st), **opts)
+                summary = ingest_inputs(inputs, st, progress=lambda n: bar.advance(task, n), workers=workers or None,
+                                        waiting=_waiting(st))
         else:
-            summary = ingest(files, st, workers=workers or None, waiting=_waiting(st), **opts)
+            summary = ingest_inputs(inputs, st, workers=workers or None, waiting=_waiting(st))
     except (InputError, ValueError, FileNotFoundError, rules.RuleError, WorkerError, StoreBusy) as exc:
         fail(str(exc))
     except OSError as exc:

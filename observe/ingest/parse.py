@@ -112,6 +112,7 @@ class Parsed:
     quarantined: int = 0  # records no parse could read, stored unparsed (attrs.parse_error)
     error: str = ""  # the first such record's reason
     bisections: int = 0
+    no_node: int = 0  # records of a node's own log (kernel, GPU) that name no node: neither their lines nor a hint did
 
 
 def parse_unit(recs: pl.DataFrame, inputs: list[ParseInput], c: Collector, ctx: Context) -> Parsed:
@@ -146,9 +147,13 @@ def parse_unit(recs: pl.DataFrame, inputs: list[ParseInput], c: Collector, ctx: 
             done.expired = int(gone.sum())
             out, order = out.filter(~gone), order.filter(~gone)
     done.stored = out.height
+    done.no_node = int(out.select(pl.col("node").is_null() & pl.col("source").is_in(NODE_OWN)).to_series().sum())
     learn_boot_times(out, done.boots)
     done.parts = buffered_parts(out, order)
     return done
+
+
+NODE_OWN = ["kernel", "gpu"]  # sources whose records are one node's: without a node they are no one's
 
 
 # A parse unit's records are bisected at most this many times to find the ones a parser fails on;

@@ -278,6 +278,7 @@ def _store_unit(parsed: Parsed, c: Collector, ctx: Context, writer: SegmentWrite
     summary.records += parsed.records
     summary.unparsed += parsed.unparsed
     summary.quarantined += parsed.quarantined
+    summary.no_node += parsed.no_node
     summary.parse_error = summary.parse_error or parsed.error
     summary.kinds.update(parsed.kinds)
     summary.duplicates += parsed.duplicates

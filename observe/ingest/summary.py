@@ -21,6 +21,7 @@ class Summary:
     expired: int = 0  # older than the store's retention: not stored again
     unparsed: int = 0
     quarantined: int = 0  # of them, records a parser failed on (attrs.parse_error)
+    no_node: int = 0  # stored records of a node's own log (kernel, GPU) that no line, hint or path gave a node
     parse_error: str = ""  # the first one's reason
     blank: int = 0
     seconds: float = 0.0
@@ -36,7 +37,8 @@ class Summary:
 
     def add(self, other: Summary) -> None:
         """Count ``other`` (another worker's part of the same run) in this one."""
-        for name in ("files", "bytes", "records", "stored", "duplicates", "expired", "unparsed", "quarantined", "blank"):
+        for name in ("files", "bytes", "records", "stored", "duplicates", "expired", "unparsed", "quarantined", "blank",
+                     "no_node"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.parse_error = self.parse_error or other.parse_error
         self.kinds.update(other.kinds)

@@ -1,0 +1,78 @@
+"""An archive as sites keep it (``logs/<node>/dmesg``, a log collector's ``<node>/kern.log``): ``observe ingest
+logs/`` takes each node-less file's node from its path, so the store is the one the demo builds from the same
+files with every node given, and says how many kernel or GPU records ended with no node."""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from observe.cli import app
+from observe.ingest import archive, ingest_inputs
+from observe.simulate import generate
+from observe.store import Store
+from queries.jobs import write_index
+
+runner = CliRunner()
+END = datetime(2026, 11, 20, 6, tzinfo=timezone.utc)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """A demo archive, the demo's own store of it (every file's node given) and ``observe ingest logs/``'s."""
+    root = tmp_path_factory.mktemp("archive")
+    manifest = generate(root / "logs", nodes=6, hours=12, seed=5, start=datetime(2026, 11, 19, 18, tzinfo=timezone.utc))
+    given = Store(root / "given")
+    ingest_inputs([(str(f.path), {"source": f.format, "node": f.node, "job": f.job}) for f in manifest.files], given)
+    write_index(given)
+    done = runner.invoke(app, ["ingest", str(root / "logs"), "--store", str(root / "walked")])
+    assert done.exit_code == 0, done.output
+    assert "with no node" not in done.output
+    return root / "logs", root / "given", root / "walked"
+
+
+@pytest.mark.parametrize("command", [["nodes", "--since", "2026-11-19T00:00", "--until", "2026-11-21T00:00"],
+                                     ["incidents", "--since", "2026-11-19T00:00", "--until", "2026-11-21T00:00"],
+                                     ["health", "faults", "--since", "2026-11-19T00:00"]])
+def test_the_walked_archive_is_the_demos_store(demo, command: list[str]) -> None:
+    _, given, walked = demo
+    said = [runner.invoke(app, [*command, "--store", str(s), "--format", "json"]) for s in (given, walked)]
+    assert [r.exit_code for r in said] == [0, 0], [r.output[-500:] for r in said]
+    assert said[0].output == said[1].output
+    assert "gpu002" in said[0].output  # its Xid 79, OOM kill and the rest: what a walk without nodes lost
+
+
+def test_every_kernel_line_has_its_node_and_time(demo) -> None:
+    _, given, walked = demo
+    import polars as pl
+
+    def counts(store: Path) -> pl.DataFrame:
+        return (Store(store).scan().filter(pl.col("source").is_in(["kernel", "gpu"]))
+                .group_by("node").agg(pl.len(), pl.col("ts").is_null().sum().alias("undated")).sort("node").collect())
+    assert counts(walked).equals(counts(given)) and counts(walked).get_column("undated").sum() == 0
+    assert counts(walked).get_column("node").null_count() == 0
+
+
+def test_a_layout_names_the_node(tmp_path: Path) -> None:
+    files = ["/a/gpu001/kern.log", "/a/nodes/gpu002/dmesg", "/a/gpu003-dmesg.txt", "/a/other/dmesg"]
+    assert archive.layout_nodes(files, "{node}/kern.log") == {"/a/gpu001/kern.log": "gpu001"}
+    assert archive.layout_nodes(files, "nodes/{node}/*") == {"/a/nodes/gpu002/dmesg": "gpu002"}
+    assert archive.layout_nodes(files, "{node}-dmesg.txt") == {"/a/gpu003-dmesg.txt": "gpu003"}
+    with pytest.raises(ValueError, match="one {node}"):
+        archive.layout_nodes(files, "logs/*")
+
+
+def test_a_kernel_log_no_path_names_says_so(tmp_path: Path) -> None:
+    """A dmesg in a directory named after nothing: stored with no node, and the run says how many and what to do."""
+    (tmp_path / "misc").mkdir()
+    (tmp_path / "misc" / "dmesg").write_text("[   12.000000] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n")
+    done = runner.invoke(app, ["ingest", str(tmp_path / "misc"), "--store", str(tmp_path / "s")])
+    assert done.exit_code == 0, done.output
+    assert "1 kernel or GPU record(s) stored with no node" in done.output and "--layout" in done.output
+    again = runner.invoke(app, ["ingest", str(tmp_path / "misc"), "--store", str(tmp_path / "t"), "--layout", "{node}/dmesg"])
+    assert again.exit_code == 0 and "with no node" not in again.output
+    bad = runner.invoke(app, ["ingest", str(tmp_path / "misc"), "--store", str(tmp_path / "u"), "--layout", "x/*"])
+    assert bad.exit_code == 2 and "one {node}" in bad.output and "Traceback" not in bad.output
