@@ -20,7 +20,8 @@ class Context:
     node: str | None = None
     job_id: str | None = None
     boot_time: datetime | None = None
-    reference_time: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    reference_time: datetime = field(default_factory=lambda: datetime.now(timezone.utc))  # stamps without a year take its
+    year_given: bool = False  # whether the user said that year (--year), not the file's modification time
     tz: str = "UTC"
     header: str | None = None  # the input's first line (column headers of sacct output)
     route: str | None = None  # how the input reached observe (observe/provenance.toml); None: unknown, untrusted

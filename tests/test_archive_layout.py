@@ -76,3 +76,25 @@ def test_a_kernel_log_no_path_names_says_so(tmp_path: Path) -> None:
     assert again.exit_code == 0 and "with no node" not in again.output
     bad = runner.invoke(app, ["ingest", str(tmp_path / "misc"), "--store", str(tmp_path / "u"), "--layout", "x/*"])
     assert bad.exit_code == 2 and "one {node}" in bad.output and "Traceback" not in bad.output
+
+
+def test_the_year_of_stamps_that_carry_none(tmp_path: Path) -> None:
+    """RFC 3164 stamps have no year: a copied archive's files, last modified in 2025, date their lines 2025 and the
+    run says so; --year 2024 dates them 2024 (each small file, batched or not) and the run says nothing of it."""
+    import os
+
+    import polars as pl
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for node in ("gpu001", "gpu002"):
+        f = logs / f"{node}.syslog"
+        f.write_text(f"Mar  3 10:00:00 {node} kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off "
+                     "the bus.\n")
+        os.utime(f, (datetime(2025, 6, 1, tzinfo=timezone.utc).timestamp(),) * 2)
+    for year, store in ((None, "a"), (2024, "b")):
+        done = runner.invoke(app, ["ingest", str(logs), "--store", str(tmp_path / store), *(["--year", str(year)] if year else [])])
+        assert done.exit_code == 0, done.output
+        years = Store(tmp_path / store).scan().select(pl.col("ts").dt.year()).collect().to_series().to_list()
+        assert years == [year or 2025] * 2
+        assert ("2 record(s) carry no year in their stamps: dated 2025" in done.output) is (year is None), done.output

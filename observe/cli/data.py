@@ -39,6 +39,10 @@ def _summary(s: Summary) -> None:
     if s.quarantined:
         err.print(f"{s.quarantined} record(s) could not be parsed and were stored unparsed (attrs.parse_error); "
                   f"the first: {printable(s.parse_error)}", highlight=False, markup=False)
+    if s.yearless:
+        years = ", ".join(str(y) for y in sorted(s.years))
+        err.print(f"{s.yearless} record(s) carry no year in their stamps: dated {years} by their files' last "
+                  "modification (say the year with --year)", highlight=False, markup=False)
     if s.no_node:
         err.print(f"{s.no_node} kernel or GPU record(s) stored with no node: their lines name none and no --node, "
                   "--layout (e.g. '{node}/dmesg') or directory named after a node gave one", highlight=False, markup=False)
@@ -86,6 +90,9 @@ def ingest_cmd(
                                                   "node Slurm's records or the files' own lines name is taken.")] = None,
     boot_time: Annotated[Optional[str], typer.Option(help="Boot time (ISO; without an offset, in --tz) to turn dmesg [seconds] stamps into wall-clock UTC.")] = None,
     tz: Annotated[str, typer.Option(help="Time zone of stamps that carry none (syslog, slurmctld).")] = "UTC",
+    year: Annotated[Optional[int], typer.Option(help="Year of stamps that carry none (syslog's 'Nov 22 10:00:00'); "
+                                                "default: each file's last modification's (a copied archive may need it).",
+                                                min=1970, max=9999)] = None,
     workers: Annotated[int, typer.Option(help="Parse processes: 0 = one per core when there is over 64 MB to read.", min=0, max=256)] = 0,
     store: StoreOpt = None,
 ) -> None:
@@ -109,7 +116,7 @@ def ingest_cmd(
             fail(f"no such file: {missing[0]}")
         tz = tz_zone(tz)
         boot = parse_time(boot_time, tz=tz) if boot_time else None
-        opts = dict(source=source, node=node, job=job, boot_time=boot, tz=tz)
+        opts = dict(source=source, node=node, job=job, boot_time=boot, tz=tz, year=year)
         nodes = {} if node else _path_nodes(files, layout, st)
         inputs = [(f, {**opts, "node": node or nodes.get(f)}) for f in files]
         total = sum(Path(f).stat().st_size for f in files if f != "-") if sys.stderr.isatty() else 0

@@ -4,6 +4,7 @@ with both clocks tell of a node's boot time."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -113,6 +114,7 @@ class Parsed:
     error: str = ""  # the first such record's reason
     bisections: int = 0
     no_node: int = 0  # records of a node's own log (kernel, GPU) that name no node: neither their lines nor a hint did
+    yearless: int = 0  # records whose stamps carry no year, dated by the file's modification time's year
 
 
 def parse_unit(recs: pl.DataFrame, inputs: list[ParseInput], c: Collector, ctx: Context) -> Parsed:
@@ -148,11 +150,15 @@ def parse_unit(recs: pl.DataFrame, inputs: list[ParseInput], c: Collector, ctx: 
             out, order = out.filter(~gone), order.filter(~gone)
     done.stored = out.height
     done.no_node = int(out.select(pl.col("node").is_null() & pl.col("source").is_in(NODE_OWN)).to_series().sum())
+    if not ctx.year_given and YEARLESS.match(recs.get_column("raw")[0] or ""):  # a unit's lines are of one format
+        done.yearless = out.height
     learn_boot_times(out, done.boots)
     done.parts = buffered_parts(out, order)
     return done
 
 
+# stamps without a year: RFC 3164 syslog ("Nov 22 10:00:00"), glog ("I1122 10:00:00.123456")
+YEARLESS = re.compile(r"^(?:<\d{1,3}>)?(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d|[IWEF]\d{4} \d\d:\d\d:\d\d)")
 NODE_OWN = ["kernel", "gpu"]  # sources whose records are one node's: without a node they are no one's
 
 

@@ -53,20 +53,21 @@ def ingest_file(path: str, store: Store, source: str = "auto", node: str | None 
                 job: str | None = None, boot_time: datetime | None = None, tz: str = "UTC",
                 summary: Summary | None = None, progress: Callable[[int], None] | None = None,
                 pipe: Pipeline | None = None, learned_boot_time: datetime | None = None,
-                route: str | None = None, planned: Planned | None = None) -> Summary:
+                route: str | None = None, planned: Planned | None = None, year: int | None = None) -> Summary:
     """Ingest one file (or ``-``) into ``store``; re-ingesting the same bytes stores nothing new.
 
     With ``pipe`` (a run's shared pipeline) its records may still be in flight when this returns;
     without, they are written before it returns. ``boot_time`` is given (it is part of a kernel
     log's identity), ``learned_boot_time`` was told by the run's other inputs. ``route``: how the
     input reached observe (default: from the file's owner and mode, see :mod:`observe.provenance`).
-    ``planned``: the input as the run's plan saw it (its identity and records already stored).
+    ``planned``: the input as the run's plan saw it (its identity and records already stored). ``year``: of stamps
+    that carry none (else the file's modification time's).
     """
     summary = summary or Summary()
     if pipe is None:
         with store.writer() as writer, Pipeline(writer, summary) as own:
             return ingest_file(path, store, source, node, job, boot_time, tz, summary, progress, own, learned_boot_time,
-                               route, planned)
+                               route, planned, year)
     try:
         stream = open_input(path)
     except READ_ERRORS as exc:
@@ -94,9 +95,8 @@ def ingest_file(path: str, store: Store, source: str = "auto", node: str | None 
         else:
             (file_id, job), known = identity(path, head, node, job, boot_time if c.source == "kernel" else None), None
         one = _open(summary, store, pipe, mtime, file_id, job, known)
-        ctx = Context(node=node, job_id=one.job, boot_time=booted,
-                      reference_time=datetime.fromtimestamp(mtime, timezone.utc), tz=tz,
-                      header=sample[0] if len(sample) else None, route=route)
+        ctx = Context(node=node, job_id=one.job, boot_time=booted, reference_time=reference_time(mtime, year),
+                      year_given=year is not None, tz=tz, header=sample[0] if len(sample) else None, route=route)
         summary.sources[path] = c.name
         one_unit = isinstance(stream, io.BufferedReader) and not is_stream(path) and Path(path).stat().st_size <= CHUNK_BYTES
         holder = _Holder(ctx, learns=not one_unit)
@@ -112,13 +112,23 @@ def ingest_file(path: str, store: Store, source: str = "auto", node: str | None 
     return summary
 
 
+def reference_time(mtime: float, year: int | None) -> datetime:
+    """What stamps without a year are dated by: the end of the ``year`` the user said, else the file's last write
+    (a stamp more than a day after it is of the year before: December's lines read in January)."""
+    if year is not None:
+        return datetime(year, 12, 31, 23, 59, 59, tzinfo=timezone.utc)
+    return datetime.fromtimestamp(mtime, timezone.utc)
+
+
 def ingest_batch(planned: list[Planned], c: Collector, store: Store, pipe: Pipeline, summary: Summary, route: str,
-                 node: str | None = None, tz: str = "UTC", progress: Callable[[int], None] | None = None) -> None:
+                 node: str | None = None, tz: str = "UTC", progress: Callable[[int], None] | None = None,
+                 year: int | None = None) -> None:
     """Ingest many small files of one format and route as a few large parse units (per-file cost
     amortised); each file's identity and records already stored are as ``planned``.
     """
     mtime = max(p.mtime for p in planned)
-    holder = _Holder(Context(node=node, tz=tz, reference_time=datetime.fromtimestamp(mtime, timezone.utc), route=route))
+    holder = _Holder(Context(node=node, tz=tz, reference_time=reference_time(mtime, year), year_given=year is not None,
+                             route=route))
     for buf, sizes, inputs in _batches(planned, store, pipe, summary, node, progress):
         pipe.submit(lambda buf=buf, sizes=sizes: joined_records([buf], c, sizes=sizes), inputs, c, holder)
 
@@ -279,6 +289,9 @@ def _store_unit(parsed: Parsed, c: Collector, ctx: Context, writer: SegmentWrite
     summary.unparsed += parsed.unparsed
     summary.quarantined += parsed.quarantined
     summary.no_node += parsed.no_node
+    if parsed.yearless:
+        summary.yearless += parsed.yearless
+        summary.years.add(ctx.reference_time.year)
     summary.parse_error = summary.parse_error or parsed.error
     summary.kinds.update(parsed.kinds)
     summary.duplicates += parsed.duplicates
@@ -298,7 +311,7 @@ def run_step(step: Step, store: Store, pipe: Pipeline, summary: Summary,
     head = step.inputs[0]
     if step.batch:
         ingest_batch(list(step.inputs), registry.get(head.collector), store, pipe, summary, head.opts["route"],
-                     node=head.opts.get("node"), tz=head.opts.get("tz", "UTC"), progress=progress)
+                     node=head.opts.get("node"), tz=head.opts.get("tz", "UTC"), progress=progress, year=head.opts.get("year"))
         return
     c = registry.get(head.collector) if head.collector else None
     if c is not None and c.source == "kernel" and head.opts.get("node") and not (

@@ -22,6 +22,8 @@ class Summary:
     unparsed: int = 0
     quarantined: int = 0  # of them, records a parser failed on (attrs.parse_error)
     no_node: int = 0  # stored records of a node's own log (kernel, GPU) that no line, hint or path gave a node
+    yearless: int = 0  # records whose stamps carry no year: dated by their file's modification time (no --year)
+    years: set[int] = field(default_factory=set)  # the years those were given
     parse_error: str = ""  # the first one's reason
     blank: int = 0
     seconds: float = 0.0
@@ -38,7 +40,7 @@ class Summary:
     def add(self, other: Summary) -> None:
         """Count ``other`` (another worker's part of the same run) in this one."""
         for name in ("files", "bytes", "records", "stored", "duplicates", "expired", "unparsed", "quarantined", "blank",
-                     "no_node"):
+                     "no_node", "yearless"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.parse_error = self.parse_error or other.parse_error
         self.kinds.update(other.kinds)
@@ -47,3 +49,4 @@ class Summary:
         for node, boot in other.boot_times.items():
             self.boot_times.setdefault(node, boot)
         self.file_ids |= other.file_ids
+        self.years |= other.years
