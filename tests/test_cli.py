@@ -263,3 +263,16 @@ def test_the_demo_at_two_ends_is_the_same_demo(tmp_path: Path) -> None:
     assert said[0] == said[1] and "Injected incidents" in said[0]
     bad = runner.invoke(app, ["demo", "--dir", str(tmp_path / "x"), "--end", "soon"])
     assert bad.exit_code == 2 and "bad time 'soon'" in bad.output and "Traceback" not in bad.output
+
+
+@pytest.mark.parametrize("hook", ["epilog", "prolog", "healthcheck"])
+def test_a_hook_whose_policy_does_not_parse_exits_0_and_says_why(tmp_path: Path, hook: str) -> None:
+    """Slurm drains a node whose hook exits non-zero: a site policy that does not parse leaves the node alone, and
+    the hook's log says what stopped it (in process: the real-Slurm test sees it through slurmd)."""
+    bad = tmp_path / "policy.toml"
+    bad.write_text("[epilog\n")
+    log = tmp_path / "hook.log"
+    done = runner.invoke(app, ["slurm", hook, "--store", str(tmp_path / "store"), "--policy", str(bad), "--log", str(log)],
+                         env={"SLURM_JOB_ID": "5", "SLURMD_NODENAME": "gpu001"})
+    assert done.exit_code == 0, done.output
+    assert f"{hook}" in log.read_text() and "not run: PolicyError" in log.read_text(), log.read_text()

@@ -134,6 +134,20 @@ def test_repeats_within_one_input_are_kept_and_an_input_missing_some_loses() -> 
     assert one_per_record(far.lazy()).collect().height == 5  # minutes apart: other records
 
 
+@pytest.mark.parametrize("gap_ms", [0, 900, 1999])
+def test_a_copy_pair_is_one_record_wherever_it_falls_on_the_bucket_grid(gap_ms: int) -> None:
+    """dmesg's copy of a record and syslog's ``gap_ms`` later, at every 100 ms of two bucket widths (the grid
+    copies.py sorts rows into before it compares them): one record each time, a pair straddling a bucket's edge
+    (dmesg at :03.5, syslog at :04.5) included."""
+    base = datetime(2026, 11, 20, 10, 0, 0, tzinfo=timezone.utc)
+    starts = [base + timedelta(minutes=i, milliseconds=100 * i) for i in range(80)]  # 0.0 s .. 7.9 s past a bucket
+    rows = [(f, t + timedelta(milliseconds=gap_ms if f == "s" else 0)) for t in starts for f in ("d", "s")]
+    df = pl.DataFrame({"file_id": [f for f, _ in rows], "ts": [t for _, t in rows]}).with_columns(
+        source=pl.lit("kernel"), node=pl.lit("gpu001"), job_id=pl.lit(None, pl.String), rank=pl.lit(None, pl.Int64),
+        message=pl.lit(XID), attrs=pl.lit(None, pl.String), route=pl.lit("kmsg"))
+    assert one_per_record(df.lazy()).collect().height == len(starts)
+
+
 def test_lines_a_user_can_write_never_hide_the_kernels() -> None:
     """A syslog relays what any process sends (``logger -t kernel``): however many copies of a kernel
     record it holds, the kernel's own log (a trusted route) is what is kept."""
@@ -166,3 +180,19 @@ def test_the_demos_store_gives_each_kernel_record_once(tmp_path: Path) -> None:
     for (node, _, _), n in metrics.xids.counts.items():
         counted[node] = counted.get(node, 0) + n
     assert counted == truth
+
+
+@pytest.mark.parametrize("lines", [50, 400_000])  # batched with other small files, and read on its own
+def test_a_file_and_its_copytruncate_copy_in_one_run_store_each_record_once(tmp_path: Path, lines: int) -> None:
+    """logrotate's copytruncate leaves ``syslog.1``, a copy of ``syslog`` as it was: one input (same first line, same
+    log name), so one run in one process that reads both stores each record once."""
+    from observe.ingest import ingest_inputs
+
+    text = "".join(f"Nov 20 10:{i // 60 % 60:02d}:{i % 60:02d} gpu001 systemd[1]: Started session {i}.\n"
+                   for i in range(lines))
+    (tmp_path / "syslog").write_text(text)
+    shutil.copy(tmp_path / "syslog", tmp_path / "syslog.1")
+    store = Store(tmp_path / "store")
+    summary = ingest_inputs([(str(tmp_path / n), {}) for n in ("syslog", "syslog.1")], store, workers=1)
+    assert not summary.failed and summary.stored == lines and summary.duplicates == lines, summary
+    assert store.scan().select(pl.len()).collect().item() == lines

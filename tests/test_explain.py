@@ -331,3 +331,13 @@ def test_a_lost_peers_own_fault_stays_the_verdict_with_the_peers_as_evidence() -
     top = candidates(place_ranks(frame(rows), NODES), RUN, load_causes()).row(0, named=True)
     assert (top["node"], top["kind"]) == ("gpu004", "kernel_panic")
     assert "x3.0 other ranks' NCCL errors name this node as the peer they lost" in top["evidence"]
+
+
+def test_one_silent_rank_of_eight_names_its_node() -> None:
+    """31 of 32 ranks print the watchdog's timeout; rank 19 (gpu003, the fourth of its node's eight) prints nothing:
+    one silent rank is enough to point at its node (a single hung process, a GPU that stopped answering)."""
+    ranked = candidates(place_ranks(frame(inits() + timeouts(600, ranks=[r for r in range(32) if r != 19])), NODES),
+                        RUN, load_causes())
+    silent = ranked.filter(pl.col("message").str.contains("never reported")).row(0, named=True)
+    assert (silent["node"], silent["rank"]) == ("gpu003", 19), ranked.head(3)
+    assert "1 rank(s) on gpu003 never reported the timeout that 31 other ranks reported" == silent["message"]

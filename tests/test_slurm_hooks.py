@@ -29,9 +29,10 @@ XID = ("{ts} {node} kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, name={name
 
 
 def _wrapper(path: Path, kind: str, store: Path, policy: Path, log: Path, env: str = "") -> Path:
-    """The hook as the README shows it: absolute paths (no PATH), a hard time limit, and exit 0 whatever happens."""
+    """The hook as the README shows it: absolute paths (no PATH), a hard time limit, and exit 0 whatever happens;
+    observe's own exit status is kept in ``<log>.rc`` (the wrapper's ``exit 0`` would hide it)."""
     path.write_text(f"#!/bin/sh\n{env}/usr/bin/timeout -s KILL 120 {Path(sys.executable).parent / 'observe'} slurm {kind} "
-                    f"--store {store} --policy {policy} --log {log}\nexit 0\n")
+                    f"--store {store} --policy {policy} --log {log}\necho $? >> {log}.rc\nexit 0\n")
     path.chmod(0o755)
     return path
 
@@ -186,6 +187,7 @@ def test_a_hook_that_cannot_work_exits_0_and_leaves_the_node_alone(fresh, tmp_pa
         assert _job(c, job)["JobState"] == "FAILED"  # the job's own exit 3, not an epilog failure
         assert c.state("node1")[0] == "IDLE", (name, c.state("node1"), log.read_text())
     text = log.read_text()
+    assert Path(f"{log}.rc").read_text().split() == ["0"] * len(cases)  # observe's own status, not the wrapper's
     assert "not-a-dir" in text and "nothing done" in text
     assert "xid_history UNKNOWN" in text
     assert "not run: PolicyError" in text
