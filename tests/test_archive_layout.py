@@ -98,3 +98,21 @@ def test_the_year_of_stamps_that_carry_none(tmp_path: Path) -> None:
         years = Store(tmp_path / store).scan().select(pl.col("ts").dt.year()).collect().to_series().to_list()
         assert years == [year or 2025] * 2
         assert ("2 record(s) carry no year in their stamps: dated 2025" in done.output) is (year is None), done.output
+
+
+def test_a_directory_named_after_a_node_slurm_knows(tmp_path: Path) -> None:
+    """A log collector's tree of bare dmesg files (no syslog to name the host): the directory is gpu002's because
+    Slurm's records in the store ran jobs there; a directory named after no node gives nothing."""
+    (tmp_path / "ctl").mkdir()
+    (tmp_path / "ctl" / "slurmctld.log").write_text(
+        "[2026-11-20T10:00:00.000] sched: Allocate JobId=5 NodeList=gpu[001-002] #CPUs=16 Partition=gpu\n"
+        "[2026-11-20T11:00:00.000] _job_complete: JobId=5 WEXITSTATUS 0\n")
+    for d in ("gpu002", "gpu009"):
+        (tmp_path / "kern" / d).mkdir(parents=True)
+        (tmp_path / "kern" / d / "dmesg").write_text("[   12.000000] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n")
+    store = str(tmp_path / "store")
+    assert runner.invoke(app, ["ingest", str(tmp_path / "ctl"), "--store", store]).exit_code == 0
+    done = runner.invoke(app, ["ingest", str(tmp_path / "kern"), "--store", store])
+    assert done.exit_code == 0 and "1 kernel or GPU record(s) stored with no node" in done.output, done.output
+    nodes = Store(store).scan(sources=["kernel"]).select("node").collect().to_series().to_list()
+    assert sorted(nodes, key=lambda n: n or "") == [None, "gpu002"]

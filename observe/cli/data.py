@@ -52,9 +52,11 @@ def _summary(s: Summary) -> None:
     out.print(table)
 
 
-def _path_nodes(files: list[str], layout: str | None, store: Store) -> dict[str, str]:
-    """Each file's node from its path (:mod:`observe.ingest.archive`): by ``layout``, else the nearest directory named
-    after a node that Slurm's records in the store, or the files' own lines, name."""
+def _path_nodes(paths: list[str], files: list[str], layout: str | None, store: Store) -> dict[str, str]:
+    """Each file's node from its path (:mod:`observe.ingest.archive`): by ``layout``, else the nearest directory below
+    the one given (``paths``) named after a node that Slurm's records in the store, or the files' own lines, name."""
+    import os
+
     import polars as pl
 
     from observe.ingest import archive
@@ -64,7 +66,13 @@ def _path_nodes(files: list[str], layout: str | None, store: Store) -> dict[str,
         return archive.layout_nodes(files, layout)
     ran = jobs.runs_on_nodes(store)
     known = set(ran.select(pl.col("node").unique()).collect().get_column("node").drop_nulls()) if ran is not None else set()
-    return archive.directory_nodes(files, known | archive.named_hosts(files))
+    roots = [os.path.abspath(p) for p in paths if os.path.isdir(p)]
+    below = {}
+    for f in files:
+        root = next((r for r in roots if os.path.abspath(f).startswith(os.path.join(r, ""))), None)
+        if root is not None:
+            below[f] = os.path.relpath(os.path.abspath(f), root)
+    return archive.directory_nodes(below, known)
 
 
 def _index_jobs(store: Store, summary: Summary) -> None:
@@ -117,7 +125,7 @@ def ingest_cmd(
         tz = tz_zone(tz)
         boot = parse_time(boot_time, tz=tz) if boot_time else None
         opts = dict(source=source, node=node, job=job, boot_time=boot, tz=tz, year=year)
-        nodes = {} if node else _path_nodes(files, layout, st)
+        nodes = {} if node else _path_nodes(paths, files, layout, st)
         inputs = [(f, {**opts, "node": node or nodes.get(f)}) for f in files]
         total = sum(Path(f).stat().st_size for f in files if f != "-") if sys.stderr.isatty() else 0
         if total > 10_000_000:  # a bar for a person watching a long run

@@ -34,25 +34,29 @@ def layout_nodes(files: list[str], layout: str) -> dict[str, str]:
     return found
 
 
-def directory_nodes(files: list[str], known: set[str]) -> dict[str, str]:
-    """Each file's node from the nearest directory of its path that names a known node (``known``: the nodes Slurm's
-    records in the store name, and the hosts the run's own lines name: :func:`named_hosts`)."""
+def directory_nodes(files: dict[str, str], known: set[str]) -> dict[str, str]:
+    """Each file's node from the nearest directory of its path below what was given (``files``: path -> that part)
+    that names a node: one in ``known`` (the nodes Slurm's records in the store name), or one whose own files' lines
+    name that host (a syslog file beside the dmesg: :func:`named_by_lines`)."""
+    under: dict[str, list[str]] = {}
+    for path, rel in files.items():
+        for part in os.path.dirname(rel).replace(os.sep, "/").split("/"):
+            if HOSTLIKE.match(part):
+                under.setdefault(part, []).append(path)
+    nodes = {d for d in under if d in known or named_by_lines(d, under[d])}
     found = {}
-    for path in files:
-        for part in reversed(os.path.dirname(path).replace(os.sep, "/").split("/")):
-            if part in known:
+    for path, rel in files.items():
+        for part in reversed(os.path.dirname(rel).replace(os.sep, "/").split("/")):
+            if part in nodes:
                 found[path] = part
                 break
     return found
 
 
-def named_hosts(files: list[str]) -> set[str]:
-    """Hosts the first lines of the files under a node-like directory name, parsed as their format (a syslog
-    file's host field, a Slurm log's node lists): which of those directories are nodes."""
-    hosts: set[str] = set()
-    for path in files:
-        if not any(HOSTLIKE.match(p) for p in os.path.dirname(path).replace(os.sep, "/").split("/")):
-            continue
+def named_by_lines(host: str, paths: list[str], tries: int = 4) -> bool:
+    """Whether the first lines of one of the first ``tries`` readable ``paths`` (parsed as their format: a syslog
+    file's host field, a Slurm log's node lists) name ``host``."""
+    for path in paths[:tries]:
         try:
             head = read_head(path, HEAD_BYTES)[0]
         except READ_ERRORS:
@@ -60,9 +64,10 @@ def named_hosts(files: list[str]) -> set[str]:
         best = registry.detect(sample_of(head))[0]
         if best is None or best.whole_file:
             continue
-        lines = head[:head.rfind(b"\n") + 1]
         try:
-            hosts.update(parse_bytes(lines, best.name, Context()).get_column("node").drop_nulls().unique().to_list())
+            named = parse_bytes(head[:head.rfind(b"\n") + 1], best.name, Context()).get_column("node")
         except (ValueError, pl.exceptions.PolarsError):  # a head its parser cannot read names no host: ingest says why
             continue
-    return hosts
+        if (named == host).any():
+            return True
+    return False
