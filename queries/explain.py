@@ -111,6 +111,11 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
     first = ranks.first_failed(own, skew, run.nodes)
     ev, placed_why = _placed(ev, lost, first, run.job_id, skew)
     stalled = ranks.stalls(events, run, sc)
+    # a node whose ranks were alive and as far on as any while others' stalled or fell silent was working when the job
+    # hung: a fault from its past did not leave it broken for this run
+    alive = ranks.in_step(events) if stalled.filter(pl.col("node").is_not_null()).height else []
+    worked = pl.col("past") & pl.col("node").is_in(alive)
+    ev = ev.with_columns((pl.col("context") | worked).alias("context"), worked.alias("_worked"))
     logged = list(set(ev.filter(~pl.col("symptom"), ~pl.col("context"), pl.col("_cg_mine")
                                 | pl.col("_cg").is_null()).get_column("node").drop_nulls()))
     stuck = stalled.filter(pl.col("node").is_in(logged)).get_column("node").drop_nulls().unique().to_list()
@@ -136,12 +141,12 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
                    pl.col("rank").drop_nulls().first(), provenance.trusted().any().alias("trusted"),
                    pl.col("_cg").drop_nulls().first(), (pl.col("_cg_mine").any() | pl.col("_cg").is_null().all()).alias("_mine"),
                    pl.col("_everywhere").any(), pl.col("shared").first(), pl.col("_by_peers").any(),
-                   pl.col("xid_action").first()))
+                   pl.col("xid_action").first(), pl.col("_worked").any()))
     groups = (pl.concat([groups.drop("_episode"), derived], how="diagonal_relaxed")
               .with_columns(pl.col("approx").fill_null(False), pl.col("trusted").fill_null(False),
                             pl.col("_everywhere").fill_null(False), pl.col("_derived").fill_null(False),
                             pl.col("_by_peers").fill_null(False), pl.col("_flap").fill_null(False),
-                            pl.col("past").fill_null(False), pl.col("_mine").fill_null(True),
+                            pl.col("past").fill_null(False), pl.col("_mine").fill_null(True), pl.col("_worked").fill_null(False),
                             (pl.col("context").fill_null(False) | ~pl.col("_mine").fill_null(True)).alias("context")))
     spread = (groups.filter(pl.col("node").is_not_null()).group_by("kind", "code")
               .agg(pl.col("node").n_unique().alias("_nodes")))
@@ -246,6 +251,8 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
                                                       "fail the job")))
     notes.append(pl.when(pl.col("_by_peers")).then(pl.format("its line names no node: it ran on {}, {}", pl.col("node"),
                                                               pl.lit(placed_why))))
+    notes.append(pl.when(pl.col("_worked")).then(pl.lit("its ranks were alive and as far on as any when the job hung, "
+                                                          "while other ranks stalled or fell silent: the node was working")))
     notes.append(pl.when(~pl.col("_mine")).then(pl.format("hit a process in {}, not in the job's cgroup: not the job's",
                                                            pl.col("_cg"))))
     evidence = pl.concat_list(notes).list.drop_nulls()
@@ -254,7 +261,7 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
                                   pl.when(unconfirmed).then(pl.lit("verify")).otherwise("node_action").alias("node_action"),
                                   pl.when(unconfirmed).then(_verify_first("action")).otherwise("action").alias("action"))
               .drop("_nodes", "lead_s", "lag_s", "needs", "says", "prior", "_cg", "_mine", "_waited", "_everywhere", "_derived",
-                    "_by_peers",
+                    "_by_peers", "_worked",
                     *(["succeeded", "fleet", "hours_share", "fleet_hours_share"] if succeeded_with else []),
                     "_flap"))
     ranked = (_shared(ranked, lr["alone"], timedelta(seconds=sc["at_once_s"])).drop("_others", "_burst")

@@ -177,19 +177,43 @@ def rank_gpus(events: pl.DataFrame) -> dict[int, str]:
     return dict(bus.select("rank", pci.alias("gpu")).unique("rank").iter_rows())
 
 
+def _watchdog(events: pl.DataFrame) -> pl.DataFrame:
+    """The PyTorch watchdog's lines of ranks (its timeout and its exception)."""
+    return events.filter(pl.col("kind").is_in(["nccl_timeout", "nccl_watchdog"]), pl.col("rank").is_not_null())
+
+
+def _per_rank(wd: pl.DataFrame) -> pl.DataFrame:
+    """Each rank that reported: the collective it waited in (``seq``: the first it had not completed), its node, and
+    when its wait began (``ts``: the watchdog's line less how long the collective ran)."""
+    attr = pl.col("attrs").str.json_path_match
+    began = pl.col("ts") - pl.duration(milliseconds=attr("$.ran_ms").cast(pl.Int64, strict=False).fill_null(0))
+    return wd.group_by("rank").agg(
+        pl.coalesce(attr("$.last_completed").cast(pl.Int64, strict=False) + 1,
+                    attr("$.seq").cast(pl.Int64, strict=False)).min().alias("seq"),
+        pl.col("node").drop_nulls().first(), began.min().alias("ts"))
+
+
+def in_step(events: pl.DataFrame) -> list[str]:
+    """Nodes every reporting rank of which waited in the furthest collective any rank reached: their ranks were alive
+    and as far on as any when the job hung, so their node was working then."""
+    per_rank = _per_rank(_watchdog(events)).filter(pl.col("node").is_not_null(), pl.col("seq").is_not_null())
+    if per_rank.is_empty():
+        return []
+    top = per_rank.get_column("seq").max()
+    return (per_rank.group_by("node").agg((pl.col("seq") == top).all().alias("_ok")).filter("_ok")
+            .get_column("node").sort().to_list())
+
+
 def stalls(events: pl.DataFrame, run: Run, sc: dict) -> pl.DataFrame:
     """Hung ranks from the PyTorch watchdog: a rank whose last collective lags the others', or the
     ranks that never reported the timeout every other rank reported. A rank's time is when its wait
     began (the watchdog's line less how long the collective ran), not when the watchdog printed it."""
     attr = pl.col("attrs").str.json_path_match
-    wd = events.filter(pl.col("kind").is_in(["nccl_timeout", "nccl_watchdog"]), pl.col("rank").is_not_null())
+    wd = _watchdog(events)
     if wd.is_empty():
         return empty().drop("score", "probability")
     began = pl.col("ts") - pl.duration(milliseconds=attr("$.ran_ms").cast(pl.Int64, strict=False).fill_null(0))
-    per_rank = wd.group_by("rank").agg(
-        pl.coalesce(attr("$.last_completed").cast(pl.Int64, strict=False) + 1,
-                    attr("$.seq").cast(pl.Int64, strict=False)).min().alias("seq"),
-        pl.col("node").drop_nulls().first(), began.min().alias("ts"))
+    per_rank = _per_rank(wd)
     gpus = rank_gpus(events)
     top = per_rank.get_column("seq").max()
     rows = []

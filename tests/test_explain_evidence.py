@@ -65,6 +65,20 @@ def test_a_past_fault_a_trusted_route_carried_stays_trusted_beside_its_copy(stor
     assert (root["kind"], root["code"], root["trusted"], root["node_action"]) == ("gpu_xid", 48, True, "drain"), root
 
 
+def test_a_past_fault_on_a_node_whose_ranks_kept_up_did_not_fail_the_run(store) -> None:
+    """gpu003's unrecovered Xid 48 from the run before, and job 7 hanging 10 min in: gpu002's ranks fell silent while
+    every other rank, gpu003's included, waited in the same collective (its watchdog's SeqNum). gpu003 was working when
+    the job hung: its past is context, and the silent node is the lead (it read the past Xid, x5, over the silence)."""
+    hung = ev("hung_task", "gpu002", 700, route="syslog_file", attrs={"process": "python", "seconds": "122"},
+              message="INFO: task python:4242 blocked for more than 122 seconds.")
+    _write(store, _job("6", -4 * 3600, -3 * 3600 + 60, "FAILED") + [XID48] + _job("7", 0, 1900, "FAILED") + inits()
+           + [hung] + _waited_out(1200, [r for r in range(32) if r // 8 != 1]))
+    e = explain(store, "7")
+    assert e.root_cause["node"] == "gpu002", (e.root_cause, [(c["node"], c["kind"]) for c in e.candidates[:4]])
+    xid = next(c for c in e.candidates if c["kind"] == "gpu_xid")
+    assert xid["context"] and any("its ranks were alive and as far on as any" in x for x in xid["evidence"]), xid
+
+
 def test_a_rendezvous_that_timed_out_began_at_the_start(store) -> None:
     """The restart's master waited 1801 s for ranks that never joined ("Timed out after 1801 seconds waiting
     for clients"): the failure began at the rendezvous, the run never worked, and gpu003's unrecovered Xid
