@@ -13,18 +13,21 @@ import polars as pl
 from observe import provenance
 from observe.store import Store
 from queries import jobs
+from queries.causes import Causes
 from queries.search import search
 
 DAY = re.compile(r"\d{4}-\d\d-\d\d")  # a dated partition's name
-SCHEMA = {"node": pl.String, "kind": pl.String, "code": pl.Int32, "trusted": pl.Boolean, "succeeded": pl.UInt32,
-          "hours_share": pl.Float64}
-FLEET = {"kind": pl.String, "code": pl.Int32, "trusted": pl.Boolean, "fleet": pl.UInt32, "fleet_hours_share": pl.Float64}
+SCHEMA = {"node": pl.String, "kind": pl.String, "code": pl.Int32, "cause_id": pl.UInt32, "trusted": pl.Boolean,
+          "succeeded": pl.UInt32, "hours_share": pl.Float64}
+FLEET = {"kind": pl.String, "code": pl.Int32, "cause_id": pl.UInt32, "trusted": pl.Boolean, "fleet": pl.UInt32,
+         "fleet_hours_share": pl.Float64}
+EVENT = ["kind", "code", "cause_id"]  # what one event is: its kind, code and cause (a corrected error is no uncorrected one)
 
 
 @dataclass(frozen=True)
 class BaseRates:
-    """``node`` (node, kind, code, trusted, succeeded, hours_share): per node of the run, and ``fleet``
-    (kind, code, trusted, fleet, fleet_hours_share): on any node, how many jobs that completed each event
+    """``node`` (node, kind, code, cause_id, trusted, succeeded, hours_share): per node of the run, and ``fleet``
+    (kind, code, cause_id, trusted, fleet, fleet_hours_share): on any node, how many jobs that completed each event
     was logged during, and the share of hours it was logged in (of the node's, of every node's)
     since the store's first such event: the chance it shows in any hour, failure or not. ``trusted`` true: counted
     over the lines of trusted routes only, the rates a trusted line is weighed by (what a node user writes with
@@ -35,7 +38,7 @@ class BaseRates:
 
 
 def succeeded_with(store: Store, nodes: list[str], kinds: list[str], since: datetime, until: datetime,
-                   min_hours: float) -> BaseRates:
+                   min_hours: float, causes: Causes) -> BaseRates:
     """For each event of ``kinds`` between ``since`` and ``until``, the jobs that ran on the node that
     logged it, when it was logged, and completed: per node of ``nodes`` and fleet-wide, over every line and over
     the trusted routes' lines. Jobs come from the store's job index (``observe compact`` or ingest writes it);
@@ -44,8 +47,9 @@ def succeeded_with(store: Store, nodes: list[str], kinds: list[str], since: date
     if not nodes or not kinds:
         return none
     seen = (search(store, since=since, until=until, kinds=kinds, copies=True)  # whether, not how often
-            .select("node", "kind", "code", "ts", provenance.trusted().alias("_sure")).drop_nulls(["ts", "node"])
+            .select("node", "kind", "code", "ts", "attrs", provenance.trusted().alias("_sure")).drop_nulls(["ts", "node"])
             .sort("ts").collect())
+    seen = causes.annotate(seen).select("node", *EVENT, "ts", "_sure")
     if seen.is_empty():
         return none
     days = sorted(p.date for p in store.partitions(since=since, until=until) if DAY.fullmatch(p.date))
@@ -69,9 +73,9 @@ def _rates(seen: pl.DataFrame, ok: pl.DataFrame, nodes: list[str], covered: date
               .filter(pl.col("ts") <= pl.col("end")))
     jobs_ = pl.col("job_id").n_unique()
     per_node = (node_hours.filter(pl.col("node").is_in(nodes))
-                .join(during.group_by("node", "kind", "code").agg(jobs_.alias("succeeded")), on=["node", "kind", "code"],
+                .join(during.group_by("node", *EVENT).agg(jobs_.alias("succeeded")), on=["node", *EVENT],
                       how="left", nulls_equal=True))
-    fleet = fleet_hours.join(during.group_by("kind", "code").agg(jobs_.alias("fleet")), on=["kind", "code"], how="left",
+    fleet = fleet_hours.join(during.group_by(*EVENT).agg(jobs_.alias("fleet")), on=EVENT, how="left",
                              nulls_equal=True)
     mark = pl.lit(trusted).alias("trusted")
     return per_node.with_columns(mark), fleet.with_columns(mark)
@@ -84,7 +88,7 @@ def _hours_share(seen: pl.DataFrame, since: datetime, until: datetime, nodes: in
     from ``since`` (the store's first day, if later) to ``until``: a line a node logs in most of its
     hours shows near any failure by chance, whatever broke."""
     hours = max(min_hours, (until - since).total_seconds() / 3600)  # a share of a few hours says little of the rate
-    hourly = seen.select("node", "kind", "code", pl.col("ts").dt.truncate("1h").alias("_h")).unique()
-    per_node = hourly.group_by("node", "kind", "code").agg((pl.len() / hours).clip(0, 1).alias("hours_share"))
-    fleet = hourly.group_by("kind", "code").agg((pl.len() / (hours * nodes)).clip(0, 1).alias("fleet_hours_share"))
+    hourly = seen.select("node", *EVENT, pl.col("ts").dt.truncate("1h").alias("_h")).unique()
+    per_node = hourly.group_by("node", *EVENT).agg((pl.len() / hours).clip(0, 1).alias("hours_share"))
+    fleet = hourly.group_by(*EVENT).agg((pl.len() / (hours * nodes)).clip(0, 1).alias("fleet_hours_share"))
     return per_node, fleet

@@ -71,8 +71,10 @@ class Causes:
                                           "lag_s": pl.Float64, "cgroup": pl.String, "shared": pl.String})
 
     def annotate(self, events: pl.DataFrame) -> pl.DataFrame:
-        """Events of catalogued kinds with prior, category, action, node_action, symptom, lead_s, needs, says, began,
-        context, lag_s, cgroup, shared and xid_action (a gpu_xid's catalog action, as its line makes it) (the most specific entry wins: one whose attrs condition matches over the plain one)."""
+        """Events of catalogued kinds with their entry (``cause_id``: a corrected and an uncorrected memory error are
+        two causes of one kind), prior, category, action, node_action, symptom, lead_s, needs, says, began, context,
+        lag_s, cgroup, shared and xid_action (a gpu_xid's catalog action, as its line makes it) (the most specific
+        entry wins: one whose attrs condition matches over the plain one)."""
         table = self.table.with_row_index("_entry")
         ev = events.join(table.filter(pl.col("cond").is_null()).select("kind", "_entry"), on="kind", how="inner",
                          maintain_order="left")
@@ -90,7 +92,8 @@ class Causes:
                 match = match & (pl.col(f"_attr{keys.index(key)}") == value)
             entry = pl.when(match.fill_null(False)).then(pl.lit(index, dtype=pl.UInt32)).otherwise(entry)
         ev = (ev.with_columns(entry.alias("_entry")).drop(f"_attr{i}" for i in range(len(keys)))
-              .join(table.drop("kind", "cond"), on="_entry", how="left", maintain_order="left").drop("_entry"))
+              .join(table.drop("kind", "cond"), on="_entry", how="left", maintain_order="left")
+              .rename({"_entry": "cause_id"}))
         # gpu_xid: the Xid catalog (merged into attrs at ingest) tells whose fault it is
         xid = pl.col("kind") == "gpu_xid"
         xid_cat = pl.col("attrs").str.json_path_match("$.category")

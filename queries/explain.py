@@ -43,8 +43,8 @@ class Explanation:
     missing: list[str] = field(default_factory=list)  # evidence the store lacks (a node's logs in the window)
     onset: datetime | None = None  # when the failure began (its first symptom)
     unclassified: list[dict] = field(default_factory=list)  # error-looking lines no catalogued kind covers
-    # the verdict of the lines no user can write, on their own, where it takes a node out and the root cause
-    # (which weighs what users write too) names another fault: the fault a node is drained for
+    # the fault that takes a node out on the lines no user can write alone (:func:`node_fault`), where the root cause
+    # (which weighs what users write, and whatever else failed the job) is no drain for it: what a node is drained for
     node_fault: dict | None = None
 
     def to_dict(self) -> dict:
@@ -126,7 +126,7 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
         return ranks.empty()
     # repeats of one event close together are one candidate; the same event an hour apart is two, and a link that
     # went down and came back (a flap) is over: a later outage of that link is an episode of its own
-    same = ["node", "kind", "code", "gpu", "_flap"]
+    same = ["node", "kind", "code", "gpu", "cause_id", "_flap"]
     episode = sessions.starts("ts", same, timedelta(seconds=sc["episode_gap_s"]), undated_starts=False)
     groups = (ev.sort("ts", nulls_last=True).with_columns(episode.cum_sum().over(same).alias("_episode"))
               .group_by(*same, "_episode", maintain_order=True)
@@ -156,9 +156,9 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
                                  pl.col("ts").is_not_null())
                    .get_column("ts").min())
     if succeeded_with is not None:
-        groups = (groups.join(succeeded_with.node, on=["node", "kind", "code", "trusted"], how="left", maintain_order="left",
-                              nulls_equal=True)
-                  .join(succeeded_with.fleet, on=["kind", "code", "trusted"], how="left", maintain_order="left",
+        groups = (groups.join(succeeded_with.node, on=["node", *base_rate.EVENT, "trusted"], how="left",
+                              maintain_order="left", nulls_equal=True)
+                  .join(succeeded_with.fleet, on=[*base_rate.EVENT, "trusted"], how="left", maintain_order="left",
                         nulls_equal=True))
     ts = pl.col("ts")
     lr = causes.evidence
@@ -236,6 +236,9 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
                                                                     pl.lit(lr["fleet_succeeded_with_min"]))),
                       pl.format("seen fleet-wide during {} successful job(s)", fleet_ok)))
     ratios = [r.cast(pl.Float64).fill_null(1.0) for r, _ in terms]
+    # what says the fault is real, whatever failed the job: its prior and how often healthy runs log it (the last two
+    # terms, with base rates); the timeline and the job's other causes say only whether it failed this job
+    real = [ratios[0], *(ratios[-2:] if succeeded_with is not None else [])]
     shown = [pl.when(i == 0).then(pl.lit("odds ")).otherwise(pl.lit("x")) + _number(r) for i, r in enumerate(ratios)]
     notes = [pl.when((r != 1.0) | (i == 0)).then(pl.format("{} {}", text, why))
              for i, (r, text, (_, why)) in enumerate(zip(ratios, shown, terms))]
@@ -258,6 +261,7 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
     evidence = pl.concat_list(notes).list.drop_nulls()
     unconfirmed = (pl.col("node_action") == "drain") & ~pl.col("trusted")  # a user could have written it: no trigger
     ranked = (groups.with_columns(pl.sum_horizontal(r.log() for r in ratios).alias("score"), evidence.alias("evidence"),
+                                  pl.sum_horizontal(r.log() for r in real).alias("fault_score"),
                                   pl.when(unconfirmed).then(pl.lit("verify")).otherwise("node_action").alias("node_action"),
                                   pl.when(unconfirmed).then(_verify_first("action")).otherwise("action").alias("action"))
               .drop("_nodes", "lead_s", "lag_s", "needs", "says", "prior", "_cg", "_mine", "_waited", "_everywhere", "_derived",
@@ -545,7 +549,7 @@ def _succeeded_with(store: Store, run: Run, events: pl.DataFrame, causes: Causes
     causal = {c.kind for c in causes.causes.values() if not c.symptom}
     kinds = sorted(set(events.get_column("kind").unique().drop_nulls()) & causal)
     since = anchor - timedelta(days=causes.scoring["base_rate_days"])
-    return base_rate.succeeded_with(store, run.nodes, kinds, since, anchor, causes.scoring["base_rate_min_hours"])
+    return base_rate.succeeded_with(store, run.nodes, kinds, since, anchor, causes.scoring["base_rate_min_hours"], causes)
 
 
 def explain(store: Store, job_id: str, at: datetime | None = None, before: timedelta = timedelta(minutes=15),
@@ -577,9 +581,7 @@ def explain(store: Store, job_id: str, at: datetime | None = None, before: timed
     ranked = candidates(events, run, causes, base)
     done = (run.state or "").split()[:1] == ["COMPLETED"]
     root = None if done else verdict(ranked, causes)
-    # what lines no user can write say on their own: the only verdict a node is taken out on
-    sure = None if done else verdict(candidates(events.filter(provenance.trusted()), run, causes, base), causes)
-    acts = sure if sure and sure["node_action"] == "drain" else None
+    acts = node_fault(candidates(events.filter(provenance.trusted()), run, causes, base), causes)
     if root and root["node_action"] == "drain" and (acts is None or not _same(acts, root)):
         root["node_action"], root["action"] = "verify", VERIFY_FIRST.format(root["action"])
     mine = events.filter(pl.col("job_id").is_null() | (pl.col("job_id") == run.job_id))
@@ -609,6 +611,26 @@ def verdict(ranked: pl.DataFrame, causes: Causes) -> dict | None:
     if top["node_action"] == "drain" and (unsure or probable < sc["drain_above"]):  # not sure enough to act
         root["node_action"], root["action"] = "verify", VERIFY_FIRST.format(top["action"])
     return root
+
+
+def node_fault(trusted: pl.DataFrame, causes: Causes) -> dict | None:
+    """The fault that takes a node out, on the lines no user can write alone (``trusted``: :func:`candidates` of them):
+    a candidate that calls for a drain and is no context (a flap, background, a past the run worked through, a line
+    after the run), as probable as its prior and how often healthy runs log it make it (``fault_score``), not as
+    probable as it is the cause: what else the job did (cancelled itself, ran out of time or memory, faulted its own
+    GPU), which its user decides, never competes with a fault of the node. The likeliest, when at least
+    ``drain_above``; else None."""
+    faults = trusted.filter(pl.col("node_action") == "drain", pl.col("trusted"), ~pl.col("context"), ~pl.col("symptom"),
+                            pl.col("node").is_not_null(), ~pl.col("shared").fill_null(False))
+    if faults.is_empty():
+        return None
+    top = faults.sort("fault_score", "ts", descending=[True, False], nulls_last=True).row(0, named=True)
+    sure = round(1 / (1 + math.exp(-top["fault_score"])), 2)
+    if sure < causes.scoring["drain_above"]:
+        return None
+    fault = {k: top[k] for k in ("node", "kind", "code", "gpu", "ts", "message", "category", "action", "node_action",
+                                 "rank", "score", "trusted", "symptom", "context", "shared", "xid_action")}
+    return {**fault, "confidence": sure, "probability": sure, "verdict": "cause"}
 
 
 def _same(a: dict, b: dict) -> bool:

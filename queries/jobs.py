@@ -8,14 +8,14 @@ from datetime import datetime, timedelta
 import hostlist
 import polars as pl
 
-from observe import sessions
+from observe import provenance, sessions
 from observe.job_states import BAD_ENDS
 from observe.store import Store
 
 RUN_KINDS = ["slurm_job_start", "slurm_job_end", "slurm_job_requeue"]
 SAME_MOMENT = timedelta(minutes=2)  # a job record and the slurmctld line of the same start or end
 RUN_SCHEMA = {"job_id": pl.String, "start": pl.Datetime("us", "UTC"), "end": pl.Datetime("us", "UTC"),
-              "state": pl.String, "exit_code": pl.String, "nodes": pl.List(pl.String)}
+              "state": pl.String, "exit_code": pl.String, "nodes": pl.List(pl.String), "trusted": pl.Boolean}
 
 
 def runs(events: pl.LazyFrame) -> pl.DataFrame:
@@ -23,9 +23,12 @@ def runs(events: pl.LazyFrame) -> pl.DataFrame:
 
     Starts and ends seen by several sources within two minutes are one start or end; each start
     is paired with the first end after it. ``end`` is null for a run still going when the logs end.
+    A job some record of which a trusted route carried (slurmctld's own log, jobcomp, sacct) is told by those
+    records alone (``trusted``): a user's ``logger`` copy of a slurmctld line moves no start or end and makes no run.
     One lazy query: a single collect however few the rows.
     """
-    rec = _records(events).cache()
+    rec = _records(events)
+    rec = rec.filter(pl.col("_tr") | ~pl.col("_tr").any().over("job_id")).cache()
     starts = _moments(rec.filter(pl.col("kind") == "slurm_job_start")
                       .with_columns(pl.coalesce("a_start", "ts").alias("at")))
     ended = _ends(rec).cache()
@@ -39,8 +42,9 @@ def runs(events: pl.LazyFrame) -> pl.DataFrame:
     orphans = (ended.join(paired.select("job_id", pl.col("_e").alias("at")), on=["job_id", "at"], how="anti")
                .select("job_id", pl.col("a_start").alias("start"), pl.col("at").alias("end"), "state",
                        "exit_code", "nodelist"))
-    both = pl.concat([paired.select("job_id", "start", "end", "state", "exit_code", "nodelist"), orphans],
-                     how="diagonal_relaxed").collect()
+    sure = rec.group_by("job_id").agg(pl.col("_tr").any().alias("trusted"))
+    both = (pl.concat([paired.select("job_id", "start", "end", "state", "exit_code", "nodelist"), orphans],
+                      how="diagonal_relaxed").join(sure, on="job_id", how="left").collect())
     nodes = both.get_column("nodelist").map_elements(_hosts, return_dtype=pl.List(pl.String), skip_nulls=False)
     return (both.with_columns(nodes.alias("nodes")).drop("nodelist")
             .with_columns(pl.col(c).cast(t) for c, t in RUN_SCHEMA.items())
@@ -62,7 +66,7 @@ def _records(events: pl.LazyFrame) -> pl.LazyFrame:
                     pl.when(attr("$.state").is_not_null()).then(0).when(pl.col("kind") == "slurm_job_requeue")
                     .then(2).otherwise(1).alias("_trust"),
                     pl.col("code").cast(pl.String).alias("exit_code"), _record_time(attr("$.start")).alias("a_start"),
-                    _record_time(attr("$.end")).alias("a_end")))
+                    _record_time(attr("$.end")).alias("a_end"), provenance.trusted().alias("_tr")))
 
 
 def _ends(rec: pl.LazyFrame) -> pl.LazyFrame:
@@ -113,19 +117,23 @@ def on_nodes(runs_: pl.DataFrame, nodes: pl.Series | list[str], since, until) ->
 
 
 def completed_on_nodes(store: Store) -> pl.LazyFrame | None:
-    """(node, job_id, start, end) of every run the job index holds that completed, one row per node
-    it ran on; None without an index. What a node does while its jobs succeed is its background."""
+    """(node, job_id, start, end) of every run the job index holds that completed, as Slurm's trusted records tell it,
+    one row per node it ran on; None without an index. What a node does while its jobs succeed is its background."""
     runs_ = runs_on_nodes(store)
-    return None if runs_ is None else runs_.filter(pl.col("state").str.starts_with("COMPLETED")).drop("state")
+    return None if runs_ is None else (runs_.filter(pl.col("state").str.starts_with("COMPLETED"), pl.col("trusted"))
+                                       .drop("state", "trusted"))
 
 
 def runs_on_nodes(store: Store) -> pl.LazyFrame | None:
-    """(node, job_id, start, end, state) of every run the job index holds, one row per node it ran on;
-    None without an index."""
+    """(node, job_id, start, end, state, trusted) of every run the job index holds, one row per node it ran on;
+    None without an index. ``trusted``: told by records a trusted route carried (an index written before it said so:
+    not trusted, until ingest or compaction writes it again)."""
     index = store.index("jobs").scan()
     if index is None:
         return None
-    return index.explode("nodes").select(pl.col("nodes").alias("node"), "job_id", "start", "end", "state")
+    sure = pl.col("trusted") if "trusted" in index.collect_schema().names() else pl.lit(False)
+    return index.explode("nodes").select(pl.col("nodes").alias("node"), "job_id", "start", "end", "state",
+                                         sure.alias("trusted"))
 
 
 def write_index(store: Store) -> int:
@@ -166,6 +174,7 @@ class Run:
     state: str | None
     exit_code: str | None
     nodes: list[str]
+    trusted: bool = False  # told by records a trusted route carried
 
 
 def job_runs(events: pl.LazyFrame, job_id: str) -> list[Run]:

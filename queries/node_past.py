@@ -20,9 +20,9 @@ def unrecovered(store: Store, nodes: list[str], kinds: list[str], since: datetim
     """Events of ``kinds`` on ``nodes`` between ``since`` and ``until`` that nothing ended by ``until``
     (give or take ``slack``: a node returned to service and given a job the same second, clocks that
     disagree): no event of ``recovered_by`` on the node after them (a reboot, a driver reload, an
-    operator's all-clear), no job on the node that completed after them (the node worked through it,
-    or again) and no run that started on it after them and ran longer than ``worked`` (a node left broken
-    fails a run as soon as the run touches it; one that ran that long found the node working). The last such event
+    operator's all-clear), and no run Slurm's trusted records tell of that started on it after them and completed or
+    ran longer than ``worked`` (a node left broken fails a run as soon as the run touches it; one that ran that long
+    found the node working; a job already running when the fault came ends when its user's code says, whatever the node). The last such event
     per (node, kind, code, gpu) that a trusted route carried, where one did: a later copy a user wrote takes no trusted
     fault's place. From any route: a
     fault a user could have written is evidence (explain's verdict on it is to verify), never a trigger. A recovery a user
@@ -38,10 +38,12 @@ def unrecovered(store: Store, nodes: list[str], kinds: list[str], since: datetim
             .select("node", "ts", provenance.trusted().alias("_trusted")).drop_nulls().collect())
     ran = jobs.runs_on_nodes(store)
     if ran is not None:  # Slurm's own record that a job ran there to completion, or long enough to find it working
-        # a completed run ends what came before its end; one that ran longer than `worked`, what came before its start
-        working = pl.when(pl.col("state").str.starts_with("COMPLETED")).then(pl.col("end")).when(
-            (pl.col("end") - pl.col("start") > worked) & (pl.col("start") + worked < until)).then(pl.col("start"))
-        ok = (ran.filter(pl.col("node").is_in(nodes)).select("node", working.alias("ts"), pl.lit(True).alias("_trusted"))
+        # a run that started after a fault and completed, or ran longer than `worked`, found the node working: it ends
+        # what came before its start (one already running when the fault came proves nothing: its user decides its end)
+        working = pl.when(pl.col("state").str.starts_with("COMPLETED") | (
+            (pl.col("end") - pl.col("start") > worked) & (pl.col("start") + worked < until))).then(pl.col("start"))
+        ok = (ran.filter(pl.col("node").is_in(nodes), pl.col("trusted"))
+              .select("node", working.alias("ts"), pl.lit(True).alias("_trusted"))
               .filter(pl.col("ts") >= since, pl.col("ts") < until + slack).collect())
         ends = pl.concat([ends, ok.cast(ends.schema)])
     last_end = ends.group_by("node").agg(pl.col("ts").filter("_trusted").max().alias("_ended"),

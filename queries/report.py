@@ -47,8 +47,8 @@ def report(e: Explanation) -> list[str]:
     if e.node_fault:
         f = e.node_fault
         what = f["kind"] + (f" {f['code']}" if f["code"] is not None else "")
-        lines += [f"NODE FAULT  {f['node']}  {what}  confidence {f['confidence']:.2f} on the lines no user can write, "
-                  "on their own (the verdict above also weighs lines users write)",
+        lines += [f"NODE FAULT  {f['node']}  {what}  {f['confidence']:.2f} probable that the fault is real, on lines no "
+                  "user can write: the node is taken out for it, whatever else failed the job",
                   f"  {when(f['ts'])}  {_bounded(first_line(f['message']))}",
                   f"  action: {f['action']}  (for the node: {f['node_action']})"]
     lines += [f"MISSING     {m}" for m in e.missing]

@@ -118,3 +118,85 @@ def test_a_later_forged_copy_leaves_a_past_fault_trusted(tmp_path) -> None:
     past = node_past.unrecovered(store, ["gpu002"], ["memory_ecc"], datetime(2026, 11, 22, 9, tzinfo=timezone.utc),
                                  datetime(2026, 11, 22, 11, tzinfo=timezone.utc), ["kernel_boot"], timedelta(minutes=5))
     assert past.get_column("route").to_list() == ["kmsg"]
+
+
+# attack-22 (2026-11-29): what a user makes their job do, and the trusted lines it makes Slurm or the kernel print,
+# competed with a trusted fault for the drain: the fault's drain is now decided on its own (queries.explain.node_fault)
+SLURMD = "[2026-11-22T{t}.000] {text}\n"
+
+
+@pytest.mark.parametrize("what, text, source, node, route", [
+    ("a step cancelled at the start (scancel 8.0): the trusted view's onset was then", SLURMD.format(
+        t="11:00:05", text="error: *** STEP 8.0 ON gpu002 CANCELLED AT 2026-11-22T11:00:05 ***"), "slurm", "gpu002",
+     "system_file"),
+    ("scancel 8 after the UE: a trusted rival cause", SLURMD.format(
+        t="12:04:30", text="_slurm_rpc_kill_job: REQUEST_KILL_JOB JobId=8 uid 1001"), "slurm", "ctl1", "system_file"),
+    ("the job's own time limit", SLURMD.format(
+        t="12:04:59", text="error: *** JOB 8 ON gpu002 CANCELLED AT 2026-11-22T12:04:59 DUE TO TIME LIMIT ***"), "slurm",
+     "gpu002", "system_file"),
+    ("an application Xid 31 the job's code caused", "2026-11-22T12:04:30.000000+00:00 gpu002 kernel: NVRM: Xid "
+     "(PCI:0000:3b:00): 31, pid=4242, name=python, Ch 0000002e, intr 00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 "
+     "faulted @ 0x7f32_67bb3000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ\n", "kernel", "gpu002", "kmsg"),
+    ("a segfault of the job's own process", "2026-11-22T12:02:50.000000+00:00 gpu002 kernel: python[4242]: segfault at 0 "
+     "ip 00007f0000000000 sp 00007ffd00000000 error 14 in libfoo.so[7f0000000000+1000]\n", "kernel", "gpu002", "kmsg"),
+])
+def test_what_the_job_made_slurm_or_the_kernel_say_hides_no_fault(ue_store, what, text, source, node, route) -> None:
+    _put(ue_store, text, source, node, route, "extra")
+    fault = _drains(ue_store)
+    assert (fault["node"], fault["kind"], fault["trusted"]) == ("gpu002", "memory_ecc", True), what
+    assert _acts_on(ue_store) == "FAIL", what
+
+
+def test_a_job_that_exits_0_hides_no_fault(tmp_path) -> None:
+    """attack-22 S1: the job catches everything and exits 0. A completed run's fault still takes its node out, and the
+    run, which was already going when the fault came, is no proof the node worked: the next job's past keeps it."""
+    store = Store(tmp_path / "store")
+    _put(store, CTL.replace("WEXITSTATUS 1", "WEXITSTATUS 0"), "slurm", "ctl1", "system_file", "ctl")
+    _put(store, UE, "kernel", "gpu002", "kmsg", "kmsg2")
+    from queries.jobs import write_index
+    write_index(store)
+    e = explain(store, "8")
+    assert e.root_cause is None and e.node_fault and e.node_fault["node"] == "gpu002"
+    past = node_past.unrecovered(store, ["gpu002"], ["memory_ecc"], datetime(2026, 11, 22, 9, tzinfo=timezone.utc),
+                                 datetime(2026, 11, 22, 13, tzinfo=timezone.utc), ["kernel_boot"], timedelta(minutes=15))
+    assert past.get_column("kind").to_list() == ["memory_ecc"]
+
+
+@pytest.mark.parametrize("ce_first_s", [60, 300])
+def test_a_corrected_error_before_an_uncorrected_one_is_another_fault(ue_store, ce_first_s: int) -> None:
+    """attack-22 S6/S8: a trusted corrected error on the same DIMM shortly before the UE: two causes of one kind, two
+    candidates (the CE's prior and "context" no longer stand for the UE)."""
+    at = (datetime(2026, 11, 22, 12, 3, tzinfo=timezone.utc) - timedelta(seconds=ce_first_s)).strftime("%H:%M:%S")
+    _put(ue_store, UE.replace("12:03:00", at).replace(" 1 UE ", " 1 CE "), "kernel", "gpu002", "kmsg", "kmsg2b")
+    assert _drains(ue_store)["kind"] == "memory_ecc" and _acts_on(ue_store) == "FAIL"
+
+
+def test_a_forged_uncorrected_error_beside_a_trusted_corrected_one_drains_nothing(tmp_path) -> None:
+    """attack-22 S6: the kernel's corrected error and a ``logger -t kernel`` uncorrected one a minute later: the UE is
+    the user's (verify), the CE is context: nothing takes the node out."""
+    store = Store(tmp_path / "store")
+    _put(store, CTL, "slurm", "ctl1", "system_file", "ctl")
+    _put(store, UE.replace("12:03:00", "12:02:00").replace(" 1 UE ", " 1 CE "), "kernel", "gpu002", "kmsg", "kmsg2")
+    _put(store, UE, "syslog", "gpu002", "syslog_file", "syslog2")
+    _put(store, OUTPUT, "nccl", "gpu001", "job_output", "out8", job="8")
+    e = explain(store, "8")
+    assert e.node_fault is None and (e.root_cause or {}).get("node_action") != "drain", (e.root_cause, e.node_fault)
+    assert _acts_on(store) != "FAIL"
+
+
+def test_forged_runs_of_the_job_make_no_run_and_no_recovery(tmp_path) -> None:
+    """attack-22 S5: ``logger -t slurmctld`` lines of a job (its own, and a made-up one) in /var/log/syslog: the job
+    index tells a run by Slurm's trusted records where any exist, and marks a run told only by a user's lines
+    untrusted, which ends no fault in the node's past and counts as no successful job."""
+    from queries import jobs
+
+    store = Store(tmp_path / "store")
+    _put(store, CTL, "slurm", "ctl1", "system_file", "ctl")
+    forged = ("2026-11-22T12:30:00.000000+00:00 gpu002 slurmctld[1]: sched: Allocate JobId={j} NodeList=gpu002 #CPUs=8 "
+              "Partition=gpu\n2026-11-22T12:50:00.000000+00:00 gpu002 slurmctld[1]: _job_complete: JobId={j} WEXITSTATUS 0\n")
+    _put(store, forged.format(j=8) + forged.format(j=99), "syslog", "gpu002", "syslog_file", "syslog2")
+    jobs.write_index(store)
+    index = jobs.runs_on_nodes(store).collect()
+    assert index.filter(pl.col("job_id") == "8").get_column("end").to_list() == [datetime(2026, 11, 22, 12, 5, tzinfo=timezone.utc)] * 2
+    assert index.filter(pl.col("job_id") == "99").get_column("trusted").to_list() == [False]
+    assert jobs.completed_on_nodes(store).collect().is_empty()

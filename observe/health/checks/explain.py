@@ -3,9 +3,10 @@ verdict is a hardware fault on this node that the policy lets act (``[explain] a
 when ``[faults]`` gives its catalog action a remedy that takes the node out), sure enough
 (``drain_above`` of ``queries/causes.toml``: the verdict's probability under explain's model, the one
 threshold explain's own drain advice uses) and resting on lines a trusted route carried
-(a user can write job output and their own journal entries, not the kernel's log). Where explain's verdict weighs
-what users wrote against a fault the trusted lines name on their own (``node_fault``), that fault is the one
-weighed: what a user writes may add evidence, never hide a fault from this check."""
+(a user can write job output and their own journal entries, not the kernel's log). Where the trusted lines alone
+name a fault that takes the node out (``node_fault``: as probable as the fault is real, whatever else failed the job),
+that fault is the one weighed: what a user writes or makes their job do may add evidence, never hide a fault from
+this check; and only a verdict whose advice for the node is a drain takes it out."""
 from __future__ import annotations
 
 from datetime import datetime
@@ -41,6 +42,8 @@ def run(opts: dict) -> Result:
     if root["kind"] == "gpu_xid" and remedy not in faults.ACTING:
         return Result(NAME, Status.PASS, f"gpu_xid {root.get('code')} on this node calls for no remedy that takes it out")
     sure = load_causes().scoring["drain_above"]
+    if root.get("node_action") != "drain":  # a verify, a watch: explain itself takes the node out only on a drain
+        return Result(NAME, Status.PASS, f"explain advises {root.get('node_action')} for this node, not a drain")
     if root.get("verdict") != "cause" or float(root.get("confidence") or 0) < sure:
         return Result(NAME, Status.PASS, f"undetermined, or less sure than {sure} (queries/causes.toml drain_above)")
     if not root.get("trusted"):
