@@ -446,3 +446,65 @@ def test_a_machine_check_says_whether_the_hardware_corrected_it(line: str, mce: 
 ])
 def test_machine_check_detail_lines_are_log(line: str) -> None:
     assert _one(line)["kind"] == "log"
+
+
+# ---- anchored rules: the kernel's own text from the start of the message, to the end where the rule reads a
+# whole line (collectors/rules/kernel.toml, nvrm.toml) ----
+# edac_mc.c v2.6.x-v3.4: the FB-DIMM and "no information" wordings after "EDAC MC%d: "
+@pytest.mark.parametrize(("line", "severity"), [
+    ('EDAC MC0: CE row 2, channel 1, label "DIMM_B1": i5400 CE', "corrected"),
+    ("EDAC MC0: CE - no information available: INTERNAL ERROR", "corrected"),
+    ('EDAC MC1: UE row 0, channel-a= 0 channel-b= 1 labels "DIMM_A1-DIMM_B1": i5000 UE', "uncorrected"),
+    ("EDAC MC1: UE - no information available: INTERNAL ERROR", "uncorrected"),
+    # v5.8+ with an empty location: "(%s page:..." prints "( page:..."
+    ("EDAC MC0: 1 UE on any memory ( page:0x0 offset:0x0 grain:1)", "uncorrected"),
+])
+def test_edac_older_wordings(line: str, severity: str) -> None:
+    assert _check(line, "memory_ecc")["attrs"]["severity"] == severity
+
+
+@pytest.mark.parametrize("line", [
+    # comm-first kernel texts after a process name spelling "EDAC ...: UE"/"CE" (at most 15 bytes)
+    "EDAC MC0: 1 UE (31337) used greatest stack depth: 10744 bytes left",
+    "EDAC x: UE y[31337] bad frame in rt_sigreturn frame:000000004e6f3c21 ip:7f3a2b1c0d4e sp:7ffd5b2c1d30 orax:0",
+    "EDAC MC0: 1 CE: page allocation failure: order:10, mode:0xcc0(GFP_KERNEL), nodemask=(null),cpuset=/,mems_allowed=0",
+])
+def test_edac_needs_its_format(line: str) -> None:
+    assert _one(line)["kind"] != "memory_ecc", line
+
+
+def test_panic_end_marker_and_hard_lockup_wordings() -> None:
+    # kernel/panic.c: pr_emerg("---[ end Kernel panic - not syncing: %s ]---\n", buf)
+    _check("---[ end Kernel panic - not syncing: Fatal exception ]---", "kernel_panic")
+    # kernel/watchdog.c v6.5+: pr_emerg("CPU%u: Watchdog detected hard LOCKUP on cpu %u\n", this_cpu, cpu)
+    _check("watchdog: CPU3: Watchdog detected hard LOCKUP on cpu 3", "soft_lockup", lockup="hard", cpu="3")
+    # the panic that follows it (nmi_panic) is the node's panic
+    _check("Kernel panic - not syncing: Hard LOCKUP", "kernel_panic")
+
+
+def test_linux_banner_needs_user_at_host() -> None:
+    # init/version.c linux_banner: "Linux version %s (%s@%s) (%s) %s"
+    _check("Linux version 6.8.0-45-generic (buildd@lcy02-amd64-007) (x86_64-linux-gnu-gcc-13 (Ubuntu 13.2.0-23ubuntu4) "
+           "13.2.0, GNU ld (GNU Binutils for Ubuntu) 2.42) #45-Ubuntu SMP PREEMPT_DYNAMIC", "kernel_boot",
+           kernel="6.8.0-45-generic")
+    _check("Linux version 6.1.0-26-amd64 (debian-kernel@lists.debian.org) #1 SMP", "kernel_boot")
+    for line in ("Linux version x (31337) used greatest stack depth: 10744 bytes left",
+                 "Linux version x (31337): attempted to duplicate a private mapping with mremap.  This is not supported."):
+        assert _one(line)["kind"] != "kernel_boot", line
+
+
+def test_mlx5_port_module_event_through_mlx5_core_err() -> None:
+    # mlx5/core/events.c port_module: mlx5_core_err adds "%s:%d:(pid %d): " (function, line, task) after the device prefix
+    _check("mlx5_core 0000:3b:00.0: port_module:271:(pid 0): Port module event[error]: module 1, Cable error, "
+           "High Temperature", "ib_link_down", module="1", pci="0000:3b:00.0")
+
+
+def test_nvrm_function_rules_want_a_function_name_longer_than_a_comm_can_spell() -> None:
+    # "NVRM: " + a 9-character name is 15 bytes, what a process name can fill ahead of warn_alloc's ": page ..."
+    for line in ("NVRM: knvlinkAB: page allocation failure: order:10, mode:0xcc0(GFP_KERNEL), nodemask=(null)",
+                 "NVRM: kgspRpcXy: page allocation failure: order:10, mode:0xcc0(GFP_KERNEL), nodemask=(null),"
+                 "cpuset=timeout,mems_allowed=0",
+                 "NVRM: abcdefghi: page allocation failure: order:10, mode:0xcc0(GFP_KERNEL), nodemask=(null),"
+                 "cpuset=may need to be reset,mems_allowed=0"):
+        assert _one(line)["kind"] == "log", line
+    _check("NVRM: GPU1 knvlinkCoreShutdownDeviceLinks_IMPL: Failed to shutdown links", "gpu_nvlink", gpu="1")

@@ -149,3 +149,116 @@ def test_a_segfault_in_a_file_named_like_an_xid_is_a_segfault(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "observe.cli", "health", "faults", "--store", str(store.root),
                            "--since", "1h", "--format", "json"], check=True, capture_output=True, text=True)
     assert proc.stdout.strip() == "", proc.stdout
+
+
+# ---- kernel text a user picks, on /dev/kmsg (trusted) ----
+# A process name (comm: at most 15 bytes, TASK_COMM_LEN 16) begins some kernel messages, and a file or
+# directory name a user picks sits inside others; neither may complete a hardware rule (collectors/rules/
+# kernel.toml and nvrm.toml match from the start of the kernel's own text, and follow its format string).
+# Each test replays one such line as /dev/kmsg delivers it ("<prio>,<seq>,<usec>,<flags>;<text>") and as a
+# syslog daemon relays it, both read on route kmsg.
+HARDWARE = {"gpu_xid", "gpu_fell_off_bus", "gpu_reset_required", "gpu_init_failed", "gpu_gsp_error", "gpu_nvlink",
+            "pcie_aer", "ib_hca_error", "ib_link_down", "ib_link_up", "mce", "memory_ecc", "kernel_panic",
+            "kernel_boot", "gpu_driver_loaded", "soft_lockup", "hung_task"}  # policy.toml's faults, recoveries, acts_on
+
+
+def kmsg_kinds(text: str) -> list[str]:
+    """The kind of ``text`` as the kernel's own line, read from a /dev/kmsg record and from a syslog relay."""
+    now = datetime.now(timezone.utc)
+    kinds = []
+    for line in (f"4,1842,{123_456_789},-;{text}\n", f"{now:%Y-%m-%dT%H:%M:%S.%f+00:00} {NODE} kernel: {text}\n"):
+        out = parse_bytes(line.encode(), "kernel", Context(node=NODE, route="kmsg"))
+        assert out.height == 1 and out.item(0, "message").endswith(text[-20:]), out
+        kinds.append(out.item(0, "kind"))
+    return kinds
+
+
+def _not_hardware(text: str) -> None:
+    kinds = kmsg_kinds(text)
+    assert not HARDWARE & set(kinds), (text, kinds)
+
+
+def test_a_process_named_like_an_edac_ue_in_a_bad_frame_line_is_no_memory_error():
+    # arch/x86/kernel/signal.c: "%s[%d] bad frame in %s frame:%px ip:%lx sp:%lx orax:%lx\n" (comm first)
+    _not_hardware("EDAC x: UE y[31337] bad frame in rt_sigreturn frame:000000004e6f3c21 ip:7f3a2b1c0d4e "
+                  "sp:7ffd5b2c1d30 orax:ffffffffffffffff")
+
+
+def test_a_process_named_ib0_link_down_taking_a_split_lock_trap_is_no_link_down():
+    # arch/x86/kernel/cpu/bus_lock.c: "x86/split lock detection: #AC: %s/%d took a split_lock trap at address: 0x%lx\n"
+    _not_hardware("x86/split lock detection: #AC: ib0 link down/31337 took a split_lock trap at address: 0x401136")
+
+
+def test_a_process_named_ib0_link_down_killed_by_a_signal_is_no_link_down():
+    # kernel/signal.c print_fatal_signal (print-fatal-signals=1): "%s/%d: potentially unexpected fatal signal %d.\n"
+    assert kmsg_kinds("ib0 link down/31337: potentially unexpected fatal signal 11.") == ["segfault", "segfault"]
+
+
+def test_a_process_named_mlx5_core_error_failing_an_allocation_is_no_hca_error():
+    # mm/page_alloc.c warn_alloc: "%s: %pV, mode:%#x(%pGg), nodemask=%*pbl" (+ ",cpuset=%s,mems_allowed=%*pbl")
+    _not_hardware("mlx5_core Error: page allocation failure: order:10, mode:0x40cc0(GFP_KERNEL|__GFP_COMP), "
+                  "nodemask=(null),cpuset=/,mems_allowed=0")
+
+
+def test_a_process_named_linux_version_using_its_deepest_stack_is_no_boot():
+    # kernel/exit.c check_stack_usage: "%s (%d) used greatest stack depth: %lu bytes left\n"; a boot would end
+    # every earlier fault of the node
+    _not_hardware("Linux version x (31337) used greatest stack depth: 10744 bytes left")
+
+
+def test_an_executable_stack_under_a_directory_named_like_an_xid_79_is_no_xid():
+    # fs/exec.c setup_arg_pages: pr_warn_once("process '%pD4' started with executable stack\n", bprm->file)
+    _not_hardware("process 'u/NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus./x' started with "
+                  "executable stack")
+
+
+def test_an_executable_stack_under_a_directory_named_like_a_panic_is_no_panic():
+    _not_hardware("process 'u/Kernel panic - not syncing: x/x' started with executable stack")
+
+
+def test_a_process_named_nvrm_nvlink_failing_an_allocation_is_no_nvlink_error():
+    # warn_alloc again: "NVRM: nvlink" (12 bytes) read as NV_PRINTF's "NVRM: <function>: <message>"
+    _not_hardware("NVRM: nvlink: page allocation failure: order:10, mode:0x40cc0(GFP_KERNEL|__GFP_COMP), "
+                  "nodemask=(null),cpuset=/,mems_allowed=0")
+
+
+def test_a_process_named_error_asking_an_hca_netdev_for_its_dev_id_is_no_hca_error():
+    # net/core/net-sysfs.c (and ipoib) dev_id_show: netdev_info_once(ndev, "\"%s\" wants to know my dev_id. ...",
+    # current->comm) after the netdev prefix "mlx5_core <pci> ib0: "
+    _not_hardware('mlx5_core 0000:18:00.0 ib0: "Error" wants to know my dev_id. Should it look at dev_port instead? '
+                  "See Documentation/ABI/testing/sysfs-class-net for more info.")
+
+
+def test_an_executable_named_like_an_xid_killed_by_a_signal_is_a_crash():
+    # print_fatal_signal in some v6.x trees names the executable file first: "%pD: %s: potentially unexpected
+    # fatal signal %d.\n" (a file name of up to 255 bytes, ahead of any anchor)
+    assert kmsg_kinds("NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.: x: potentially unexpected "
+                      "fatal signal 11.") == ["segfault", "segfault"]
+
+
+GENUINE = [  # the kernel's own wording of each, as cited in the rule files
+    ("EDAC MC1: 1 UE memory read error on CPU_SrcID#1_MC#0_Chan#0_DIMM#0 (channel:0 slot:0 page:0x12345 offset:0x0 "
+     "grain:32 - err_code:0x0000:0x009f)", "memory_ecc"),
+    ("ib0: link down", "ib_link_down"),
+    ("mlx5_core 0000:ab:00.0 mlx5_5: Port: 1 Link DOWN", "ib_link_down"),
+    ("mlx5_core 0000:03:00.0: mlx5_load_one failed with error code -22", "ib_hca_error"),
+    ("Linux version 6.1.0-26-amd64 (debian-kernel@lists.debian.org) (gcc-12 (Debian 12.2.0-14) 12.2.0) #1 SMP "
+     "PREEMPT_DYNAMIC Debian 6.1.112-1 (2024-09-30)", "kernel_boot"),
+    ("NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.", "gpu_xid"),
+    ("Kernel panic - not syncing: Fatal exception", "kernel_panic"),
+    ("NVRM: knvlinkDiscoverPostRxDetLinks_GH100: Getting peer0's postRxDetLinkMask failed!", "gpu_nvlink"),
+]
+
+
+def test_the_kernels_own_lines_still_are_what_they_say():
+    assert {text: kmsg_kinds(text) for text, _ in GENUINE} == {text: [kind, kind] for text, kind in GENUINE}
+
+
+def test_a_kmsg_record_with_its_dictionary_keeps_its_link_state():
+    """A dev_printk line read from /dev/kmsg goes on with its dictionary (" SUBSYSTEM=...", " DEVICE=..."): the
+    rules that read a whole line end it at the line's end, not the record's."""
+    records = ("6,339,5140900,-;mlx5_core 0000:ab:00.0 mlx5_5: Port: 1 Link DOWN\n SUBSYSTEM=pci\n DEVICE=+pci:0000:ab:00.0\n"
+               "6,340,5140901,-;infiniband rxe0: set down\n SUBSYSTEM=infiniband\n DEVICE=+infiniband:rxe0\n"
+               "6,341,5140902,-;mlx5_core 0000:ab:00.0 mlx5_5: Port: 1 Link ACTIVE\n SUBSYSTEM=pci\n DEVICE=+pci:0000:ab:00.0\n")
+    out = parse_bytes(records.encode(), "kernel", Context(node=NODE, route="kmsg"))
+    assert out.get_column("kind").to_list() == ["ib_link_down", "ib_link_down", "ib_link_up"]
