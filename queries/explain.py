@@ -95,6 +95,10 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
         # have: what they logged before it started had ended (read from their past or in the window before the start)
         before = (pl.col("ts") < _lit(run.start) - skew).fill_null(False)
         ev = ev.with_columns((pl.col("context") | pl.col("past") | before).alias("context"))
+    if run.start is not None:  # a process that died before the run began was not the run's (an earlier job's OOM kill)
+        gone = ((pl.col("ts") < _lit(run.start) - skew) & (pl.col("node_action") == "none") & ~pl.col("past")
+                & pl.col("job_id").is_null()).fill_null(False)
+        ev = ev.with_columns((pl.col("context") | gone).alias("context"))
     if run.end is not None:  # a line logged once the run was over (its detector's lag and wait taken back) cannot have failed it
         began = (pl.col("ts") - pl.duration(seconds=pl.col("lag_s").fill_null(0.0))
                  - pl.duration(milliseconds=pl.col("_waited").fill_null(0)))
@@ -103,7 +107,7 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
     # a link back within NCCL's IB retries cannot fail a job: context, before "what the node logged" is decided
     own = events.filter(pl.col("job_id") == run.job_id)
     rides_out = ib_retry.retry_span(own.filter(pl.col("source") == "nccl"))
-    ev = _flapped(ev, events, rides_out or timedelta(seconds=sc["flap_s"]))
+    ev = _flapped(ev, events, rides_out or timedelta(seconds=sc["flap_s"]), run.start - skew if run.start else None)
     ev = ev.with_columns((pl.col("context") | pl.col("_flap")).alias("context"))
     # the peer other ranks lost, the ranks that stalled or fell silent: evidence for what their node logged
     # (an OOM kill of a rank, a peer's panic), else candidates of their own
@@ -116,8 +120,12 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
     alive = ranks.in_step(events) if stalled.filter(pl.col("node").is_not_null()).height else []
     worked = pl.col("past") & pl.col("node").is_in(alive)
     ev = ev.with_columns((pl.col("context") | worked).alias("context"), worked.alias("_worked"))
-    logged = list(set(ev.filter(~pl.col("symptom"), ~pl.col("context"), pl.col("_cg_mine")
-                                | pl.col("_cg").is_null()).get_column("node").drop_nulls()))
+    # a node "logged" what could have stalled its ranks: not a line the job's own output contradicts (a link down
+    # with no NCCL network error from any rank: had it cut the ranks off, NCCL would have said so)
+    seen = own.get_column("kind").unique().to_list() if own.filter(pl.col("source") == "nccl").height else None
+    unsaid = (pl.col("needs").list.len() > 0) & ~pl.col("needs").list.eval(pl.element().is_in(seen or [])).list.any()
+    logged = list(set(ev.filter(~pl.col("symptom"), ~pl.col("context"), pl.col("_cg_mine") | pl.col("_cg").is_null(),
+                                ~unsaid if seen is not None else pl.lit(True)).get_column("node").drop_nulls()))
     stuck = stalled.filter(pl.col("node").is_in(logged)).get_column("node").drop_nulls().unique().to_list()
     elsewhere = ~pl.col("node").is_in(logged).fill_null(False)
     derived = pl.concat([stalled.filter(elsewhere), lost.filter(elsewhere)], how="diagonal_relaxed").with_columns(
@@ -250,8 +258,8 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
                                                         (share * 100).round(0).cast(pl.Int64), pl.lit(sc["base_rate_days"]))))
     within = f"{(rides_out or timedelta(seconds=sc['flap_s'])).total_seconds():.1f} s" + (
         ", as long as the job's NCCL retries a link" if rides_out else "")
-    notes.append(pl.when(pl.col("_flap")).then(pl.lit(f"the link came back within {within}: a flap, which cannot "
-                                                      "fail the job")))
+    notes.append(pl.when(pl.col("_flap")).then(pl.lit(f"the link came back within {within}, or before the run "
+                                                      "started: a flap, which cannot fail the job")))
     notes.append(pl.when(pl.col("_by_peers")).then(pl.format("its line names no node: it ran on {}, {}", pl.col("node"),
                                                               pl.lit(placed_why))))
     notes.append(pl.when(pl.col("_worked")).then(pl.lit("its ranks were alive and as far on as any when the job hung, "
@@ -330,9 +338,10 @@ def _died_of_own_error(annotated: pl.DataFrame, skew: timedelta) -> pl.Expr | No
     return pl.min_horizontal(here, pl.lit(anywhere, dtype=pl.Datetime("us", "UTC"))) - skew
 
 
-def _flapped(ev: pl.DataFrame, events: pl.DataFrame, within: timedelta) -> pl.DataFrame:
+def _flapped(ev: pl.DataFrame, events: pl.DataFrame, within: timedelta, start: datetime | None) -> pl.DataFrame:
     """``_flap``: an IB link that went down and came back up ``within`` seconds flapped (NCCL's IB retries ride out a
-    link that short); one that stayed down broke what used it. A link comes back by an up of the same HCA and port
+    link that short), and one back before the run started (``start``) was up for all of it; one that stayed down
+    broke what used it. A link comes back by an up of the same HCA and port
     (attrs hca, port: a flap of mlx5_1 brings no mlx5_0 back; a down naming neither, such as a cable module's, by
     none), and a link down a trusted route carried only by a trusted route's line: a user's ``logger`` line saying
     "Link up" brings no link back."""
@@ -349,7 +358,9 @@ def _flapped(ev: pl.DataFrame, events: pl.DataFrame, within: timedelta) -> pl.Da
                       for part, ups in ((down.filter(pl.col("_sure")), up.filter(pl.col("_sure"))),
                                         (down.filter(~pl.col("_sure")), up))])
     return (rows.join(back, on="_i", how="left", maintain_order="left")
-            .with_columns((pl.col("_back") - pl.col("ts") <= within).fill_null(False).alias("_flap")).drop("_i", "_back"))
+            .with_columns(((pl.col("_back") - pl.col("ts") <= within)
+                           | (pl.col("_back") < (_lit(start) if start else pl.lit(None)))).fill_null(False).alias("_flap"))
+            .drop("_i", "_back"))
 
 
 def _at_once(groups: pl.DataFrame, within: timedelta) -> pl.DataFrame:

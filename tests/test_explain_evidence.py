@@ -718,6 +718,35 @@ def test_a_flap_before_a_switchs_outage_is_an_episode_of_its_own() -> None:
         ranked.select("node", "kind", "ts", "context", "shared", "probability").head(5)
 
 
+def test_what_died_or_came_back_before_the_run_started_did_not_fail_it() -> None:
+    """Two lines from before job 7 started (at T, to hang 100 s in): an OOM kill of an earlier job's process on gpu003, 20 s before,
+    and gpu004's link, down and back up 2 min before the start. Neither can have failed the run (a process of another
+    job; a link up all through it), so rank 19 on gpu003, which never reported the timeout the other 31 did, is the
+    lead (the OOM kill stood for gpu003's silence, and the link down was the verdict)."""
+    rows = [ev("oom_kill", "gpu003", -20, attrs={"pid": "57995", "process": "python"},
+               message="Killed process 57995 (python) total-vm:146328kB, anon-rss:0kB"),
+            _link("ib_link_down", "gpu004", -800), _link("ib_link_up", "gpu004", -120)]
+    soon = Run("7", T, T + timedelta(minutes=15), "FAILED", "1:0", NODES)  # it hung 100 s in: a broken node would do that
+    ranked = candidates(place_ranks(frame(inits() + rows + _waited_out(700, [r for r in range(32) if r != 19])), NODES),
+                        soon, load_causes())
+    top = ranked.row(0, named=True)
+    assert (top["node"], top["kind"], top["rank"]) == ("gpu003", "nccl_timeout", 19), ranked.head(4)
+    assert ranked.filter(pl.col("kind").is_in(["oom_kill", "ib_link_down"])).get_column("context").all()
+
+
+def test_a_link_down_the_jobs_nccl_never_noticed_does_not_stand_for_a_hung_rank() -> None:
+    """Rank 11's collectives stalled on gpu002 (its SeqNum behind the others'); 30 s after its wait began gpu002's
+    link went down, and stayed down. Had the link cut the ranks off, NCCL would have reported network errors; the
+    job's output shows none: the link down does not stand for the stall, and the stalled rank is the lead."""
+    rows = [_link("ib_link_down", "gpu002", 630), _link("ib_link_up", "gpu002", 1800)]
+    rows_lag = inits() + rows + _waited_out(1200, [r for r in range(32) if r != 11]) + [
+        ev("nccl_timeout", None, 1190, "nccl", rank=11, job_id="7",
+           attrs={"seq": "99", "op": "ALLREDUCE", "timeout_ms": "600000", "ran_ms": "600500"})]
+    ranked = candidates(place_ranks(frame(rows_lag), NODES), RUN, load_causes())
+    top = ranked.row(0, named=True)
+    assert (top["node"], top["kind"], top["rank"]) == ("gpu002", "nccl_timeout", 11), ranked.head(4)
+
+
 def _waited_out(at: float, ranks) -> list[dict]:
     """The ranks' watchdog timeouts printed ``at``, each collective having run 600 s: the hang began 600 s before."""
     return [ev("nccl_timeout", None, at + r / 100, "nccl", rank=r, job_id="7",
