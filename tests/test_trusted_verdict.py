@@ -200,3 +200,35 @@ def test_forged_runs_of_the_job_make_no_run_and_no_recovery(tmp_path) -> None:
     assert index.filter(pl.col("job_id") == "8").get_column("end").to_list() == [datetime(2026, 11, 22, 12, 5, tzinfo=timezone.utc)] * 2
     assert index.filter(pl.col("job_id") == "99").get_column("trusted").to_list() == [False]
     assert jobs.completed_on_nodes(store).collect().is_empty()
+
+
+@pytest.mark.parametrize("status, drains", [("bad parameter(0x3)", False), ("bad QP state(0x10)", False),
+                                            ("internal error(0x1)", True)])
+def test_a_command_the_hca_refused_is_its_callers_unless_the_hca_failed(tmp_path, status: str, drains: bool) -> None:
+    """attack-22 S9: a user's verbs program can make the kernel log an mlx5 command the firmware refused ("failed,
+    status bad parameter"): the caller's request, context; "internal error" is the HCA's own failure."""
+    store = Store(tmp_path / "store")
+    _put(store, CTL, "slurm", "ctl1", "system_file", "ctl")
+    _put(store, f"2026-11-22T12:03:00.000000+00:00 gpu002 kernel: mlx5_core 0000:ab:00.0: mlx5_cmd_out_err:838:(pid 4242): "
+                f"RTR2RTS_QP(0x504) op_mod(0x0) uid(0) failed, status {status}, syndrome (0x11ed7d), err(-22)\n",
+         "kernel", "gpu002", "kmsg", "kmsg2")
+    _put(store, OUTPUT, "nccl", "gpu001", "job_output", "out8", job="8")
+    e = explain(store, "8")
+    fault = e.node_fault or (e.root_cause if (e.root_cause or {}).get("node_action") == "drain" else None)
+    assert bool(fault) is drains, (e.root_cause, e.node_fault)
+
+
+@pytest.mark.parametrize("status, acting", [("bad parameter(0x3)", False), ("internal error(0x1)", True)])
+def test_the_fault_engine_drains_for_the_hcas_failure_not_its_callers(tmp_path, status: str, acting: bool) -> None:
+    """attack-22 S9, the fault engine's side: [faults.kinds] ib_hca_error `unless` the firmware refused the caller's
+    command: a user's bad verbs call (a trusted kernel line) drains nothing; the HCA's internal error does."""
+    from observe.health import faults
+    from observe.health import policy as pol
+
+    store = Store(tmp_path / "store")
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    _put(store, f"{now - timedelta(minutes=5):%Y-%m-%dT%H:%M:%S}.000000+00:00 gpu002 kernel: mlx5_core 0000:ab:00.0: "
+                f"mlx5_cmd_out_err:838:(pid 4242): RTR2RTS_QP(0x504) op_mod(0x0) uid(0) failed, status {status}, "
+                "syndrome (0x11ed7d), err(-22)\n", "kernel", "gpu002", "kmsg", "kmsg2")
+    rows = faults.decide(store.scan(), pol.load().faults, now).filter(pl.col("kind") == "ib_hca_error")
+    assert bool(rows.height and rows.get_column("acting").any()) is acting, rows

@@ -65,6 +65,8 @@ def fault_lines(events: pl.LazyFrame, rules: Faults) -> pl.LazyFrame:
         hit = pl.col("kind") == kind
         for name, value in spec.get("when", {}).items():  # only lines whose attrs say so
             hit = hit & (_attr(name) == str(value)).fill_null(False)
+        for name, values in spec.get("unless", {}).items():  # not lines whose attrs say one of these
+            hit = hit & ~_attr(name).is_in([str(v) for v in values]).fill_null(False)
         remedy = remedy.when(hit).then(pl.lit(spec["remedy"]))
         category = category.when(hit).then(pl.lit(spec["category"]))
     return (events.filter(pl.col("kind").is_in(["gpu_xid", *kinds]))
