@@ -179,3 +179,25 @@ def test_an_internal_error_exits_0_is_logged_and_drains_nothing(site: dict, tmp_
     assert "disk FAIL (drain)" in text, text
     assert "internal error, node and job left alone: RuntimeError: injected" in text, text
     assert site["calls"]["drain"] == [] and site["calls"]["requeue"] == []
+
+
+def test_a_job_that_exits_0_after_its_nodes_fault_still_has_the_node_drained(site: dict) -> None:
+    """attack-22 S1: job 42's code catches the CUDA error and exits 0 after node1's kernel logged an uncorrectable
+    memory error: the epilog's explain check runs on every job's end, and node1 is drained for the fault."""
+    from datetime import datetime, timezone
+
+    from observe.collector import Context
+    from observe.ingest import parse_bytes
+
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    at = lambda minutes: f"{now - timedelta(minutes=minutes):%Y-%m-%dT%H:%M:%S}"  # noqa: E731
+    for text, source, node, route, file_id in [
+            (f"[{at(30)}.000] sched: Allocate JobId=42 NodeList=node1 #CPUs=8 Partition=gpu\n"
+             f"[{at(1)}.000] _job_complete: JobId=42 WEXITSTATUS 0\n", "slurm", "ctl1", "system_file", "ctl"),
+            (f"{at(10)}.000000+00:00 node1 kernel: EDAC MC0: 1 UE memory read error on CPU_SrcID#0_Ha#0_Chan#1_DIMM#0 "
+             "(channel:1 slot:0 page:0x12345 offset:0x0 grain:32 syndrome:0x0)\n", "kernel", "node1", "kmsg", "k")]:
+        df = parse_bytes(text.encode(), source, Context(node=node, route=route))
+        site["store"].write(df.with_columns(pl.lit(file_id).alias("file_id")))
+    site["env"] = {**site["env"], "SLURM_JOB_EXIT_CODE": "0"}
+    epilog(site, checks=(), explain=True)
+    assert [name for name, _ in site["calls"]["drain"]] == ["node1"], site["calls"]

@@ -118,8 +118,8 @@ def _epilog(hook: Hook) -> None:
     info = slurm.job(hook.job)
     failed = _job_failed(hook.env, info)
     results = _checks(hook, "epilog")
-    if failed and hook.policy.epilog.explain:
-        results += _checks(hook, "epilog", ["explain"])
+    if hook.policy.epilog.explain:  # a job that exits 0 after a fault of the node (its user's code caught it) leaves
+        results += _checks(hook, "epilog", ["explain"])  # the node as broken as one that failed
     drained = _drain_if_failing(hook, results)
     capture = hook.policy.epilog.capture and info.get("BatchHost", hook.node) == hook.node
     script = slurm.batch_script(hook.job) if capture or (drained and failed) else ""
