@@ -181,7 +181,8 @@ def test_an_internal_error_exits_0_is_logged_and_drains_nothing(site: dict, tmp_
     assert site["calls"]["drain"] == [] and site["calls"]["requeue"] == []
 
 
-def test_a_job_that_exits_0_after_its_nodes_fault_still_has_the_node_drained(site: dict) -> None:
+def test_a_job_that_exits_0_after_its_nodes_fault_still_has_the_node_drained(site: dict,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """attack-22 S1: job 42's code catches the CUDA error and exits 0 after node1's kernel logged an uncorrectable
     memory error: the epilog's explain check runs on every job's end, and node1 is drained for the fault."""
     from datetime import datetime, timezone
@@ -199,5 +200,6 @@ def test_a_job_that_exits_0_after_its_nodes_fault_still_has_the_node_drained(sit
         df = parse_bytes(text.encode(), source, Context(node=node, route=route))
         site["store"].write(df.with_columns(pl.lit(file_id).alias("file_id")))
     site["env"] = {**site["env"], "SLURM_JOB_EXIT_CODE": "0"}
+    monkeypatch.setattr(slurm, "job", lambda job_id: {"JobState": "COMPLETED", "BatchHost": "node1"})
     epilog(site, checks=(), explain=True)
     assert [name for name, _ in site["calls"]["drain"]] == ["node1"], site["calls"]
