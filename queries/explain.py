@@ -595,11 +595,13 @@ def explain(store: Store, job_id: str, at: datetime | None = None, before: timed
     acts = node_fault(candidates(events.filter(provenance.trusted()), run, causes, base), causes)
     if root and root["node_action"] == "drain" and (acts is None or not _same(acts, root)):
         root["node_action"], root["action"] = "verify", VERIFY_FIRST.format(root["action"])
+    if root and acts and _same(acts, root):  # the fault is real whether or not it is sure to be the cause
+        root["node_action"], root["action"] = "drain", acts["action"]
     mine = events.filter(pl.col("job_id").is_null() | (pl.col("job_id") == run.job_id))
     return Explanation(run.job_id, run.state, run.exit_code, run.nodes, run.start, run.end, root,
                        ranked.head(10).to_dicts(), timeline(events, causes, timeline_rows), missing(events, run),
                        _onset(causes.annotate(mine), run), unclassified(mine, causes),
-                       acts if acts and not (root and root["node_action"] == "drain" and _same(acts, root)) else None)
+                       None if acts is None or _names(root, acts, causes.scoring["drain_above"]) else acts)
 
 
 def verdict(ranked: pl.DataFrame, causes: Causes) -> dict | None:
@@ -642,6 +644,11 @@ def node_fault(trusted: pl.DataFrame, causes: Causes) -> dict | None:
     fault = {k: top[k] for k in ("node", "kind", "code", "gpu", "ts", "message", "category", "action", "node_action",
                                  "rank", "score", "trusted", "symptom", "context", "shared", "xid_action")}
     return {**fault, "confidence": sure, "probability": sure, "verdict": "cause"}
+
+
+def _names(root: dict | None, fault: dict, sure: float) -> bool:
+    """Whether the root cause already says to take the node out for ``fault``, as surely as a drain needs."""
+    return bool(root) and root["verdict"] == "cause" and root["confidence"] >= sure and _same(root, fault)
 
 
 def _same(a: dict, b: dict) -> bool:
