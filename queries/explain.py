@@ -506,12 +506,14 @@ def _lit(ts: datetime) -> pl.Expr:
 # ------------------------------------------------------------------------------------- the query
 
 
-def run_events(store: Store, run: Run, before: timedelta, after: timedelta) -> pl.DataFrame:
+def run_events(store: Store, run: Run, before: timedelta, after: timedelta, elsewhere: frozenset[str] = frozenset()
+               ) -> pl.DataFrame:
     """Every event on the run's nodes from ``before`` its start to ``after`` its end, plus the job's
     own output and records (whatever their node). Lines without a time of their own (NCCL INFO,
     tracebacks) take the time of the next stamped line in the same file, else the run's end, else
     the previous stamped line (column ``approx`` says so): a bound that never puts them too early.
-    It also keeps a requeued job's earlier runs out."""
+    It also keeps a requeued job's earlier runs out, and the lines of its output that name a node only its other runs
+    had (``elsewhere``: srun's "Node failure on gpu009" of the run before, printed after that run's last stamp)."""
     anchor_lo, anchor_hi = run.start or run.end, run.end or run.start
     since = anchor_lo - before if anchor_lo else None
     until = anchor_hi + after if anchor_hi else None
@@ -521,16 +523,18 @@ def run_events(store: Store, run: Run, before: timedelta, after: timedelta) -> p
     mine = (search(store, since=since, until=until, job=run.job_id, undated=True)
             .sort("file_id", "offset").with_columns(placed.alias("_at")))
     inside = pl.col("_at").is_null()
+    own_since = (run.start - timedelta(minutes=1) if run.start else since) if since is not None else None
     if since is not None and until is not None:  # the job's own output starts with its run, not before
-        own_since = run.start - timedelta(minutes=1) if run.start else since
         inside = inside | pl.col("_at").is_between(own_since, until)
     # a job's output names its nodes only as claims: one the job ran on is taken (over the node a collector gave
     # the whole file, where its batch script ran), another is not
     claimed = pl.col("attrs").str.json_path_match("$.claimed_node")
-    mine = mine.filter(inside).with_columns(
+    mine = mine.filter(inside, ~claimed.is_in(sorted(elsewhere)).fill_null(False)).with_columns(
         pl.col("ts").is_null().alias("approx"), pl.col("_at").alias("ts"),
         pl.coalesce(pl.when(claimed.is_in(run.nodes or [])).then(claimed), "node").alias("node")).drop("_at")
-    on_nodes = search(store, since=since, until=until, nodes=run.nodes or None).with_columns(pl.lit(False).alias("approx"))
+    earlier = (pl.col("job_id") == run.job_id) & (pl.col("ts") < own_since) if since is not None else pl.lit(False)
+    on_nodes = (search(store, since=since, until=until, nodes=run.nodes or None)  # not the job's earlier runs' lines
+                .filter(~earlier.fill_null(False)).with_columns(pl.lit(False).alias("approx")))
     return (pl.concat([on_nodes, mine]).unique(subset=["file_id", "offset", "kind"], keep="first", maintain_order=True)
             .collect())
 
@@ -582,7 +586,8 @@ def explain(store: Store, job_id: str, at: datetime | None = None, before: timed
         raise ExplainError(f"job {job_id}: no Slurm record of a run{when} in {store.name} (ingest slurmctld "
                            "logs, jobcomp or sacct output)")
     causes = load_causes()
-    events = run_events(store, run, before, after)
+    others = frozenset(n for r in runs if r is not run for n in r.nodes) - set(run.nodes)
+    events = run_events(store, run, before, after, others)
     past = _past(store, run, causes)
     if past.height:  # the node's past, also where the window read overlaps it
         events = (pl.concat([past, events], how="diagonal_relaxed")

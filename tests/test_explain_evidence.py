@@ -481,7 +481,7 @@ def test_a_job_killed_at_its_time_limit_is_told_so(store, tmp_path) -> None:
     """slurmstepd's "CANCELLED AT ... DUE TO TIME LIMIT" (src/slurmd/slurmstepd/req.c): the job ran out of its
     --time, the user's to change; not "see who cancelled it", undetermined."""
     root = _explain_output(store, tmp_path, "step 9000 loss 1.92\n"
-                           "slurmstepd: error: *** JOB 7 ON gpu001 CANCELLED AT 2026-11-20T12:15:00 DUE TO TIME LIMIT ***\n")
+                           "slurmstepd: error: *** JOB 7 ON gpu001 CANCELLED AT 2026-11-22T12:15:00 DUE TO TIME LIMIT ***\n")
     assert (root["kind"], root["category"], root["verdict"], root["node_action"]) == (
         "slurm_job_cancelled", "user", "cause", "none"), root
 
@@ -492,7 +492,7 @@ def test_a_job_someone_cancelled_is_told_who() -> None:
     rows = [ev("slurm_job_kill_request", "ctl1", 880, "slurm", job_id="7", route="system_file", attrs={"uid": "1001"},
                message="_slurm_rpc_kill_job: REQUEST_KILL_JOB JobId=7 uid 1001"),
             ev("slurm_job_cancelled", "gpu001", 881, "slurm", job_id="7", route="job_output", attrs={"step": "0"},
-               message="slurmstepd: error: *** STEP 7.0 ON gpu001 CANCELLED AT 2026-11-20T12:14:41 ***")]
+               message="slurmstepd: error: *** STEP 7.0 ON gpu001 CANCELLED AT 2026-11-22T12:14:41 ***")]
     ranked = candidates(place_ranks(frame(rows), NODES), RUN, load_causes())
     top = ranked.row(0, named=True)
     assert (top["kind"], top["category"], top["node_action"]) == ("slurm_job_kill_request", "user", "none"), ranked.head(3)
@@ -502,7 +502,7 @@ def test_a_job_someone_cancelled_is_told_who() -> None:
 def test_a_preempted_job_is_told_so(store, tmp_path) -> None:
     """slurmstepd's "DUE TO PREEMPTION" (req.c): Slurm gave the nodes to a job of higher priority."""
     root = _explain_output(store, tmp_path, "step 900 loss 2.1\n"
-                           "slurmstepd: error: *** JOB 7 ON gpu001 CANCELLED AT 2026-11-20T12:15:00 DUE TO PREEMPTION ***\n")
+                           "slurmstepd: error: *** JOB 7 ON gpu001 CANCELLED AT 2026-11-22T12:15:00 DUE TO PREEMPTION ***\n")
     assert (root["kind"], root["category"], root["verdict"], root["node_action"]) == (
         "slurm_job_cancelled", "user", "cause", "none"), root
 

@@ -232,3 +232,28 @@ def test_the_fault_engine_drains_for_the_hcas_failure_not_its_callers(tmp_path, 
                 "syndrome (0x11ed7d), err(-22)\n", "kernel", "gpu002", "kmsg", "kmsg2")
     rows = faults.decide(store.scan(), pol.load().faults, now).filter(pl.col("kind") == "ib_hca_error")
     assert bool(rows.height and rows.get_column("acting").any()) is acting, rows
+
+
+def test_a_requeued_jobs_first_run_stays_out_of_its_second(tmp_path) -> None:
+    """Job 5 ran on gpu[003,009] until gpu009 failed, was requeued onto gpu[003,014], and died of gpu014's Xid 79.
+    One output file holds both runs; the first run's last lines carry no stamp of their own: slurmstepd's cancel
+    states its time ("CANCELLED AT 13:18:30"), and srun's "Node failure on gpu009" names a node only the first run
+    had. Both stay the first run's: the second run's verdict is the Xid (they read as its onset and its lead)."""
+    store = Store(tmp_path / "store")
+    _put(store, "[2026-11-19T05:13:06.000] sched: Allocate JobId=5 NodeList=gpu[003,009] #CPUs=16 Partition=gpu\n"
+                "[2026-11-19T13:18:30.000] Requeuing JobId=5\n"
+                "[2026-11-19T13:20:30.000] sched: Allocate JobId=5 NodeList=gpu[003,014] #CPUs=16 Partition=gpu\n"
+                "[2026-11-19T19:44:54.000] _job_complete: JobId=5 WEXITSTATUS 1\n", "slurm", "ctl1", "system_file", "ctl")
+    _put(store, "2026-11-19T19:34:19.000000+00:00 gpu014 kernel: NVRM: Xid (PCI:0000:2a:00): 79, pid=3075103, "
+                "name=python, GPU has fallen off the bus.\n", "kernel", "gpu014", "kmsg", "kmsg14")
+    _put(store, "[2026-11-19 13:10:00] step 1000 loss 2.1\n"
+                "slurmstepd: error: *** JOB 5 ON gpu003 CANCELLED AT 2026-11-19T13:18:30 DUE TO NODE FAILURE, SEE "
+                "SLURMCTLD LOG FOR DETAILS ***\n"
+                "srun: error: Node failure on gpu009\n"
+                "[2026-11-19 13:21:00] step 1000 loss 2.1\n"
+                "[2026-11-19 19:44:17] RuntimeError: NCCL communicator was aborted on rank 3.\n",
+         "nccl", "gpu003", "job_output", "out5", job="5")
+    e = explain(store, "5")
+    assert (e.root_cause["node"], e.root_cause["kind"], e.root_cause["verdict"]) == ("gpu014", "gpu_xid", "cause"), \
+        [(c["node"], c["kind"], c["probability"]) for c in e.candidates[:4]]
+    assert not [c for c in e.candidates if c["kind"] in ("slurm_node_down", "slurm_job_cancelled")], e.candidates[:4]

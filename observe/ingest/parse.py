@@ -49,7 +49,7 @@ def finalize(df: pl.DataFrame, c: Collector, ctx: Context, file_id: str | None =
         _route(ctx, c).alias("route"),
     )
     df = bounded(df)  # a time or uptime out of range: none, with attrs.parse_error (before rules and boot times)
-    df = provenance.clamp_future(rules.apply(df))
+    df = provenance.clamp_future(_stated_time(rules.apply(df), ctx.tz))
     if provenance.user_written(ctx.route):
         # the node a user's text names, by its header or a rule's group (srun's "gpu042: task 0: Exited"), is only a
         # claim (attrs.claimed_node); its job is the one the file or --job says where one does (not a StepId it prints)
@@ -63,6 +63,17 @@ def finalize(df: pl.DataFrame, c: Collector, ctx: Context, file_id: str | None =
         per_value(pl.col("gpu"), gpu_ids).alias("gpu"),
     ).drop("_ok", *(["_job"] if "_job" in df.columns else []))
     return conform(rules.enrich(df))
+
+
+def _stated_time(df: pl.DataFrame, tz: str) -> pl.DataFrame:
+    """A line with no stamp of its own that states when it happened (a rule's ``at``: slurmstepd's "CANCELLED AT
+    2024-01-01T00:00:00" in a job's output) has that time: the first run's last lines of a requeued job's output
+    then stay the first run's, not the next stamped line's (the second run's)."""
+    stated = pl.col("ts").is_null() & pl.col("attrs").str.contains('"at":"', literal=True).fill_null(False)
+    if not df.select(stated.any()).item():
+        return df
+    return df.with_columns(pl.when(stated).then(tp.iso(pl.col("attrs").str.json_path_match("$.at"), tz))
+                           .otherwise("ts").alias("ts"))
 
 
 def _route(ctx: Context, c: Collector) -> pl.Expr:
