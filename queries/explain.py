@@ -244,9 +244,10 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
                                                                     pl.lit(lr["fleet_succeeded_with_min"]))),
                       pl.format("seen fleet-wide during {} successful job(s)", fleet_ok)))
     ratios = [r.cast(pl.Float64).fill_null(1.0) for r, _ in terms]
-    # what says the fault is real, whatever failed the job: its prior and how often healthy runs log it (the last two
-    # terms, with base rates); the timeline and the job's other causes say only whether it failed this job
-    real = [ratios[0], *(ratios[-2:] if succeeded_with is not None else [])]
+    # what says a fault that takes a node out is real, whatever failed the job: its prior, from what the emitter's line
+    # means (uncorrectable, fatal); not how often other runs completed beside such lines (a busy fleet's UEs make no
+    # DIMM sound), nor the timeline and the job's other causes, which say only whether it failed this job
+    real = [ratios[0]]
     shown = [pl.when(i == 0).then(pl.lit("odds ")).otherwise(pl.lit("x")) + _number(r) for i, r in enumerate(ratios)]
     notes = [pl.when((r != 1.0) | (i == 0)).then(pl.format("{} {}", text, why))
              for i, (r, text, (_, why)) in enumerate(zip(ratios, shown, terms))]
@@ -634,7 +635,7 @@ def verdict(ranked: pl.DataFrame, causes: Causes) -> dict | None:
 def node_fault(trusted: pl.DataFrame, causes: Causes) -> dict | None:
     """The fault that takes a node out, on the lines no user can write alone (``trusted``: :func:`candidates` of them):
     a candidate that calls for a drain and is no context (a flap, background, a past the run worked through, a line
-    after the run), as probable as its prior and how often healthy runs log it make it (``fault_score``), not as
+    after the run), as probable as its prior makes it (``fault_score``), not as
     probable as it is the cause: what else the job did (cancelled itself, ran out of time or memory, faulted its own
     GPU), which its user decides, never competes with a fault of the node. The likeliest, when at least
     ``drain_above``; else None."""

@@ -151,11 +151,13 @@ def test_extra2_no_line_lost(name: str) -> None:
 
 
 def test_extra2_machine_checks_and_daemon_failures() -> None:
-    """Only a machine-check report's first line is an mce event (its TSC/PROCESSOR and CPER lines are details);
+    """Only a machine-check report's first line is an mce event (its TSC/PROCESSOR and CPER lines are details; of a
+    firmware-first GHES record, the line that says its severity, not its header, which says none);
     slurmd's "slurmd initialization failed" ends the daemon, under any of the four wrappers the file holds."""
     kernel = parse_file(EXTRA2 / "aer_edac.log", "kernel")
     mce = kernel.filter(pl.col("kind") == "mce").get_column("message").to_list()
-    assert len(mce) == 13 and not any("TSC " in m or "PROCESSOR " in m or "event severity" in m for m in mce)
+    assert len(mce) == 13 and not any("TSC " in m or "PROCESSOR " in m or "Error Source" in m for m in mce)
+    assert "{1}[Hardware Error]: event severity: recoverable" in mce
     slurm = parse_file(EXTRA2 / "slurm.log", "slurm")
     fatal = slurm.filter(pl.col("kind") == "slurm_daemon_fatal")
     assert fatal.height == 4 and set(fatal.get_column("message")) == {"error: slurmd initialization failed"}

@@ -414,7 +414,7 @@ def test_aer_bus_error_with_dev_fmt_prefix(line: str, aer: str) -> None:
     "mce: [Hardware Error]: CPU 0: Machine Check: 0 Bank 4: a600000000020408",
     "mce: [Hardware Error]: CPU 1: Machine Check Exception: 5 Bank 6: be00000000800400",
     "mce: [Hardware Error]: Machine check: Processor context corrupt",
-    "{1}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: 4",
+    "{1}[Hardware Error]: event severity: recoverable",
     "[Hardware Error]: Corrected error, no action required.",
     "[Hardware Error]: CPU:0 (17:31:0) MC255_STATUS[-|CE|-|-|AddrV|-|-|-]",
 ])
@@ -429,6 +429,8 @@ def test_machine_check_report_lines(line: str) -> None:
     ("mce: [Hardware Error]: CPU 0: Machine Check: 0 Bank 4: a600000000020408", None),
     ("mce: [Hardware Error]: CPU 1: Machine Check Exception: 5 Bank 6: be00000000800400", None),
     ("[Hardware Error]: CPU:0 (17:31:0) MC4_STATUS[-|UE|-|-|AddrV|PCC|-|-]", None),
+    ("{1}[Hardware Error]: event severity: corrected", "corrected"),  # a GHES record's severity, its header says none
+    ("{1}[Hardware Error]: event severity: fatal", None),
 ])
 def test_a_machine_check_says_whether_the_hardware_corrected_it(line: str, mce: str | None) -> None:
     """MCi_STATUS's UC bit (61: the first hex digit's 2) or AMD's CE/UE flag says corrected or not; the
@@ -440,7 +442,7 @@ def test_a_machine_check_says_whether_the_hardware_corrected_it(line: str, mce: 
     "mce: [Hardware Error]: TSC 0 ADDR fef4c9e0 ",
     "mce: [Hardware Error]: TSC 0 ADDR 1422ff800 MISC 13020004086 ",
     "mce: [Hardware Error]: PROCESSOR 0:706a1 TIME 1537152664 SOCKET 0 APIC 0 microcode 28",
-    "{1}[Hardware Error]: event severity: recoverable",
+    "{1}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: 4",
     "{1}[Hardware Error]: section_type: memory error",
     "{1}[Hardware Error]: physical_address: 0x0000000e16677000",
 ])

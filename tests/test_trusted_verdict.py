@@ -257,3 +257,23 @@ def test_a_requeued_jobs_first_run_stays_out_of_its_second(tmp_path) -> None:
     assert (e.root_cause["node"], e.root_cause["kind"], e.root_cause["verdict"]) == ("gpu014", "gpu_xid", "cause"), \
         [(c["node"], c["kind"], c["probability"]) for c in e.candidates[:4]]
     assert not [c for c in e.candidates if c["kind"] in ("slurm_node_down", "slurm_job_cancelled")], e.candidates[:4]
+
+
+def test_other_nodes_uncorrectable_errors_during_completed_jobs_make_no_dimm_sound(tmp_path) -> None:
+    """attack-23 R1: eight earlier UEs on gpu005, each during a job of a busy fleet that went on to complete. How often
+    other runs completed beside such lines is no evidence that gpu002's uncorrectable error is not one: the UE is
+    still drained (it went under drain_above, 0.89, and hid every UE for the base-rate window)."""
+    from queries.jobs import write_index
+
+    store = Store(tmp_path / "store")
+    ctl, kern = CTL, ""
+    for i in range(8):
+        ctl = (f"[2026-11-19T{10 + i:02d}:00:00.000] sched: Allocate JobId={500 + i} NodeList=gpu005 #CPUs=1 Partition=gpu\n"
+               f"[2026-11-19T{10 + i:02d}:30:00.000] _job_complete: JobId={500 + i} WEXITSTATUS 0\n") + ctl
+        kern += UE.replace("2026-11-22T12:03:00", f"2026-11-19T{10 + i:02d}:10:00").replace("gpu002", "gpu005")
+    _put(store, ctl, "slurm", "ctl1", "system_file", "ctl")
+    _put(store, kern, "kernel", "gpu005", "kmsg", "kmsg5")
+    _put(store, UE, "kernel", "gpu002", "kmsg", "kmsg2")
+    _put(store, OUTPUT, "nccl", "gpu001", "job_output", "out8", job="8")
+    write_index(store)
+    assert _drains(store)["node"] == "gpu002" and _acts_on(store) == "FAIL"
