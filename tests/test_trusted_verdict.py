@@ -277,3 +277,26 @@ def test_other_nodes_uncorrectable_errors_during_completed_jobs_make_no_dimm_sou
     _put(store, OUTPUT, "nccl", "gpu001", "job_output", "out8", job="8")
     write_index(store)
     assert _drains(store)["node"] == "gpu002" and _acts_on(store) == "FAIL"
+
+
+@pytest.mark.parametrize("line, acting", [
+    (UE, True),
+    (UE.replace(" 1 UE ", " 1 CE "), False),
+    ("2026-11-22T12:03:00.000000+00:00 gpu002 kernel: mce: [Hardware Error]: CPU 2: Machine Check Exception: 5 Bank 6: "
+     "be00000000800400\n", True),
+    ("2026-11-22T12:03:00.000000+00:00 gpu002 kernel: mce: [Hardware Error]: CPU 2: Machine Check: 0 Bank 6: "
+     "cc59dec000041152\n", False),
+])
+def test_the_fault_engine_takes_a_node_out_for_an_uncorrected_memory_or_machine_check_error(tmp_path, line: str,
+                                                                                           acting: bool) -> None:
+    """attack-23 R2: a UE logged between two jobs (after one's end, before a long next one that then works) is no
+    job's verdict: the fault engine, which reads the node's trusted lines whatever ran, drains for it; a corrected one
+    it leaves alone."""
+    from observe.health import faults
+    from observe.health import policy as pol
+
+    store = Store(tmp_path / "store")
+    now = datetime(2026, 11, 22, 12, 10, tzinfo=timezone.utc)
+    _put(store, line, "kernel", "gpu002", "kmsg", "kmsg2")
+    rows = faults.decide(store.scan(), pol.load().faults, now).filter(pl.col("node") == "gpu002")
+    assert bool(rows.height and rows.get_column("acting").any()) is acting, rows
