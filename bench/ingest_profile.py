@@ -25,6 +25,7 @@ from pathlib import Path  # noqa: E402
 
 # (what the stage does, module, attribute): the functions the pipeline calls, wrapped where they are looked up
 STAGES = [
+    ("archive: each node-less file's node from its path", "observe.ingest.archive", "directory_nodes"),
     ("plan: each input's format, identity and records stored", "observe.ingest", "plan"),
     ("records: newline scan, continuation lines joined", "observe.ingest.pipeline", "joined_records"),
     ("parse: the collector's fields, input hints, duplicates", "observe.ingest.pipeline", "parse_unit"),
