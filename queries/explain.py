@@ -107,7 +107,8 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
     # a link back within NCCL's IB retries cannot fail a job: context, before "what the node logged" is decided
     own = events.filter(pl.col("job_id") == run.job_id)
     rides_out = ib_retry.retry_span(own.filter(pl.col("source") == "nccl"))
-    ev = _flapped(ev, events, rides_out or timedelta(seconds=sc["flap_s"]), run.start - skew if run.start else None)
+    flap_within = rides_out or timedelta(seconds=sc["flap_s"])
+    ev = _flapped(ev, events, flap_within, run.start - skew if run.start else None)
     ev = ev.with_columns((pl.col("context") | pl.col("_flap")).alias("context"))
     # the peer other ranks lost, the ranks that stalled or fell silent: evidence for what their node logged
     # (an OOM kill of a rank, a peer's panic), else candidates of their own
@@ -197,8 +198,7 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
                       pl.lit("a fault that takes the node out, logged before the run, with no recovery since, and the run "
                              f"failed {ran / 60:.0f} min after it started" if doa else
                              f"a fault logged before the run, but the run worked {ran / 60:.0f} min before it failed")))
-    if own.filter(pl.col("source") == "nccl").height:  # the job logs NCCL/PyTorch output: it can corroborate
-        seen = own.get_column("kind").unique().to_list()
+    if seen is not None:  # the job logs NCCL/PyTorch output: it can corroborate
         terms.append((pl.when(pl.col("needs").list.len() > 0, ~pl.col("needs").list.eval(pl.element().is_in(seen)).list.any())
                       .then(lr["uncorroborated"]),
                       pl.format("the job's output shows none of {}", pl.col("needs").list.join(", "))))
@@ -257,7 +257,7 @@ def candidates(events: pl.DataFrame, run: Run, causes: Causes, succeeded_with: b
         groups = groups.with_columns((pl.col("context") | background).alias("context"))
         notes.append(pl.when(background).then(pl.format("background: logged in {}% of the hours of the {} days before",
                                                         (share * 100).round(0).cast(pl.Int64), pl.lit(sc["base_rate_days"]))))
-    within = f"{(rides_out or timedelta(seconds=sc['flap_s'])).total_seconds():.1f} s" + (
+    within = f"{flap_within.total_seconds():.1f} s" + (
         ", as long as the job's NCCL retries a link" if rides_out else "")
     notes.append(pl.when(pl.col("_flap")).then(pl.lit(f"the link came back within {within}, or before the run "
                                                       "started: a flap, which cannot fail the job")))
