@@ -16,6 +16,8 @@ process sends) wins over the others, so that lines a user can write never hide t
 input holding the most rows (a burst of ten identical Xid lines is ten records, not one; an input
 that missed some of a burst loses to the one that has them all); ties go to the input whose rows
 have times, then to the one with kernel uptime stamps, then to the smaller ``file_id``. Its rows are kept, the other inputs' rows of the cluster are not.
+The store writes the outcome into each row (``copy_of``, :mod:`observe.store.copy_marks`), so that
+engines other than observe count each record once too.
 Rows of one input are never merged; rows without a time (NCCL INFO lines) are left as they are,
 unless an uptime stamp ties them to their copies (a dmesg read without its boot time).
 """
@@ -63,14 +65,22 @@ def clusters(lf: pl.LazyFrame) -> pl.LazyFrame:
                        pl.col("ts").is_not_null().alias("_t"), pl.col("_up").is_not_null().alias("_u"))
 
 
-def one_per_record(lf: pl.LazyFrame) -> pl.LazyFrame:
-    """``lf`` (events) with the copies of each record read through other inputs left out."""
-    lf = lf.with_row_index("_row").cache()  # read once, though the plan below uses it twice
+def marks(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """The rows of ``lf`` (numbered ``_row``) that may have a copy in another input, with their cluster
+    ``_c`` and, for each row that copies a record another input's row holds, that input (``copy_of``;
+    null for the rows kept)."""
     rows = clusters(lf)
     per_input = rows.group_by("_c", "file_id").agg(pl.col("_tr").any(), pl.len().alias("_n"),
                                                    pl.col("_t").sum().alias("_nt"), pl.col("_u").sum().alias("_nu"))
     order = ["_c", "_tr", "_n", "_nt", "_nu", "file_id"]
     winner = (per_input.sort(order, descending=[False, True, True, True, True, False])
               .unique("_c", keep="first").select("_c", pl.col("file_id").alias("_keep")))
-    dropped = rows.join(winner, on="_c").filter(pl.col("file_id") != pl.col("_keep")).select("_row")
+    copy_of = pl.when(pl.col("file_id") != pl.col("_keep")).then(pl.col("_keep")).alias("copy_of")
+    return rows.join(winner, on="_c").select("_row", "_c", copy_of)
+
+
+def one_per_record(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """``lf`` (events) with the copies of each record read through other inputs left out."""
+    lf = lf.with_row_index("_row").cache()  # read once, though the plan below uses it twice
+    dropped = marks(lf).filter(pl.col("copy_of").is_not_null()).select("_row")
     return lf.join(dropped, on="_row", how="anti", maintain_order="left").drop("_row")

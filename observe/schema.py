@@ -36,9 +36,13 @@ EVENT_SCHEMA = pa.schema(
 )
 # Files keep each line's text once: where ``raw`` is ``header + message`` (nearly always), ``raw`` is
 # left null and ``header`` holds the part before the message. Readers restore it:
-# raw = coalesce(raw, header || message).
+# raw = coalesce(raw, header || message). ``copy_of`` says which rows copy a record another input
+# holds (observe/copies.py decides, observe/store/copy_marks.py writes it): engines other than
+# observe count each record once with ``WHERE copy_of IS NULL``.
 STORED_SCHEMA = EVENT_SCHEMA.append(pa.field(
-    "header", pa.string(), metadata={"description": "raw = header || message, where raw is null"}))
+    "header", pa.string(), metadata={"description": "raw = header || message, where raw is null"})).append(pa.field(
+    "copy_of", pa.string(), metadata={"description": "null, or the file_id of the input whose row of the same "
+                                                     "record is the one kept: count records WHERE copy_of IS NULL"}))
 FIELDS: tuple[str, ...] = tuple(n for n, _, _ in _FIELDS)
 DESCRIPTIONS: dict[str, str] = {n: d for n, _, d in _FIELDS}
 POLARS_SCHEMA: dict[str, pl.DataType] = dict(pl.Schema(EVENT_SCHEMA))  # through the C schema: an empty pyarrow table imports pandas where it is installed
@@ -112,7 +116,8 @@ def to_stored(df: pl.DataFrame) -> pl.DataFrame:
     df = df.with_columns(raw.str.strip_suffix(message).alias("_head"))
     # the message was a suffix where the head is that much shorter (one comparison, not two)
     tail = (head.str.len_bytes() + message.str.len_bytes() == raw.str.len_bytes()).fill_null(False)
-    return df.with_columns(pl.when(~tail).then(raw).alias("raw"), pl.when(tail).then(head).alias("header")).drop("_head")
+    return df.with_columns(pl.when(~tail).then(raw).alias("raw"), pl.when(tail).then(head).alias("header"),
+                           pl.lit(None, pl.String).alias("copy_of")).drop("_head")
 
 
 def stored_raw() -> pl.Expr:
@@ -122,4 +127,4 @@ def stored_raw() -> pl.Expr:
 
 def from_stored(lf: pl.LazyFrame) -> pl.LazyFrame:
     """The event schema from the on-disk layout (inverse of :func:`to_stored`)."""
-    return lf.with_columns(stored_raw().alias("raw")).drop("header")
+    return lf.with_columns(stored_raw().alias("raw")).drop("header", "copy_of")

@@ -249,6 +249,15 @@ def test_the_readmes_tour_runs_on_the_demo_store(tmp_path: Path, monkeypatch: py
         assert result.exit_code == 0, (command, result.output[-1000:])
         word = expect[args[0]] if args[0] != "query" or "--count-by" not in args else "events"
         assert word in result.output or (args[0] == "explain" and '"job_id"' in result.output), (command, result.output[:500])
+    # the tour's outside engine counts what observe counts, source by source
+    code = README.read_text().split("## A five-minute tour", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    code = code.replace("observe-demo/store", str(tmp_path / "demo" / "store"))
+    names: dict = {}
+    exec(compile(code.rstrip().replace("\nduckdb.sql(", "\nresult = duckdb.sql(", 1), "README", "exec"), names)
+    theirs = dict(names["result"].fetchall())
+    counted = runner.invoke(app, ["query", "--count-by", "source", "--format", "json"])
+    ours = {row["source"]: row["events"] for row in map(json.loads, counted.stdout.splitlines())}
+    assert theirs == ours and sum(ours.values()) > 10_000, (theirs, ours)
 
 
 def test_the_demo_at_two_ends_is_the_same_demo(tmp_path: Path) -> None:

@@ -139,7 +139,7 @@ def test_ingest_and_compaction_at_once_lose_and_repeat_nothing(tmp_path: Path) -
                               stderr=subprocess.PIPE, text=True)
     rounds = 0
     while writer.poll() is None or rounds == 0:
-        store.compact_many(store.partitions(), min_segments=1, file_rows=7 + rounds)
+        store.compact_many(store.partitions(), min_segments=1, file_rows=7 + rounds, wait_s=60)
         rounds += 1
     assert writer.wait() == 0, writer.stderr.read()
     assert _agree(store) == expected

@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # the library (polars, pyarrow) is imported by the commands t
     from observe.store import Store
 
 COMMANDS, command = command_table()
+COMPACT_WAIT_S = 120.0  # how long compaction waits for the lock an ingest holds while it marks copies
 
 
 def _summary(s: Summary) -> None:
@@ -46,6 +47,9 @@ def _summary(s: Summary) -> None:
     if s.no_node:
         err.print(f"{s.no_node} kernel or GPU record(s) stored with no node: their lines name none and no --node, "
                   "--layout (e.g. '{node}/dmesg') or directory named after a node gave one", highlight=False, markup=False)
+    if s.marks_pending:
+        err.print("a compaction held the store: rows that copy another input's record (copy_of) are marked when it "
+                  "ends; observe's own commands count each record once meanwhile", highlight=False, markup=False)
     table = Table("kind", "records", box=None, pad_edge=False)
     for kind, n in sorted(s.kinds.items(), key=lambda kv: (-kv[1], kv[0])):  # most first, ties by name
         table.add_row(kind, str(n))
@@ -236,8 +240,13 @@ def compact_cmd(
     except (ValueError, EngineError) as exc:
         fail(str(exc))
     s = open_store(store)
+
+    def busy() -> None:
+        err.print(f"waiting up to {COMPACT_WAIT_S:.0f}s for the store's compaction lock (an ingest marking copies, "
+                  "or another compaction)", highlight=False)
+
     try:
-        with s.lock("compact"):
+        with s.lock("compact", wait_s=COMPACT_WAIT_S, waiting=busy):
             adopted = s.adopt()
         if adopted:
             out.print(f"committed {adopted} segment(s) collectors and hooks delivered")
@@ -247,7 +256,7 @@ def compact_cmd(
         def said(part, done: tuple[int, int]) -> None:
             out.print(f"[{order[part]}/{len(parts)}] {part.source}/{part.date}: {done[0]} segments, {done[1]} rows")
 
-        merged = sum(n for n, _ in s.compact_many(parts, progress=said, pool=run.pool()))
+        merged = sum(n for n, _ in s.compact_many(parts, progress=said, pool=run.pool(), wait_s=COMPACT_WAIT_S))
         gone = s.vacuum(grace_s)
     except (StoreBusy, EngineError) as exc:
         fail(str(exc))

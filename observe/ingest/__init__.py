@@ -17,13 +17,14 @@ from observe.ingest.plan import choose, file_size, job_from_name, plan, tasks
 from observe.ingest.records import blank_lines, joined_records, last_record_start, record_pieces, sample_of
 from observe.ingest.summary import InputError, Summary
 from observe.reader import is_stream
-from observe.store import Store
+from observe.store import Store, StoreBusy
 
 __all__ = ["InputError", "ParseInput", "Summary", "blank_lines", "choose", "finalize", "ingest", "ingest_inputs",
            "job_from_name", "joined_records", "last_record_start", "parse_bytes", "parse_unit", "record_pieces",
            "sample_of"]
 
 INGEST_LOCK_WAIT_S = 24 * 3600.0  # how long a run waits for another run into the same store
+MARK_WAIT_S = 30.0  # how long a run waits for a compaction to mark its copies (else the compaction does)
 
 
 def ingest(paths: list[str], store: Store, progress: Callable[[int], None] | None = None,
@@ -56,5 +57,10 @@ def ingest_inputs(inputs: list[tuple[str, dict]], store: Store, progress: Callab
             with store.writer() as writer, Pipeline(writer, summary) as pipe:
                 for step in (step for task in first + last for step in task):
                     run_step(step, store, pipe, summary, progress)
+        if summary.stored:
+            try:
+                store.mark_copies(MARK_WAIT_S)
+            except StoreBusy:
+                summary.marks_pending = True
         summary.seconds = time.perf_counter() - start
     return summary

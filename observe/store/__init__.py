@@ -43,6 +43,7 @@ import polars as pl
 from observe.schema import EVENT_SCHEMA, KEY, conform, from_stored, to_stored
 from observe.store.compaction import (COMPACT_FILE_ROWS, COMPACT_GRACE_S, COMPACT_SLICE_BYTES, batches, file_slices,
                                       rows_in, settled)
+from observe.store import copy_marks
 from observe.store.files import (DIR_MODE, FILE_MODE, UnsafeStore, atomic_file, check_dir, create_file, create_temp,
                                  fsync_path, open_nofollow, regular_names, store_group, subdirs, write_atomic)
 from observe.store.place import LocalPlace, Place, place_of
@@ -467,7 +468,7 @@ class Store:
 
     def compact_many(self, partitions: list[Partition], min_segments: int = 2, file_rows: int = COMPACT_FILE_ROWS,
                      progress: Callable[[Partition, tuple[int, int]], None] | None = None,
-                     pool: Pool | None = None) -> list[tuple[int, int]]:
+                     pool: Pool | None = None, wait_s: float = 0.0) -> list[tuple[int, int]]:
         """Merge each partition's new segments and small compacted files (:meth:`_plan`) into files of
         at most about ``file_rows`` rows and COMPACT_SLICE_BYTES of data, dropping duplicate records,
         every column compressed harder than at ingest. Within a file, rows are in input order (each
@@ -482,10 +483,12 @@ class Store:
         replaced, rows written) of each partition compacted; ``progress`` hears of each.
 
         Batches are rewritten one after another, or by ``pool`` (an executor's ``map``: Ray tasks)
-        all at once, each by a store opened at this store's location; this process commits.
+        all at once, each by a store opened at this store's location; this process commits. Then the
+        rows' copy marks are brought up to date (:mod:`observe.store.copy_marks`). StoreBusy when
+        another process holds the compaction lock after ``wait_s``.
         """
         out: list[tuple[int, int]] = []
-        with self.lock("compact"):
+        with self.lock("compact", wait_s=wait_s):
             live: dict[tuple[str, str], list[Path]] = {}
             for source, day, f in self._live():  # one listing: only this lock's holder removes files
                 live.setdefault((source, day), []).append(f)
@@ -516,7 +519,14 @@ class Store:
                     self.table.replace(replaced, outputs)
                     replaced, outputs = [], []
             self.table.replace(replaced, outputs)
+            copy_marks.bring_up_to_date(self, {(p.source, p.date) for p, _, _ in plans})
         return out
+
+    def mark_copies(self, wait_s: float = 0.0) -> None:
+        """Bring the rows' ``copy_of`` up to date with what was added (:mod:`observe.store.copy_marks`);
+        StoreBusy while a compaction runs after ``wait_s`` (it marks them itself when it ends)."""
+        with self.lock("compact", wait_s=wait_s):
+            copy_marks.bring_up_to_date(self)
 
     def _plan(self, partition: Partition, segs: list[Path], rows: dict[Path, int], min_segments: int,
               file_rows: int) -> tuple[list[list[Path]], int]:

@@ -30,6 +30,7 @@ LOG_DIR = "_delta_log"
 ORPHAN_HOURS = 24  # a file no commit names (a crash between writing and committing) goes after this
 COMMIT_TRIES = 5  # a commit that loses to another writer (delta-rs retries most conflicts itself)
 SETTLED_NS = 2 * 10**9  # a log directory changed this recently is listed again
+TABLE_NAME, TABLE_DESCRIPTION = "observe_events", "observe's events (observe schema for the columns)"
 PRIVATE_UMASK = 0o027  # delta-rs creates the log's files with 0666 less the umask: the store's 0640 / 0750
 
 
@@ -117,6 +118,10 @@ class Table:
             if not self.exists():
                 self._create()
 
+    def _properties(self) -> dict[str, str]:
+        """The table's properties: a removed file is kept for the grace period."""
+        return {"delta.deletedFileRetentionDuration": f"interval {math.ceil(self.grace_s)} seconds"}
+
     def _committing(self, commit: Callable[[], object]) -> None:
         """Run ``commit`` (its files are durable already); a commit that lost to another in a way
         delta-rs does not resolve itself is tried again on the table as it now is (it wrote nothing)."""
@@ -201,9 +206,22 @@ class EventTable(Table):
 
         create_table_with_add_actions(
             self.uri, Schema.from_arrow(table_schema()), [], mode="ignore", partition_by=PARTITION_BY,
-            name="observe_events", description="observe's events (observe schema for the columns)",
-            configuration={"delta.deletedFileRetentionDuration": f"interval {math.ceil(self.grace_s)} seconds"},
+            name=TABLE_NAME, description=TABLE_DESCRIPTION, configuration=self._properties(),
             storage_options=self.options)
+
+    def _add_columns(self, dt) -> None:
+        """Add the columns observe's files hold that the table's schema does not list yet (a table
+        written by an older observe: ``copy_of``), so that engines reading the table see them; the
+        table's name, description and properties are set again (delta-rs's ALTER drops them)."""
+        from deltalake import Schema
+
+        have = {f.name for f in dt.schema().fields}
+        missing = [f for f in Schema.from_arrow(table_schema()).fields if f.name not in have]
+        if missing:
+            dt.alter.add_columns(missing)
+            dt.alter.set_table_name(TABLE_NAME)
+            dt.alter.set_table_description(TABLE_DESCRIPTION)
+            dt.alter.set_table_properties(self._properties())
 
     def files(self) -> list[tuple[str, int, int, int]]:
         """Each live file: (relative path, bytes, rows, modification time in ms), as its commit says."""
@@ -269,6 +287,7 @@ class EventTable(Table):
             removes.append(RemoveAction(rel, data_change, now, self.place.stat(path)[0], partition_of(rel)))
         def commit() -> None:
             dt = self._dt or self._table(create=True)  # as it is: the commit itself resolves what came since
+            self._add_columns(dt)
             dt.create_write_transaction([*adds, *removes], mode="append", schema=table_schema(),
                                         partition_by=PARTITION_BY)
 
@@ -287,7 +306,7 @@ class IndexTable(Table):
         with self._writing(), self.creating():  # the first write creates the table
             self._committing(lambda: write_deltalake(
                 self.uri, table, mode="overwrite", schema_mode="overwrite", storage_options=self.options,
-                configuration={"delta.deletedFileRetentionDuration": f"interval {math.ceil(self.grace_s)} seconds"}))
+                configuration=self._properties()))
 
     def scan(self) -> pl.LazyFrame | None:
         """The rows; None while there is no table."""

@@ -1,0 +1,110 @@
+"""Each row's ``copy_of``, written into the table so that any engine counts each record once.
+
+observe reads each record once (:func:`observe.copies.one_per_record`: a kernel line kept by dmesg
+and by the syslog is one event); DuckDB, Spark or polars reading the Delta table see every row. So
+the store writes the same decision into the rows: ``copy_of`` is null for the row kept and names the
+kept row's input for each copy, and ``count(*) WHERE copy_of IS NULL`` is observe's count.
+
+A new input can change what older rows are (a dmesg that arrives after its syslog wins over the
+syslog's rows, which were kept until then; a row can join two clusters), so marks are brought up to
+date after the table changes: every partition that got new data since the version last marked
+(``<root>/copies.json``), and whatever a caller names (compaction's, whose dropped duplicates change
+an input's count), is read with its neighbours (the days on either side, and the source's rows
+without a time, which a kernel uptime stamp ties to dated copies); the rows of those partitions, and
+the neighbours' rows in a cluster with them, take their marks; a file whose marks change is
+rewritten and swapped for the old one in one commit that changes no data, as compaction swaps files.
+A store that never had marks (an older observe's) is marked whole the first time.
+
+Runs under the store's compaction lock (only its holder removes files). A cluster that chains over
+more than a day of one node's lines in a row is marked from the days read (none does in practice).
+"""
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterable
+from datetime import date, timedelta
+from pathlib import Path
+
+import polars as pl
+
+from observe.copies import marks
+from observe.store.layout import UNKNOWN_DATE
+from observe.store.table import partition_of
+
+MARKED = "copies.json"  # the table version whose changes are marked
+
+
+def bring_up_to_date(store, also: Iterable[tuple[str, str]] = ()) -> int:
+    """Mark the partitions changed since the last marked version, and ``also`` ((source, date)
+    pairs); the caller holds the store's compaction lock. Returns how many files were rewritten."""
+    version, rels = store.table.snapshot()
+    if version < 0:
+        return 0
+    last = _marked_version(store)
+    added = None if last is None or last > version else store.table.added(last, version)
+    changed = ({(p["source"], p["date"]) for p in map(partition_of, rels)} if added is None
+               else {(p["source"], p["date"]) for p in map(partition_of, added)})
+    rewritten = mark(store, changed | set(also))
+    store.place.put(store.root / MARKED, json.dumps({"version": version}).encode())
+    return rewritten
+
+
+def mark(store, touched: set[tuple[str, str]]) -> int:
+    """Set ``copy_of`` in the rows of the ``touched`` partitions (and their neighbours' rows that
+    share a cluster with them); the files whose marks change are swapped in one commit."""
+    live = store._live()
+    scope = [(source, day, f) for source, day, f in live if _near(source, day, touched)]
+    if not touched or not scope:
+        return 0
+    files = [f for _, _, f in scope]
+    inside = [store.uri(f) for source, day, f in scope if (source, day) in touched]
+    lf = store.scan_files(files, paths_as="_path").with_row_index("_row").cache()
+    base, found = pl.collect_all([lf.select("_row", pl.col("_path").cast(pl.Categorical), "copy_of"), marks(lf)])
+    base = base.join(found, on="_row", how="left", suffix="_want")
+    own = pl.col("_path").cast(pl.String).is_in(inside)
+    hit = base.filter(own & pl.col("_c").is_not_null()).get_column("_c").unique().implode()
+    want = pl.when(own | pl.col("_c").is_in(hit)).then(pl.col("copy_of_want")).otherwise(pl.col("copy_of"))
+    base = base.select("_row", "_path", want.alias("_want"), pl.col("copy_of").ne_missing(want).alias("_changed"))
+    stale = base.filter(pl.col("_changed")).get_column("_path").cast(pl.String).unique().to_list()
+    if not stale:
+        return 0
+    by_uri = {store.uri(f): f for f in files}
+    replaced, temps = [], []
+    for uri in sorted(stale):
+        old = by_uri[uri]
+        marks_of = base.filter(pl.col("_path").cast(pl.String) == uri).sort("_row").get_column("_want")
+        df = store.scan_files([old]).collect().with_columns(marks_of.alias("copy_of"))
+        temps.append(store._write_file(df, old.parent, _renamed(old.name), compacted=old.name.startswith("c-"),
+                                       durable=False))
+        replaced.append(old)
+    store.table.replace(replaced, store.durable(temps))
+    return len(replaced)
+
+
+def _near(source: str, day: str, touched: set[tuple[str, str]]) -> bool:
+    """Whether a partition is read to mark ``touched``: one of them, a day next to one of its
+    source's, its source's rows without a time, or any of its source's days when those were touched."""
+    days = {d for s, d in touched if s == source}
+    if not days:
+        return False
+    if day == UNKNOWN_DATE or UNKNOWN_DATE in days or day in days:
+        return True
+    d = date.fromisoformat(day)
+    return (d - timedelta(days=1)).isoformat() in days or (d + timedelta(days=1)).isoformat() in days
+
+
+def _renamed(name: str) -> str:
+    """A new unique name for a file rewritten with new marks, of the same kind (and, for a compacted
+    file, the same place in name order)."""
+    parts = Path(name).stem.split("-")
+    if parts[0] == "c" and len(parts) == 4:
+        return f"c-{parts[1]}-{uuid.uuid4().hex[:8]}-{parts[3]}.parquet"
+    return f"{parts[0]}-{uuid.uuid4().hex}.parquet"
+
+
+def _marked_version(store) -> int | None:
+    try:
+        return int(json.loads(store.place.read_bytes(store.root / MARKED))["version"])
+    except (FileNotFoundError, ValueError, KeyError, TypeError):  # never marked, or damaged: mark everything
+        return None

@@ -1,0 +1,191 @@
+"""Copies visible outside observe: every row's ``copy_of`` agrees with what observe reads once, so that
+DuckDB and polars over the Delta table count with ``WHERE copy_of IS NULL`` exactly what observe counts,
+after each ingest (a later input can turn older rows into copies), after compaction (which drops
+duplicates), across midnight, and on a table an older observe wrote without the column."""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import duckdb
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable
+from typer.testing import CliRunner
+
+from observe import ingest as ingest_module
+from observe.cli import app
+from observe.store import Store
+from observe.store.copy_marks import MARKED
+from observe.store.table import LOG_DIR, table_schema
+
+runner = CliRunner()
+XID = "NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+LINK = "mlx5_core 0000:1a:00.0 mlx5_0: Port: 1 Link DOWN"
+
+
+def observe_count(store: Path) -> int:
+    """What observe counts: each record once, every source, with or without a time."""
+    result = runner.invoke(app, ["query", "--store", str(store), "--count-by", "source", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    return sum(json.loads(line)["events"] for line in result.stdout.splitlines())
+
+
+def outside_counts(store: Path) -> dict[str, int]:
+    """What DuckDB (over delta-rs's dataset) and polars' scan_delta count with the copy filter, and all rows."""
+    table = str(store / "events")
+    events = DeltaTable(table).to_pyarrow_dataset()  # noqa: F841 - DuckDB finds it by name
+    return {"duckdb": duckdb.sql("SELECT count(*) FROM events WHERE copy_of IS NULL").fetchall()[0][0],
+            "polars": pl.scan_delta(table).filter(pl.col("copy_of").is_null()).select(pl.len()).collect().item(),
+            "rows": DeltaTable(table).count()}
+
+
+def agree(store: Path) -> dict[str, int]:
+    n, seen = observe_count(store), outside_counts(store)
+    assert (seen["duckdb"], seen["polars"]) == (n, n), (n, seen)
+    return seen
+
+
+def ingest(store: Path, *args: str) -> None:
+    result = runner.invoke(app, ["ingest", *args, "--store", str(store)])
+    assert result.exit_code == 0, result.output
+
+
+def stamp(t: datetime) -> str:
+    return f"{t:%b} {t.day:2d} {t:%H:%M:%S}"
+
+
+def kernel_logs(logs: Path, boot: datetime, records: list[tuple[float, str]]) -> None:
+    """One node's kernel records in dmesg (uptime stamps) and, as rsyslog relays them, in its syslog."""
+    logs.mkdir(parents=True, exist_ok=True)
+    (logs / "dmesg").write_text("".join(f"[{up:12.6f}] {text}\n" for up, text in records))
+    (logs / "syslog").write_text("".join(f"{stamp(boot + timedelta(seconds=up))} gpu001 kernel: [{up:12.6f}] {text}\n"
+                                         for up, text in records))
+
+
+def test_a_later_trusted_input_turns_the_stored_rows_into_copies(tmp_path: Path) -> None:
+    """The syslog comes first and its rows are the records; dmesg (the kernel's own log) comes next and
+    wins: the syslog's rows, stored by the earlier run, now name dmesg's input."""
+    boot = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(hours=3)
+    kernel_logs(tmp_path / "logs", boot, [(9000.000001, XID), (9000.4, XID), (9100.5, LINK)])
+    store = tmp_path / "store"
+    ingest(store, str(tmp_path / "logs" / "syslog"))
+    assert agree(store) == {"duckdb": 3, "polars": 3, "rows": 3}
+    ingest(store, str(tmp_path / "logs" / "dmesg"), "--source", "kernel", "--node", "gpu001",
+           "--boot-time", boot.isoformat())
+    assert agree(store) == {"duckdb": 3, "polars": 3, "rows": 6}
+    rows = pl.scan_delta(str(store / "events")).select("file_id", "copy_of", "program").collect()
+    dmesg = rows.filter(pl.col("copy_of").is_null()).get_column("file_id").unique().to_list()
+    assert len(dmesg) == 1 and rows.filter(pl.col("copy_of").is_not_null()).get_column("copy_of").unique().to_list() == dmesg
+    result = runner.invoke(app, ["compact", "--store", str(store)])
+    assert result.exit_code == 0, result.output
+    assert agree(store) == {"duckdb": 3, "polars": 3, "rows": 6}
+
+
+def test_a_copy_pair_across_midnight_is_marked_when_only_the_later_day_is_ingested(tmp_path: Path) -> None:
+    """A record the syslog stamped 23:59:59 and dmesg dates 00:00:00.6 the next day: the second run adds
+    to the later day only, yet the first day's syslog row becomes the copy."""
+    midnight = datetime(2026, 11, 20, tzinfo=timezone.utc)
+    boot = midnight - timedelta(seconds=10_000)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "syslog").write_text(f"{stamp(midnight - timedelta(seconds=1))} gpu001 kernel: {XID}\n")
+    (logs / "dmesg").write_text(f"[{10_000.6:12.6f}] {XID}\n")
+    store = tmp_path / "store"
+    ingest(store, str(logs / "syslog"), "--year", "2026")
+    ingest(store, str(logs / "dmesg"), "--source", "kernel", "--node", "gpu001", "--boot-time", boot.isoformat())
+    days = pl.scan_delta(str(store / "events")).select("date", "copy_of").collect().sort("date")
+    assert days.get_column("date").to_list() == ["2026-11-19", "2026-11-20"]
+    assert days.get_column("copy_of").is_null().to_list() == [False, True]
+    assert agree(store) == {"duckdb": 1, "polars": 1, "rows": 2}
+
+
+def test_the_demos_store_counts_the_same_in_every_engine_after_ingest_and_compaction(tmp_path: Path) -> None:
+    """The demo keeps every node's kernel lines in dmesg and in its syslog."""
+    result = runner.invoke(app, ["demo", "--dir", str(tmp_path), "--nodes", "16", "--hours", "24",
+                                 "--end", "2026-11-20T00:00"])
+    assert result.exit_code == 0, result.output
+    store = tmp_path / "store"
+    seen = agree(store)
+    assert seen["rows"] - seen["duckdb"] >= 100  # there are copies to leave out
+    result = runner.invoke(app, ["compact", "--store", str(store)])
+    assert result.exit_code == 0, result.output
+    assert agree(store) == seen
+
+
+def test_a_compaction_holding_the_store_marks_what_an_ingest_could_not(tmp_path: Path, monkeypatch) -> None:
+    boot = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(hours=3)
+    kernel_logs(tmp_path / "logs", boot, [(9000.0, XID), (9100.5, LINK)])
+    store = tmp_path / "store"
+    ingest(store, str(tmp_path / "logs" / "dmesg"), "--source", "kernel", "--node", "gpu001",
+           "--boot-time", boot.isoformat())
+    monkeypatch.setattr(ingest_module, "MARK_WAIT_S", 0.0)
+    with Store(store).lock("compact"):
+        result = runner.invoke(app, ["ingest", str(tmp_path / "logs" / "syslog"), "--store", str(store)])
+    assert result.exit_code == 0 and "marked when it ends" in result.output, result.output
+    assert outside_counts(store)["duckdb"] == 4  # the syslog's copies are not marked yet
+    result = runner.invoke(app, ["compact", "--store", str(store)])
+    assert result.exit_code == 0, result.output
+    assert agree(store) == {"duckdb": 2, "polars": 2, "rows": 4}
+
+
+def test_a_table_an_older_observe_wrote_gains_the_column_and_its_marks(tmp_path: Path) -> None:
+    """Files and a log without ``copy_of`` (as observe wrote them before it): the next ingest adds the
+    column to the table's schema, keeps its properties, and marks the old rows too."""
+    from deltalake import Schema
+    from deltalake.transaction import AddAction, create_table_with_add_actions
+
+    boot = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(hours=3)
+    kernel_logs(tmp_path / "logs", boot, [(9000.0, XID), (9000.5, XID), (9100.5, LINK)])
+    store = tmp_path / "store"
+    ingest(store, str(tmp_path / "logs" / "syslog"))
+    ingest(store, str(tmp_path / "logs" / "dmesg"), "--source", "kernel", "--node", "gpu001",
+           "--boot-time", boot.isoformat())
+    events = store / "events"
+    adds = pl.DataFrame(DeltaTable(str(events)).get_add_actions(flatten=True)).to_dicts()
+    for add in adds:  # the files and the table as an older observe left them
+        path = events / add["path"]
+        pq.write_table(pq.read_table(path).drop_columns(["copy_of"]), path)
+    for f in (events / LOG_DIR).iterdir():
+        f.unlink()
+    (events / LOG_DIR).rmdir()
+    (store / MARKED).unlink()
+    old = table_schema()
+    old = old.remove(old.get_field_index("copy_of"))
+    create_table_with_add_actions(
+        str(events), Schema.from_arrow(old),
+        [AddAction(a["path"], (events / a["path"]).stat().st_size, {"source": a["partition.source"],
+                   "date": a["partition.date"]}, a["modification_time"], True,
+                   json.dumps({"numRecords": a["num_records"]})) for a in adds],
+        mode="ignore", partition_by=["source", "date"],
+        configuration={"delta.deletedFileRetentionDuration": "interval 600 seconds"})
+    assert "copy_of" not in DeltaTable(str(events)).schema().to_arrow().names
+    kernel_logs(tmp_path / "more", boot, [(9500.0, LINK)])
+    ingest(store, str(tmp_path / "more" / "syslog"))
+    table = DeltaTable(str(events))
+    assert "copy_of" in table.schema().to_arrow().names
+    assert table.metadata().configuration == {"delta.deletedFileRetentionDuration": "interval 600 seconds"}
+    assert agree(store) == {"duckdb": 4, "polars": 4, "rows": 7}
+
+
+def test_after_compaction_drops_a_duplicate_the_marks_keep_the_row_observe_keeps(tmp_path: Path) -> None:
+    """Input ``z`` held a record twice (the same line at the same offset, stored twice) and won over
+    ``a``'s copy by its count; compaction drops the duplicate, the inputs tie, and ``a`` (the smaller
+    id) is what observe keeps: the marks follow."""
+    from observe.copies import one_per_record
+    from observe.schema import conform
+
+    at = datetime(2026, 11, 20, 10, tzinfo=timezone.utc)
+    row = {"ts": at, "node": "gpu001", "source": "kernel", "message": XID, "raw": f"kernel: {XID}", "route": "syslog"}
+    store = Store(tmp_path / "store")
+    store.write(conform(pl.DataFrame([{**row, "file_id": "z", "offset": 0}])))
+    store.write(conform(pl.DataFrame([{**row, "file_id": "z", "offset": 0}, {**row, "file_id": "a", "offset": 7}])))
+    store.mark_copies()
+    kept = pl.scan_delta(str(store.events)).filter(pl.col("copy_of").is_null()).collect()
+    assert kept.get_column("file_id").to_list() == ["z", "z"]
+    store.compact_many(store.partitions(), min_segments=1)
+    ours = one_per_record(store.scan()).collect().get_column("file_id").to_list()
+    kept = pl.scan_delta(str(store.events)).filter(pl.col("copy_of").is_null()).collect()
+    assert ours == ["a"] and kept.get_column("file_id").to_list() == ours
