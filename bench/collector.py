@@ -80,7 +80,7 @@ def stored(tmp: Path) -> pl.Series:
     """The bench lines in the central store, once it committed what was shipped (as `observe compact`
     does every few minutes in a fleet; here at once, so the latency is the collector's alone)."""
     central = Store(tmp / "central")
-    central.adopt()
+    central.incoming.adopt()
     df = central.scan().select("message").collect()
     return df.get_column("message").str.extract(r"bench line (\d+) ").drop_nulls().cast(pl.Int64)
 

@@ -37,7 +37,7 @@ import json, sys, time
 from observe.store import Store
 s = Store(sys.argv[1])
 t = time.perf_counter()
-done = s.compact_many(s.partitions(), file_rows=int(sys.argv[2]))
+done = s.compactor.compact_many(s.partitions(), file_rows=int(sys.argv[2]))
 print(json.dumps({"s": time.perf_counter() - t, "replaced": sum(n for n, _ in done),
                   "rows": sum(r for _, r in done), "files": len(s.files(undated=True))}))
 """

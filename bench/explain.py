@@ -55,7 +55,7 @@ def main() -> None:
         print(f"  {summary.stored:,} events stored in {time.perf_counter() - t:.0f}s; compacting ...", flush=True)
         t = time.perf_counter()
         for partition in store.partitions():  # what a long-running store looks like: compacted, indexed
-            store.compact(partition)
+            store.compactor.compact(partition)
         jobs.write_index(store)
         print(f"  compacted and indexed in {time.perf_counter() - t:.0f}s", flush=True)
         truth_file.write_text(json.dumps(manifest.incidents))

@@ -75,8 +75,8 @@ def build(dir_: Path, nodes: int, days: int) -> dict:
         copies = [_copy(templates[(d + g) % TEMPLATES], d, g, groups, fault_kinds if thin else []) for g in range(groups)]
         store.write(pl.concat(copies))
         print(f"  day {d + 1}/{days} written ({time.perf_counter() - began:.0f} s)", flush=True)
-    store.compact_many(store.partitions(), min_segments=1)
-    store.vacuum(grace_s=0)
+    store.compactor.compact_many(store.partitions(), min_segments=1)
+    store.upkeep.vacuum(grace_s=0)
     jobs.write_index(store)
     last = days - 1  # jobs of the last day's copies, to explain
     picks = [(str(int(job) + (last * groups + g) * JOB_STRIDE), kind, str(datetime.fromisoformat(ts) + timedelta(days=last)))

@@ -510,9 +510,11 @@ def _lit(ts: datetime) -> pl.Expr:
 def run_events(store: Store, run: Run, before: timedelta, after: timedelta, elsewhere: frozenset[str] = frozenset()
                ) -> pl.DataFrame:
     """Every event on the run's nodes from ``before`` its start to ``after`` its end, plus the job's
-    own output and records (whatever their node). Lines without a time of their own (NCCL INFO,
-    tracebacks) take the time of the next stamped line in the same file, else the run's end, else
-    the previous stamped line (column ``approx`` says so): a bound that never puts them too early.
+    own output and records (whatever their node). A line without a time of their own (NCCL INFO,
+    a traceback) was printed after the stamped line before it in the same file (or the run's start)
+    and before the next one (else the run's end): column ``approx`` says so, ``printed_after`` holds
+    the first bound (what the timeline shows: the user's reading of the file), and ``ts`` the second,
+    which the model weighs, so that a line is never taken for earlier than it may have been.
     It also keeps a requeued job's earlier runs out, and the lines of its output that name a node only its other runs
     had (``elsewhere``: srun's "Node failure on gpu009" of the run before, printed after that run's last stamp)."""
     anchor_lo, anchor_hi = run.start or run.end, run.end or run.start
@@ -520,9 +522,12 @@ def run_events(store: Store, run: Run, before: timedelta, after: timedelta, else
     until = anchor_hi + after if anchor_hi else None
     end = pl.lit(run.end, dtype=pl.Datetime("us", "UTC"))
     placed = pl.coalesce("ts", pl.col("ts").backward_fill().over("file_id"), end, pl.col("ts").forward_fill().over("file_id"))
+    start = pl.lit(run.start, dtype=pl.Datetime("us", "UTC"))
+    printed_after = pl.when(pl.col("ts").is_null()).then(
+        pl.min_horizontal(pl.max_horizontal(pl.col("ts").forward_fill().over("file_id"), start), placed))
     # the job's output: its stamped lines near the run, and its unstamped ones (placed between them)
     mine = (search(store, since=since, until=until, job=run.job_id, undated=True)
-            .sort("file_id", "offset").with_columns(placed.alias("_at")))
+            .sort("file_id", "offset").with_columns(placed.alias("_at"), printed_after.alias("printed_after")))
     inside = pl.col("_at").is_null()
     own_since = (run.start - timedelta(minutes=1) if run.start else since) if since is not None else None
     if since is not None and until is not None:  # the job's own output starts with its run, not before
@@ -535,8 +540,9 @@ def run_events(store: Store, run: Run, before: timedelta, after: timedelta, else
         pl.coalesce(pl.when(claimed.is_in(run.nodes or [])).then(claimed), "node").alias("node")).drop("_at")
     earlier = (pl.col("job_id") == run.job_id) & (pl.col("ts") < own_since) if since is not None else pl.lit(False)
     on_nodes = (search(store, since=since, until=until, nodes=run.nodes or None)  # not the job's earlier runs' lines
-                .filter(~earlier.fill_null(False)).with_columns(pl.lit(False).alias("approx")))
-    return (pl.concat([on_nodes, mine]).unique(subset=["file_id", "offset", "kind"], keep="first", maintain_order=True)
+                .filter(~earlier.fill_null(False))
+                .with_columns(pl.lit(False).alias("approx"), pl.lit(None, pl.Datetime("us", "UTC")).alias("printed_after")))
+    return (pl.concat([on_nodes, mine], how="diagonal").unique(subset=["file_id", "offset", "kind"], keep="first", maintain_order=True)
             .collect())
 
 
@@ -692,12 +698,16 @@ def missing(events: pl.DataFrame, run: Run) -> list[str]:
 
 def timeline(events: pl.DataFrame, causes: Causes, rows: int = 60) -> list[dict]:
     """The evidence, oldest first: every non-``log`` event, repeats of a kind on a node within a
-    second folded into one row with a count."""
+    second folded into one row with a count. A line without a time of its own is shown at the stamped
+    line before it (``approx``: printed after then, and before the next stamped line)."""
     ev = events.filter(~pl.col("kind").is_in(["log", "unparsed", "nccl_comm_init"]), pl.col("ts").is_not_null())
     if ev.is_empty():
         return []
-    ev = ev.sort("ts").with_columns(pl.col("ts").dt.truncate("1s").alias("_sec"))
-    folded = (ev.group_by("_sec", "node", "kind", maintain_order=True)
+    approx = pl.col("approx").fill_null(False) if "approx" in ev.columns else pl.lit(False)
+    shown = pl.coalesce("printed_after", "ts") if "printed_after" in ev.columns else pl.col("ts")
+    ev = (ev.with_columns(shown.alias("ts"), approx.alias("approx")).sort("ts")
+          .with_columns(pl.col("ts").dt.truncate("1s").alias("_sec")))
+    folded = (ev.group_by("_sec", "node", "kind", "approx", maintain_order=True)
               .agg(pl.col("ts").first(), pl.col("source").first(), pl.col("severity").first(),
                    pl.col("code").first(), pl.col("gpu").first(), pl.col("rank").n_unique().alias("ranks"),
                    pl.len().alias("count"), pl.col("message").first().str.split("\n").list.first().alias("message"))

@@ -67,11 +67,11 @@ def report(e: Explanation) -> list[str]:
             lines.append(f"  {when(u['ts'], '%m-%d %H:%M:%S')}  {where:10} {u['source'] or '-':7} x{u['count']:<5} "
                          f"{first_line(u['message'])[:110]}")
     if e.timeline:
-        lines += ["", "TIMELINE (UTC)"]
+        lines += ["", "TIMELINE (UTC; ~ a line without a time of its own, printed after then)"]
         for t in e.timeline:
             code = f" {t['code']}" if t["code"] is not None else ""
             many = f"  x{t['count']}" + (f" ({t['ranks']} ranks)" if t["ranks"] > 1 else "") if t["count"] > 1 else ""
-            lines.append(f"  {when(t['ts'], '%m-%d %H:%M:%S')}  {t['node'] or '-':10} {t['source']:7} "
+            lines.append(f"  {when(t['ts'], '%m-%d %H:%M:%S')}{'~' if t.get('approx') else ' '} {t['node'] or '-':10} {t['source']:7} "
                          f"{t['kind'] + code:28}{many}  {(t['message'] or '')[:110]}")
     return lines
 

@@ -57,7 +57,7 @@ def shared() -> Iterator[Path]:
 def shipped(path: Path) -> Store:
     """The central store a collector shipped to, once it committed what was shipped (as `observe compact` does)."""
     store = Store(path)
-    store.adopt()
+    store.incoming.adopt()
     return store
 
 
@@ -66,5 +66,5 @@ def committed(store: Store | Path) -> Store:
     its ``incoming/`` (:meth:`Store.adopt`)."""
     store = store if isinstance(store, Store) else Store(store)
     with store.lock("compact", wait_s=30):
-        store.adopt()
+        store.incoming.adopt()
     return store

@@ -1,5 +1,5 @@
 """The shape of the code, checked: layers that import only downwards (docs/architecture.md), no import
-cycles among the project's modules, no module importing another's private name, and collectors sealed
+cycles among the project's modules, no class over ~300 lines, no module importing another's private name, and collectors sealed
 (a collector imports the contract and the package's private helper modules, never another collector).
 Read from the source with ``ast``, nothing imported.
 
@@ -152,6 +152,16 @@ def test_no_import_cycles_but_the_known_ones() -> None:
     gone = [sorted(c) for c in KNOWN_CYCLES if c not in found]
     assert not new, f"import cycles: {new}"
     assert not gone, f"no longer a cycle, take it off KNOWN_CYCLES: {gone}"
+
+
+CLASS_LINES = 310  # about 300: a class that holds more holds more than one responsibility
+
+
+def test_no_class_holds_more_than_about_300_lines() -> None:
+    long = {f"{name}.{node.name}": node.end_lineno - node.lineno + 1 for name, path in MODULES.items()
+            for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ClassDef)
+            and node.end_lineno - node.lineno + 1 > CLASS_LINES}
+    assert not long, long
 
 
 def test_no_module_imports_a_private_name_of_another() -> None:

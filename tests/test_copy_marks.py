@@ -182,10 +182,10 @@ def test_after_compaction_drops_a_duplicate_the_marks_keep_the_row_observe_keeps
     store = Store(tmp_path / "store")
     store.write(conform(pl.DataFrame([{**row, "file_id": "z", "offset": 0}])))
     store.write(conform(pl.DataFrame([{**row, "file_id": "z", "offset": 0}, {**row, "file_id": "a", "offset": 7}])))
-    store.mark_copies()
+    store.compactor.mark_copies()
     kept = pl.scan_delta(str(store.events)).filter(pl.col("copy_of").is_null()).collect()
     assert kept.get_column("file_id").to_list() == ["z", "z"]
-    store.compact_many(store.partitions(), min_segments=1)
+    store.compactor.compact_many(store.partitions(), min_segments=1)
     ours = one_per_record(store.scan()).collect().get_column("file_id").to_list()
     kept = pl.scan_delta(str(store.events)).filter(pl.col("copy_of").is_null()).collect()
     assert ours == ["a"] and kept.get_column("file_id").to_list() == ours

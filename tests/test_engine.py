@@ -105,8 +105,8 @@ def test_compaction_on_ray_writes_what_the_embedded_compaction_writes(tmp_path: 
     for s in (here, there):
         ingest_inputs(inputs, s, workers=2)
     assert len(here.partitions()) >= 6
-    here.compact_many(here.partitions())
-    here.vacuum(grace_s=0)
+    here.compactor.compact_many(here.partitions())
+    here.upkeep.vacuum(grace_s=0)
     done = subprocess.run([sys.executable, "-m", "observe.cli", "compact", "--engine", "ray", "--grace", "0s",
                            "--store", str(there.root)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

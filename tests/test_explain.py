@@ -341,3 +341,27 @@ def test_one_silent_rank_of_eight_names_its_node() -> None:
     silent = ranked.filter(pl.col("message").str.contains("never reported")).row(0, named=True)
     assert (silent["node"], silent["rank"]) == ("gpu003", 19), ranked.head(3)
     assert "1 rank(s) on gpu003 never reported the timeout that 31 other ranks reported" == silent["message"]
+
+
+def test_a_line_without_a_time_is_shown_after_the_stamped_line_before_it(store) -> None:
+    """A job's output: a stamped step log at -600 s, then an exception with no time of its own and nothing stamped
+    after it; the job ended at +60 s. The timeline shows the exception at -600 s, marked as printed after then
+    (``approx``; ``~`` in text), where the user reading the file sees it; the model still weighs it at the latest
+    time it may have had (the job's end), so it is never taken for earlier than it may have been."""
+    out = [ev("log", None, -600, "nccl", job_id="9", message="step 4200 loss 1.93"),
+           ev("python_exception", None, None, "nccl", rank=0, job_id="9",
+              message="RuntimeError: CUDA error: an illegal memory access was encountered")]
+    for i, row in enumerate(out):
+        row["offset"], row["file_id"] = i, "slurm-9.out"
+    records = [ev("slurm_job_start", "ctl1", -1000, "slurm", job_id="9", attrs={"nodes": "gpu001"}),
+               ev("slurm_job_end", "ctl1", 60, "slurm", job_id="9", attrs={"state": "FAILED"})]
+    for i, row in enumerate(records):
+        row["offset"], row["file_id"] = i, "slurmctld"
+    store.write(frame(out + records))
+    result = explain(store, "9")
+    [shown] = [t for t in result.timeline if t["kind"] == "python_exception"]
+    assert shown["ts"] == T - timedelta(seconds=600) and shown["approx"] is True
+    [weighed] = [c for c in result.candidates if c["kind"] == "python_exception"]
+    assert weighed["ts"] == T + timedelta(seconds=60)
+    text = "\n".join(report(result))
+    assert re.search(r"11-22 11:50:00~ .*python_exception", text), text

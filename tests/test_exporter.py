@@ -81,14 +81,14 @@ def test_counts_follow_new_segments_compaction_and_expiry(tmp_path):
 
     # compaction: its commit adds no new data: nothing counted twice, no rescan
     for part in store.partitions():
-        store.compact(part, min_segments=1)
+        store.compactor.compact(part, min_segments=1)
     assert m.refresh() == 0 and m.rescans == 0
     assert {k: v for k, v in samples(m).items() if k[0] in COUNTED} == fresh_counts(store)
 
     # a segment written and compacted away between two refreshes is still counted (it outlives the grace)
     kernel(store, "gpu003", xid(48, "An uncorrectable double bit error (DBE) has been detected."))
     for part in store.partitions(sources=["kernel"]):
-        store.compact(part, min_segments=1)
+        store.compactor.compact(part, min_segments=1)
     assert m.refresh() == 1 and m.rescans == 0
     got = samples(m)
     assert got[("observe_gpu_xid_total", ("action", "reset_gpu"), ("code", "48"), ("node", "gpu003"))] == 1
@@ -97,15 +97,15 @@ def test_counts_follow_new_segments_compaction_and_expiry(tmp_path):
     # ... unless it is already gone (the exporter was down past the grace period): count all again
     kernel(store, "gpu004", xid(79))
     for part in store.partitions(sources=["kernel"]):
-        store.compact(part, min_segments=1)
-    store.vacuum(grace_s=0)
+        store.compactor.compact(part, min_segments=1)
+    store.upkeep.vacuum(grace_s=0)
     m.refresh()
     assert m.rescans == 1
     assert {k: v for k, v in samples(m).items() if k[0] in COUNTED} == fresh_counts(store)
 
     # expiry: the store shrinks, counters keep what they counted
     before = samples(m)
-    store.expire("2100-01-01")
+    store.upkeep.expire("2100-01-01")
     m.refresh()
     after = samples(m)
     left = {p.source for p in store.partitions()}

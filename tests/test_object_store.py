@@ -137,7 +137,7 @@ def test_reingest_adds_nothing_and_compaction_retention_keep_the_count(server: s
     expected = kept.collect().item() + undated.collect().item()
     # the two days of logs, and before them the nodes' boots (their dmesg, dated once the directories named the nodes)
     assert days[-2:] == ["2026-03-01", "2026-03-02"] and all(d < "2026-03-01" for d in days[:-2])
-    assert Store(remote).expire(days[-1]) and _count(Store(remote)) == expected < before
+    assert Store(remote).upkeep.expire(days[-1]) and _count(Store(remote)) == expected < before
 
 
 def test_collectors_ship_to_the_object_store_and_compact_commits_it(server: str, logs: Path, tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from conftest import CORPUS, parse_file
 from observe.ingest import ingest
 from observe.schema import FIELDS
 from observe.store import Store, StoreBusy
+from observe.store.compactor import Compactor
 from observe.store.table import ORPHAN_HOURS
 
 REAL = CORPUS / "real"
@@ -72,14 +73,14 @@ def test_compaction_keeps_rows_identical(store: Store) -> None:
     before = _rows(store)
     part = next(p for p in store.partitions() if len(store.segments(p.path)) > 1)
     segs = store.segments(part.path)
-    replaced, rows = store.compact(part)
+    replaced, rows = store.compactor.compact(part)
     assert replaced > 1 and len(store.segments(part.path)) == 1
     after = _rows(store)
     assert after.equals(before)
     rows = pl.read_parquet(store.segments(part.path)[0])
     assert rows.equals(rows.sort("file_id", "offset"))  # in input order: each input's lines together
     assert all(s.exists() for s in segs)  # replaced segments outlive the grace period ...
-    assert store.compact(part) is None and store.vacuum(grace_s=0)  # ... and go at a vacuum after it
+    assert store.compactor.compact(part) is None and store.upkeep.vacuum(grace_s=0)  # ... and go at a vacuum after it
     assert not any(s.exists() for s in segs) and len(list(part.path.glob("*.parquet"))) == 1
 
 
@@ -94,7 +95,7 @@ def test_compaction_drops_a_last_line_stored_while_it_was_written(store: Store, 
     ingest([str(log)], store)
     assert _rows(store).height == 4  # until compaction, both texts of that offset
     for part in store.partitions():
-        store.compact(part, min_segments=1)
+        store.compactor.compact(part, min_segments=1)
     rows = _rows(store)
     assert rows.get_column("message").to_list() == [
         "first", "NVRM: Xid (PCI:0000:2a:00): 79, pid=2, GPU has fallen off the bus.", "next"]
@@ -105,7 +106,7 @@ def test_compaction_in_bounded_time_slices(store: Store) -> None:
         ingest([log], store)
     before = _rows(store)
     for part in store.partitions():
-        store.compact(part, min_segments=1, file_rows=5)
+        store.compactor.compact(part, min_segments=1, file_rows=5)
     assert _rows(store).equals(before)
     part = max((p for p in store.partitions() if p.date != "unknown"),
                key=lambda p: sum(pq.read_metadata(f).num_rows for f in store.segments(p.path)))
@@ -129,19 +130,19 @@ def test_compaction_merges_only_new_segments_and_small_files(store: Store, tmp_p
     log.write_text("".join(lines[:40]))
     ingest([str(log)], store)
     [part] = store.partitions()
-    store.compact(part, min_segments=1, file_rows=10)
+    store.compactor.compact(part, min_segments=1, file_rows=10)
     first = _live_files(store, part)
     sizes = {f: pq.read_metadata(f).num_rows for f in first}
     assert sorted(sizes.values()) == [10, 10, 10, 10]
     with log.open("a") as f:
         f.write("".join(lines[40:]))
     ingest([str(log)], store)
-    replaced, rows = store.compact(part, file_rows=10)
+    replaced, rows = store.compactor.compact(part, file_rows=10)
     assert (replaced, rows) == (1, 20)  # the new segment alone: no settled file was read again
     after = _live_files(store, part)
     assert first <= after and len(after) == 6
     assert _rows(store).get_column("message").to_list() == [line.split(": ", 1)[1].strip() for line in lines]
-    assert store.compact(part, file_rows=10) is None  # nothing new, every file settled
+    assert store.compactor.compact(part, file_rows=10) is None  # nothing new, every file settled
 
 
 def test_a_settled_file_holding_a_cut_line_is_merged_with_the_whole_one(store: Store, tmp_path: Path) -> None:
@@ -152,7 +153,7 @@ def test_a_settled_file_holding_a_cut_line_is_merged_with_the_whole_one(store: S
     out.write_text("gpu001:11:11 [0] NCCL INFO Bootstrap : Using eth0\ngpu001:11:11 [0] NCCL INFO NET/IB : No device")
     ingest([str(log), str(out)], store)
     for part in store.partitions():
-        store.compact(part, min_segments=1, file_rows=2)
+        store.compactor.compact(part, min_segments=1, file_rows=2)
     assert sorted(p.date == "unknown" for p in store.partitions()) == [False, True]
     with log.open("a") as f:
         f.write("2, GPU has fallen off the bus.\nNov 24 10:00:02 gpu001 kernel: next\n")
@@ -160,7 +161,7 @@ def test_a_settled_file_holding_a_cut_line_is_merged_with_the_whole_one(store: S
         f.write(" found\ngpu001:11:11 [0] NCCL INFO Using network Socket\n")
     ingest([str(log), str(out)], store)
     for part in store.partitions():
-        replaced, _ = store.compact(part, file_rows=2)
+        replaced, _ = store.compactor.compact(part, file_rows=2)
         assert replaced == 2  # the new segment and the settled file holding the cut line
     messages = _rows(store).get_column("message").to_list()
     assert "NVRM: Xid (PCI:0000:2a:00): 79, pid=2, GPU has fallen off the bus." in messages
@@ -184,9 +185,9 @@ def test_an_undated_partition_is_compacted_in_batches_read_once(store: Store, tm
     segments = store.segments(part.path)
     assert len(segments) == 14
     read: list[Path] = []
-    rewrite = Store._rewrite
-    monkeypatch.setattr(Store, "_rewrite", lambda self, d, segs, n: read.extend(segs) or rewrite(self, d, segs, n))
-    replaced, rows_written = store.compact(part, file_rows=20)
+    rewrite = Compactor.rewrite
+    monkeypatch.setattr(Compactor, "rewrite", lambda self, d, segs, n: read.extend(segs) or rewrite(self, d, segs, n))
+    replaced, rows_written = store.compactor.compact(part, file_rows=20)
     assert replaced == 14 and sorted(read) == sorted(segments)  # each segment read by one rewrite
     assert rows_written == before.height == 12 * 8 + 8
     assert _rows(store).equals(before)
@@ -200,7 +201,7 @@ def test_what_retention_dropped_is_not_stored_again(store: Store, tmp_path: Path
     nothing retention dropped: no record before its cutoff, and no record without a time from a file
     last written before it; a file written since keeps its lines without a time."""
     today = datetime.now(timezone.utc).strftime("%Y-%m-%d")
-    assert store.expire(today) == [] and store.expired_before().strftime("%Y-%m-%d") == today
+    assert store.upkeep.expire(today) == [] and store.upkeep.expired_before().strftime("%Y-%m-%d") == today
     old, new = tmp_path / "kern.log.4", tmp_path / "slurm-9.out"
     old.write_bytes(Path(LOGS[0]).read_bytes())  # dated lines from past years, and lines without a time
     os.utime(old, (0, 1_600_000_000))
@@ -232,7 +233,7 @@ def test_queries_during_compaction_see_each_record_once(store: Store) -> None:
     rounds = 0
     while reader.poll() is None:
         for part in store.partitions():
-            store.compact(part, min_segments=1, file_rows=5 + rounds % 40)
+            store.compactor.compact(part, min_segments=1, file_rows=5 + rounds % 40)
         rounds += 1
     out, err = reader.communicate()
     assert reader.returncode == 0, err
@@ -247,7 +248,7 @@ def test_one_compaction_at_a_time(store: Store) -> None:
     try:
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(StoreBusy):
-            store.compact(store.partitions()[0], min_segments=1)
+            store.compactor.compact(store.partitions()[0], min_segments=1)
     finally:
         holder.kill()
         holder.wait()
@@ -262,14 +263,14 @@ def test_a_compaction_that_crashed_before_its_commit_changes_nothing(store: Stor
     part = max(store.partitions(), key=lambda p: len(store.segments(p.path)))
     segs = store.segments(part.path)
     df = pl.read_parquet([str(s) for s in segs])
-    [(crashed, _)] = store.durable([store._write_file(df, part.path, "c-crash.parquet", durable=False)])
+    [(crashed, _)] = store.durable([store.write_file(df, part.path, "c-crash.parquet", durable=False)])
     assert _rows(store).equals(before)
-    store.compact(part, min_segments=1)
-    store.vacuum(grace_s=0)
+    store.compactor.compact(part, min_segments=1)
+    store.upkeep.vacuum(grace_s=0)
     assert _rows(store).equals(before) and crashed.exists()  # too young to be sure it is a stray
     old = time.time() - (ORPHAN_HOURS + 1) * 3600
     os.utime(crashed, (old, old))
-    store.vacuum(grace_s=0)
+    store.upkeep.vacuum(grace_s=0)
     assert _rows(store).equals(before) and not crashed.exists()
 
 
@@ -313,7 +314,7 @@ def test_inputs_sharing_a_first_line_lose_nothing(store: Store, tmp_path: Path) 
     assert sorted(rows.get_column("message")) == sorted([banner.strip(), banner.strip(), "NCCL INFO first", "NCCL INFO second"])
     assert again.stored == 0
     for part in store.partitions():
-        store.compact(part, min_segments=1)
+        store.compactor.compact(part, min_segments=1)
     assert _rows(store).height == 4
 
 
@@ -368,7 +369,7 @@ def test_compaction_keeps_one_of_rows_stored_twice(store: Store) -> None:
     store.write(rows)
     assert _rows(store).height == 2 * rows.height
     for part in store.partitions():
-        store.compact(part, min_segments=1)
+        store.compactor.compact(part, min_segments=1)
     assert _rows(store).height == rows.height
 
 

@@ -51,7 +51,7 @@ def test_what_the_store_creates_is_its_owner_and_group_s_alone(tmp_path: Path, m
         store = Store(tmp_path / "store")
         store.write(_events("Xid 79"))
         store.write(_events("Xid 48"))
-        store.compact(store.partitions()[0], min_segments=1)
+        store.compactor.compact(store.partitions()[0], min_segments=1)
         store.table.delete_before("2100-01-01")  # a commit as retention makes it (its files stay for the grace)
         with store.lock("ingest"):
             pass
@@ -137,7 +137,7 @@ def test_a_lock_file_planted_as_a_symlink_is_not_followed(tmp_path: Path, target
         victim.chmod(0o600)
     (store.root / ".compact.lock").symlink_to(victim)
     with pytest.raises(UnsafeStore, match="symlink"):
-        store.compact(store.partitions()[0], min_segments=1)
+        store.compactor.compact(store.partitions()[0], min_segments=1)
     if target == "existing":
         assert victim.read_text() == "root's\n" and stat.S_IMODE(victim.stat().st_mode) == 0o600
     else:

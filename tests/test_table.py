@@ -55,20 +55,20 @@ def test_other_engines_count_what_observe_counts(store: Store) -> None:
     assert sorted(xids.get_column("raw").to_list()) == sorted(ours.get_column("raw").to_list())
 
     for part in store.partitions():  # every step of a compaction: replaced files stay on disk ...
-        store.compact(part, min_segments=1, file_rows=5)
+        store.compactor.compact(part, min_segments=1, file_rows=5)
         assert _agree(store) == n
     on_disk = sum(1 for _ in store.events.rglob("*.parquet"))
     assert on_disk > len(store.files())  # ... but no reader counts them twice
-    assert store.vacuum(grace_s=0) > 0
+    assert store.upkeep.vacuum(grace_s=0) > 0
     assert sum(1 for _ in store.events.rglob("*.parquet")) == len(store.files()) and _agree(store) == n
 
     dated = [p for p in store.partitions() if p.date != "unknown"]
     undated = store.scan().filter(pl.col("ts").is_null()).select(pl.len()).collect().item()
     assert dated and undated
     today = datetime.now(timezone.utc).strftime("%Y-%m-%d")
-    assert store.expire(today) == dated  # undated files written today stay ...
+    assert store.upkeep.expire(today) == dated  # undated files written today stay ...
     assert _agree(store) == undated and all(p.date == "unknown" for p in store.partitions())
-    assert {p.date for p in store.expire("2100-01-01")} == {"unknown"}  # ... until written before the cutoff
+    assert {p.date for p in store.upkeep.expire("2100-01-01")} == {"unknown"}  # ... until written before the cutoff
     assert _agree(store) == 0
     history = [h["operation"] for h in DeltaTable(str(store.events)).history()]
     assert history.count("DELETE") == 1 and "WRITE" in history
@@ -118,14 +118,14 @@ def test_collectors_segments_join_the_table_in_one_central_commit(tmp_path: Path
         target.write_bytes(seg.read_bytes())
     assert _observe_count(central) == 0  # shipped, not yet committed
     version = central.table.snapshot()[0]
-    assert central.adopt() == len(spool.files())
+    assert central.incoming.adopt() == len(spool.files())
     assert central.table.snapshot()[0] == version + 2  # the table's creation, then one commit for all
     assert _agree(central) == rows and not list(inbox.rglob("*.parquet"))
     seg = central.files()[0]  # a collector that crashed after its copy ships the segment again
     again = inbox / seg.relative_to(central.events)
     again.parent.mkdir(parents=True, exist_ok=True)
     again.write_bytes(seg.read_bytes())
-    assert central.adopt() == 0 and _agree(central) == rows
+    assert central.incoming.adopt() == 0 and _agree(central) == rows
 
 
 def test_ingest_and_compaction_at_once_lose_and_repeat_nothing(tmp_path: Path) -> None:
@@ -139,7 +139,7 @@ def test_ingest_and_compaction_at_once_lose_and_repeat_nothing(tmp_path: Path) -
                               stderr=subprocess.PIPE, text=True)
     rounds = 0
     while writer.poll() is None or rounds == 0:
-        store.compact_many(store.partitions(), min_segments=1, file_rows=7 + rounds, wait_s=60)
+        store.compactor.compact_many(store.partitions(), min_segments=1, file_rows=7 + rounds, wait_s=60)
         rounds += 1
     assert writer.wait() == 0, writer.stderr.read()
     assert _agree(store) == expected

@@ -34,7 +34,7 @@ def main() -> None:
         if os.environ.get("OBSERVE_DEBUG"):
             raise
         try:
-            damaged = [f for s in OPENED for f in s.damaged()]  # the likeliest cause: a segment cut short outside observe
+            damaged = [f for s in OPENED for f in s.upkeep.damaged()]  # the likeliest cause: a segment cut short outside observe
         except Exception:  # noqa: BLE001 - the store cannot even be listed: said below
             damaged = []
         if damaged:

@@ -200,9 +200,9 @@ def stats_cmd(store: StoreOpt = None) -> None:
     Slurm hooks delivered that `observe compact` has not committed yet."""
     s = existing_store(open_store(store))
     df = s.stats()
-    if damaged := s.damaged():  # stats reads the log alone: look at the files too
+    if damaged := s.upkeep.damaged():  # stats reads the log alone: look at the files too
         damaged_segments(damaged)
-    if waiting := s.waiting():
+    if waiting := s.incoming.waiting():
         age = (time.time() * 1000 - min(ms for _, ms in waiting)) / 60_000
         out.print(f"{len(waiting)} segment(s) in incoming/ not committed yet, the oldest {age:.0f} min old: "
                   "they are seen once `observe compact` (central, every few minutes) commits them")
@@ -247,7 +247,7 @@ def compact_cmd(
 
     try:
         with s.lock("compact", wait_s=COMPACT_WAIT_S, waiting=busy):
-            adopted = s.adopt()
+            adopted = s.incoming.adopt()
         if adopted:
             out.print(f"committed {adopted} segment(s) collectors and hooks delivered")
         parts = s.partitions()
@@ -256,8 +256,8 @@ def compact_cmd(
         def said(part, done: tuple[int, int]) -> None:
             out.print(f"[{order[part]}/{len(parts)}] {part.source}/{part.date}: {done[0]} segments, {done[1]} rows")
 
-        merged = sum(n for n, _ in s.compact_many(parts, progress=said, pool=run.pool(), wait_s=COMPACT_WAIT_S))
-        gone = s.vacuum(grace_s)
+        merged = sum(n for n, _ in s.compactor.compact_many(parts, progress=said, pool=run.pool(), wait_s=COMPACT_WAIT_S))
+        gone = s.upkeep.vacuum(grace_s)
     except (StoreBusy, EngineError) as exc:
         fail(str(exc))
     out.print(f"compacted {merged} segment(s); deleted {gone} file(s) replaced over {grace} ago or never committed")
@@ -285,7 +285,7 @@ def retention_cmd(
         fail(str(exc))
     cutoff = (datetime.now(timezone.utc) - span).strftime("%Y-%m-%d")
     try:
-        dropped = open_store(store).expire(cutoff, dry_run=dry_run)
+        dropped = open_store(store).upkeep.expire(cutoff, dry_run=dry_run)
     except StoreBusy as exc:
         fail(f"{exc} (a compaction is running: try again when it is done)")
     for p in dropped:
@@ -322,7 +322,7 @@ def repair_cmd(store: StoreOpt = None) -> None:
 
     s = existing_store(open_store(store))
     try:
-        gone = s.repair()
+        gone = s.upkeep.repair()
     except StoreBusy as exc:
         fail(str(exc))
     for f in gone:

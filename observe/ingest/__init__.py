@@ -59,7 +59,7 @@ def ingest_inputs(inputs: list[tuple[str, dict]], store: Store, progress: Callab
                     run_step(step, store, pipe, summary, progress)
         if summary.stored:
             try:
-                store.mark_copies(MARK_WAIT_S)
+                store.compactor.mark_copies(MARK_WAIT_S)
             except StoreBusy:
                 summary.marks_pending = True
         summary.seconds = time.perf_counter() - start

@@ -44,8 +44,8 @@ def _open(summary: Summary, store: Store, pipe: Pipeline, mtime: float, file_id:
     summary.files += 1
     if known is None or again:
         known = store.known(file_id)
-    store.note_inputs([file_id])  # marked with the next segment: one marker file for many inputs
-    cutoff = store.expired_before()
+    store.ledger.note([file_id])  # marked with the next segment: one marker file for many inputs
+    cutoff = store.upkeep.expired_before()
     return ParseInput(file_id, job, known, cutoff, cutoff is not None and mtime < cutoff.timestamp())
 
 

@@ -25,7 +25,6 @@ object store from one host, as a central committer does.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import stat
 import threading
@@ -33,34 +32,31 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from datetime import datetime, timezone
-from itertools import repeat
+from datetime import datetime
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO, Protocol
+from typing import BinaryIO
 
 import polars as pl
 
-from observe.schema import EVENT_SCHEMA, KEY, conform, from_stored, to_stored
-from observe.store.compaction import (COMPACT_FILE_ROWS, COMPACT_GRACE_S, COMPACT_SLICE_BYTES, batches, file_slices,
-                                      rows_in, settled)
-from observe.store import copy_marks
-from observe.store.files import (DIR_MODE, FILE_MODE, UnsafeStore, atomic_file, check_dir, create_file, create_temp,
-                                 fsync_path, open_nofollow, regular_names, store_group, subdirs, write_atomic)
+from observe.schema import EVENT_SCHEMA, conform, from_stored, to_stored
+from observe.store.compaction import COMPACT_GRACE_S
+from observe.store.compactor import Compactor
+from observe.store.files import (DIR_MODE, FILE_MODE, UnsafeStore, atomic_file, check_dir, create_file, create_temp, fsync_path,
+                                 open_nofollow, regular_names, store_group, subdirs, write_atomic)
+from observe.store.incoming import Incoming
+from observe.store.inputs import InputLedger
+from observe.store.layout import (SEGMENT_ORDER, UNKNOWN_DATE, Partition, buffered_parts, no_records, scan_segments,
+                                  split_partitions, write_compacted, write_ingested)
 from observe.store.place import LocalPlace, Place, place_of
-from observe.store.table import LOG_DIR, EventTable, IndexTable, LegacyLayout
-from observe.store.layout import (SEGMENT_ORDER, UNKNOWN_DATE, Partition, write_compacted, write_ingested,
-                                  buffered_parts, no_records, scan_segments, split_partitions,
-                                  superseded_dropped)
-from observe.store.writer import BUFFER_BYTES, COMMIT_SEGMENTS, SEGMENT_ROWS, WRITE_THREADS, SegmentWriter
+from observe.store.table import EventTable, IndexTable, LegacyLayout
+from observe.store.upkeep import Upkeep
+from observe.store.writer import BUFFER_BYTES, SEGMENT_ROWS, WRITE_THREADS, SegmentWriter
 
-# what the rest of observe uses; the package's modules hold the parts (files, layout, compaction, writer)
+# what the rest of observe uses; the package's modules hold the parts (files, layout, the input ledger,
+# incoming segments, compaction, upkeep, the writer)
 __all__ = ["LegacyLayout", "Partition", "SegmentWriter", "Store", "StoreBusy", "UnsafeStore", "atomic_file",
            "buffered_parts", "create_temp", "fsync_path", "no_records", "open_nofollow", "regular_names", "scan_segments",
            "subdirs", "write_atomic"]
-
-RETENTION = "retention.json"  # the last retention's cutoff (expired_before)
-SETTLED_S = 2.0  # an object store's input markers are listed again after this long
-
 
 # lock files of a store in an object store: on this host, root's own (see the module's docstring)
 REMOTE_LOCKS = Path("~/.cache/observe/locks")
@@ -69,9 +65,11 @@ REMOTE_LOCKS = Path("~/.cache/observe/locks")
 class Store:
     """A store rooted at a local directory (created on first write) or at a prefix of an object store.
 
-    Over 300 lines: it is the one object every reader and writer holds, and its methods (write,
-    publish, scan, lock, compact, expire) each keep one of the guarantees above; the parts that need
-    no store (files, layout, compaction's arithmetic, the writer) are in the package's modules."""
+    It writes, lists and reads segments and holds the locks; what else a store does has a class of
+    its own, reached from here: ``ledger`` (which inputs are stored, :mod:`observe.store.inputs`),
+    ``incoming`` (what collectors shipped, :mod:`observe.store.incoming`), ``compactor``
+    (:mod:`observe.store.compactor`) and ``upkeep`` (retention, vacuum, repair,
+    :mod:`observe.store.upkeep`)."""
 
     def __init__(self, root: str | os.PathLike[str]):
         text = str(root)
@@ -97,14 +95,13 @@ class Store:
         self.table = EventTable(self.events, COMPACT_GRACE_S, self._creating, self.place)
         self._indexes: dict[str, IndexTable] = {}
         self._made: set[Path] = set()  # directories made or checked by this process
-        self._marked: set[str] = set()  # inputs this process has marked
-        self._noted: set[str] = set()  # inputs about to be written, marked with the next segment
-        self._mark_lock = threading.Lock()
-        # inputs/ mtime (an object store's: when listed), marker files read, ids
-        self._listed: tuple[float, set[str], set[str]] = (-1, set(), set())
-        self._parsed: tuple[int, list[tuple[str, str, Path]]] = (-1, [])  # _live's, by table version
+        self._parsed: tuple[int, list[tuple[str, str, Path]]] = (-1, [])  # live's, by table version
         self._rows: dict[Path, int] = {}  # rows of the segments written and not yet committed (the commit's statistics)
-        self._cutoff: datetime | None | bool = False  # expired_before's, once read
+        self._rows_lock = threading.Lock()
+        self.ledger = InputLedger(self.place, self.inputs, self.make_dirs)
+        self.incoming = Incoming(self)
+        self.compactor = Compactor(self, rewrite)
+        self.upkeep = Upkeep(self)
 
     def __repr__(self) -> str:
         return f"Store({self.name!r})"
@@ -189,9 +186,9 @@ class Store:
         which is returned: :meth:`publish` it."""
         if "header" not in df.columns:
             df = to_stored(df)
-        self._mark(set(df.get_column("file_id").unique().drop_nulls().to_list()))
+        self.ledger.mark(set(df.get_column("file_id").unique().drop_nulls().to_list()))
         top = self.inbox if inbox else self.events
-        return self._write_file(df, top / f"source={source}" / f"date={day}", f"{tag}-{uuid.uuid4().hex}.parquet",
+        return self.write_file(df, top / f"source={source}" / f"date={day}", f"{tag}-{uuid.uuid4().hex}.parquet",
                                 durable=durable)
 
     def publish(self, temps: list[Path], commit: bool = True) -> list[tuple[Path, int]]:
@@ -210,110 +207,9 @@ class Store:
     def durable(self, temps: list[Path]) -> list[tuple[Path, int]]:
         """Segments written with ``durable=False`` durable under their final names (not committed: a
         spool's segments, a compaction's outputs), with their rows."""
-        with self._mark_lock:
+        with self._rows_lock:
             rows = [self._rows.pop(t) for t in temps]
         return list(zip(self.place.durable(temps), rows))
-
-    def note_inputs(self, file_ids: Iterable[str]) -> None:
-        """Inputs whose records are about to be written: marked together with the next segment."""
-        with self._mark_lock:
-            self._noted.update(file_ids)
-
-    def _mark(self, file_ids: set[str]) -> None:
-        """Record, before their records are written, that these inputs have records in the store:
-        one file ``inputs/<uuid>.ids`` (one id a line) for them and every input noted so far."""
-        if file_ids <= self._marked:
-            return
-        with self._mark_lock:
-            new = (file_ids | self._noted) - self._marked
-            if new:
-                self.make_dirs(self.inputs)
-                self.place.put(self.inputs / f"{uuid.uuid4().hex}.ids", "".join(f"{i}\n" for i in sorted(new)).encode())
-                self._marked |= new
-            self._noted.clear()
-
-    def has_input(self, file_id: str) -> bool:
-        """Whether records of the input ``file_id`` may be in the store (its marker exists)."""
-        if file_id in self._marked:
-            return True
-        if not self.place.local:
-            return file_id in self._remote_inputs()
-        try:
-            mtime = os.stat(self.inputs).st_mtime_ns
-        except FileNotFoundError:
-            return False
-        seen, read, ids = self._listed
-        if mtime != seen:  # a marker was added since the last listing: read the new ones
-            for name in regular_names(self.inputs):
-                if name.endswith(".ids") and name not in read:
-                    try:
-                        with open_nofollow(self.inputs / name) as f:
-                            ids.update(f.read().decode().split())
-                    except FileNotFoundError:
-                        continue
-                    read.add(name)
-                elif not name.endswith(".ids"):
-                    ids.add(name)  # one empty file per input (stores written before .ids files)
-            self._listed = (mtime, read, ids)
-        return file_id in ids
-
-    def _remote_inputs(self) -> set[str]:
-        """The inputs marked in an object store, the new markers read: listed again once the last
-        listing is SETTLED_S old (a run asks for each of its inputs at once; one listing serves them,
-        and this process's own markers are known without one)."""
-        listed, read, ids = self._listed
-        if time.monotonic() - listed < SETTLED_S:
-            return ids
-        for info in self.place.files(self.inputs):
-            if info.base_name.endswith(".ids") and info.base_name not in read:
-                try:
-                    ids.update(self.place.read_bytes(PurePosixPath(info.path)).decode().split())
-                except FileNotFoundError:
-                    continue
-                read.add(info.base_name)
-        self._listed = (time.monotonic(), read, ids)
-        return ids
-
-    def adopt(self) -> int:
-        """Commit, in one commit, the segments collectors shipped to ``<root>/incoming/events/...``
-        (:mod:`observe.ship`): each is linked into the table's directory under its own name,
-        committed, then unlinked from ``incoming``. A crash anywhere in between is finished by the
-        next call (a name already live is not committed twice). Returns the segments committed."""
-        inbox = self.inbox
-        found = self._shipped(inbox)
-        if not found:
-            return 0
-        live, new = {f for _, _, f in self._live()}, []
-        for f in found:
-            target = self.events / f.relative_to(inbox)
-            if target not in live:
-                self.make_dirs(target.parent)
-                self.place.link(f, target)  # or linked by a run that crashed before its commit: the same bytes
-                new.append(target)
-        self.place.sync_dir(self.events)
-        self.table.append([(f, self.footer(f).num_rows) for f in new])
-        for f in found:
-            self.place.delete(f)
-        return len(new)
-
-    def waiting(self) -> list[tuple[Path | PurePosixPath, int]]:
-        """Segments delivered to ``incoming/`` and not committed yet, with their modification times (ms)."""
-        out = []
-        for f in self._shipped(self.inbox):
-            try:
-                out.append((f, self.place.stat(f)[1]))
-            except FileNotFoundError:  # committed meanwhile
-                pass
-        return out
-
-    def _shipped(self, inbox: Path | PurePosixPath) -> list[Path | PurePosixPath]:
-        """The segments collectors shipped to ``inbox`` (``source=*/date=*/<name>.parquet``)."""
-        if not self.place.local:
-            return sorted(PurePosixPath(i.path) for i in self.place.files(inbox, recursive=True)
-                          if i.base_name.endswith(".parquet") and PurePosixPath(i.path).parent.name.startswith("date=")
-                          and PurePosixPath(i.path).parent.parent.name.startswith("source="))
-        return [Path(d) / n for _, s in subdirs(inbox, "source=") for _, d in subdirs(Path(s), "date=")
-                for n in regular_names(Path(d)) if n.endswith(".parquet") and not n.startswith(".")]
 
     def writer(self, max_rows: int = SEGMENT_ROWS, budget_bytes: int = BUFFER_BYTES,
                threads: int = WRITE_THREADS) -> SegmentWriter:
@@ -321,13 +217,13 @@ class Store:
         ``budget_bytes`` (see :class:`SegmentWriter`)."""
         return SegmentWriter(self, max_rows, budget_bytes, threads)
 
-    def _write_file(self, df: pl.DataFrame, directory: Path, name: str, compacted: bool = False,
+    def write_file(self, df: pl.DataFrame, directory: Path, name: str, compacted: bool = False,
                     durable: bool = True) -> Path:
         self.make_dirs(directory)
         tmp = self.place.temp_name(directory, name)
         with self.create(tmp) as f:
             (write_compacted if compacted else write_ingested)(df, f)
-        with self._mark_lock:
+        with self._rows_lock:
             self._rows[tmp] = df.height
         return self.publish([tmp])[0][0] if durable else tmp
 
@@ -341,7 +237,7 @@ class Store:
             self._indexes[name] = IndexTable(self.root / "index" / name, COMPACT_GRACE_S, self._creating, self.place)
         return self._indexes[name]
 
-    def _live(self) -> list[tuple[str, str, Path]]:
+    def live(self) -> list[tuple[str, str, Path]]:
         """The live segments as (source, date, path), in path order, parsed once per table version."""
         version, rels = self.table.snapshot()
         if self._parsed[0] != version or version < 0:
@@ -361,7 +257,7 @@ class Store:
     def segments(self, directory: Path) -> list[Path]:
         """The live segment files of one partition directory."""
         source, day = directory.parent.name.removeprefix("source="), directory.name.removeprefix("date=")
-        return [f for s, d, f in self._live() if (s, d) == (source, day)]
+        return [f for s, d, f in self.live() if (s, d) == (source, day)]
 
     def files(self, sources: Iterable[str] | None = None, since: datetime | None = None,
               until: datetime | None = None, undated: bool = False) -> list[Path]:
@@ -374,7 +270,7 @@ class Store:
         lo = since.strftime("%Y-%m-%d") if since else None
         hi = until.strftime("%Y-%m-%d") if until else None
         out = []
-        for source, day, f in self._live():
+        for source, day, f in self.live():
             if wanted is not None and source not in wanted:
                 continue
             if day == UNKNOWN_DATE:
@@ -450,7 +346,7 @@ class Store:
         """:meth:`known` for many inputs in one scan of the store (a run's inputs: a scan per input
         made re-ingesting thousands of files ten times slower than ingesting them); inputs with
         nothing stored are left out."""
-        ids = sorted({i for i in file_ids if i and self.has_input(i)})
+        ids = sorted({i for i in file_ids if i and self.ledger.has(i)})
         files = self.files() if ids else []
         if not files:
             return {}
@@ -459,215 +355,6 @@ class Store:
         return {fid: part.drop("file_id") for (fid,), part in found.partition_by("file_id", as_dict=True).items()}
 
     # -- maintenance ---------------------------------------------------------------------------
-    def compact(self, partition: Partition, min_segments: int = 2,
-                file_rows: int = COMPACT_FILE_ROWS) -> tuple[int, int] | None:
-        """Compact one partition (:meth:`compact_many`); (segments replaced, rows written), or None
-        when there was nothing to do."""
-        done = self.compact_many([partition], min_segments, file_rows)
-        return done[0] if done else None
-
-    def compact_many(self, partitions: list[Partition], min_segments: int = 2, file_rows: int = COMPACT_FILE_ROWS,
-                     progress: Callable[[Partition, tuple[int, int]], None] | None = None,
-                     pool: Pool | None = None, wait_s: float = 0.0) -> list[tuple[int, int]]:
-        """Merge each partition's new segments and small compacted files (:meth:`_plan`) into files of
-        at most about ``file_rows`` rows and COMPACT_SLICE_BYTES of data, dropping duplicate records,
-        every column compressed harder than at ingest. Within a file, rows are in input order (each
-        input's lines together, in file order: 15% smaller than in time order, as neighbouring lines
-        share their text). A dated partition's merge is cut into consecutive time slices, so a time
-        filter reads only the files it needs; an undated one's is read once, in batches of segments.
-        Memory is bounded by the slice (or batch) and row-group pruning.
-
-        Outputs replace their segments in commits of COMMIT_SEGMENTS outputs or more (a commit costs
-        more than a small partition's rewrite; segments committed meanwhile are left for the next
-        run); :meth:`vacuum` deletes the replaced ones after the grace period. Returns (files
-        replaced, rows written) of each partition compacted; ``progress`` hears of each.
-
-        Batches are rewritten one after another, or by ``pool`` (an executor's ``map``: Ray tasks)
-        all at once, each by a store opened at this store's location; this process commits. Then the
-        rows' copy marks are brought up to date (:mod:`observe.store.copy_marks`). StoreBusy when
-        another process holds the compaction lock after ``wait_s``.
-        """
-        out: list[tuple[int, int]] = []
-        with self.lock("compact", wait_s=wait_s):
-            live: dict[tuple[str, str], list[Path]] = {}
-            for source, day, f in self._live():  # one listing: only this lock's holder removes files
-                live.setdefault((source, day), []).append(f)
-            rows = {self.events / rel: n or 0 for rel, _, n, _ in self.table.files()}
-            plans = [(p, *self._plan(p, live.get((p.source, p.date), []), rows, min_segments, file_rows))
-                     for p in partitions]
-            plans = [plan for plan in plans if plan[1]]
-            dirs = [p.path for p, todo, _ in plans for _ in todo]
-            work = [batch for _, todo, _ in plans for batch in todo]
-            sizes = [slice_rows for _, todo, slice_rows in plans for _ in todo]
-            if pool is None:
-                done = iter(map(self._rewrite, dirs, work, sizes))
-            else:
-                done = iter(pool.map(rewrite, repeat(self.location), dirs, work, sizes))
-            replaced: list[Path] = []
-            outputs: list[tuple[Path, int]] = []
-            for partition, todo, _ in plans:
-                written = 0
-                for batch in todo:
-                    files, n = next(done)
-                    replaced += batch
-                    outputs += files
-                    written += n
-                out.append((sum(map(len, todo)), written))
-                if progress is not None:
-                    progress(partition, out[-1])
-                if len(outputs) >= COMMIT_SEGMENTS:
-                    self.table.replace(replaced, outputs)
-                    replaced, outputs = [], []
-            self.table.replace(replaced, outputs)
-            copy_marks.bring_up_to_date(self, {(p.source, p.date) for p, _, _ in plans})
-        return out
-
-    def mark_copies(self, wait_s: float = 0.0) -> None:
-        """Bring the rows' ``copy_of`` up to date with what was added (:mod:`observe.store.copy_marks`);
-        StoreBusy while a compaction runs after ``wait_s`` (it marks them itself when it ends)."""
-        with self.lock("compact", wait_s=wait_s):
-            copy_marks.bring_up_to_date(self)
-
-    def _plan(self, partition: Partition, segs: list[Path], rows: dict[Path, int], min_segments: int,
-              file_rows: int) -> tuple[list[list[Path]], int]:
-        """What one partition's compaction rewrites, as batches of files each read once, and the rows
-        an output file holds at most: its ingest segments and the compacted files not :func:`settled`,
-        with every file that shares a record with them (stored twice, or a last line stored while it
-        was written), in one batch to be de-duplicated together. A dated partition is one batch (cut
-        into time slices). Nothing when there is no ingest segment and fewer than ``min_segments``
-        small files (a lone ingest segment is recompressed)."""
-        small = [s for s in segs if s.name.startswith("c-") and not settled(rows.get(s, 0), file_rows)]
-        fresh = [s for s in segs if not s.name.startswith("c-")]
-        if not fresh and len(small) < min_segments:
-            return [], file_rows
-        file_rows = min(file_rows, rows_in([self.footer(s) for s in fresh + small], COMPACT_SLICE_BYTES))
-        small = [s for s in small if not settled(rows.get(s, 0), file_rows)]
-        if not fresh and len(small) < min_segments:
-            return [], file_rows
-        chosen = set(fresh + small)
-        merge = [s for s in segs if s in chosen]  # in path order (compacted files first)
-        kept = [s for s in segs if s not in chosen]
-        dated = partition.date != UNKNOWN_DATE
-        if not kept and (dated or sum(rows.get(s, 0) for s in merge) <= file_rows):
-            return [merge], file_rows
-        # which files share a record: keys hashed, files as codes (a key's collisions only join files)
-        path = pl.col("_path").cast(pl.Categorical)
-        keys = pl.struct(*KEY).hash().alias("_k")
-        found, ids = pl.collect_all([self.scan_files(merge, paths_as="_path").select(keys, path),
-                                     self.scan_files(merge).select(pl.col("file_id").unique())], engine="streaming")
-        together = set(found.filter(pl.col("_k").is_duplicated()).get_column("_path").unique().to_list())
-        if kept:  # row groups of other inputs are skipped by their file_id statistics
-            hits = (self.scan_files(kept, paths_as="_path").filter(pl.col("file_id").is_in(ids.to_series().implode()))
-                    .select(keys, path).join(found.lazy().select("_k").unique(), on="_k", how="semi").collect())
-            if hits.height:
-                shared = found.filter(pl.col("_k").is_in(hits.get_column("_k").implode()))
-                together |= set(hits.get_column("_path").to_list()) | set(shared.get_column("_path").to_list())
-                merge = [s for s in segs if s in chosen or self.uri(s) in together]
-        if dated:
-            return [merge], file_rows
-        todo = batches([rows.get(s, 0) for s in merge], [self.uri(s) in together for s in merge], file_rows)
-        return [[merge[i] for i in batch] for batch in todo], file_rows
-
-    def _rewrite(self, directory: Path, segs: list[Path], file_rows: int) -> tuple[list[tuple[Path, int]], int]:
-        """Files of one partition merged into compacted files of about ``file_rows`` rows at most, durable
-        and not committed, with their rows; and all their rows."""
-        scan = self.scan_files(segs)
-        slices = file_slices(scan, file_rows)
-        name = f"c-{time.time_ns():016x}-{uuid.uuid4().hex[:8]}"  # names sort in time order
-        rows, written = 0, []
-        for i, where in enumerate(slices):
-            # a duplicate is the same input's same text at the same offset (inputs may share an identity)
-            df = superseded_dropped(scan.filter(where).collect()
-                                    .unique(subset=[*KEY, "raw", "header", "message"], keep="first", maintain_order=True)
-                                    ).sort(*SEGMENT_ORDER)
-            if df.height:
-                written.append(self._write_file(df, directory, f"{name}-{i:04d}.parquet", compacted=True, durable=False))
-                rows += df.height
-        return self.durable(written), rows
-
-    def vacuum(self, grace_s: float = COMPACT_GRACE_S) -> int:
-        """Delete the files commits removed more than ``grace_s`` ago (a query planned before the
-        commit may still read them until then), and files no commit names once they are a day old
-        (a crash between writing and committing); how many went."""
-        tables = [self.table, *(self.index(name) for name in self._index_names())]
-        with self.lock("compact"):
-            return sum(t.vacuum(grace_s) for t in tables)
-
-    def _index_names(self) -> list[str]:
-        """The derived tables the store holds (``index/<name>`` with a log)."""
-        index = self.root / "index"
-        if not self.place.local:
-            return sorted({PurePosixPath(i.path).relative_to(index).parts[0]
-                           for i in self.place.files(index, recursive=True) if f"/{LOG_DIR}/" in i.path})
-        return [d.name for d in (index.iterdir() if index.is_dir() else ()) if (d / LOG_DIR).is_dir()]
-
-    def expire(self, before: str, dry_run: bool = False) -> list[Partition]:
-        """Delete every dated partition older than ``before`` (``YYYY-MM-DD``, UTC), and the files of
-        undated partitions (job output's lines without a time) last written before it: such a line's
-        age is its file's, and a file is rewritten only while it is small (:func:`settled`), so a
-        store's undated part is bounded like the rest. Returns the partitions touched.
-
-        Dated partitions go in one commit, undated files in a second (readers stop seeing each at
-        once); their files are deleted by the next vacuum after the grace period, as compaction's are.
-        """
-        cutoff = datetime.strptime(before, "%Y-%m-%d").replace(tzinfo=timezone.utc)  # a date, nothing else
-        parts = self.partitions()
-        dated = [p for p in parts if p.date != UNKNOWN_DATE and p.date < before]
-        written = int(cutoff.timestamp() * 1000)
-        stale = [self.events / rel for rel, _, _, mtime in self.table.files()
-                 if rel.split("/")[1] == f"date={UNKNOWN_DATE}" and mtime < written]
-        undated = [p for p in parts if p.date == UNKNOWN_DATE and any(f.parent == p.path for f in stale)]
-        if not dry_run:
-            with self.lock("compact"):  # a compaction removing the same files would conflict
-                if dated:
-                    self.table.delete_before(before)
-                if stale:
-                    self.table.remove(stale)
-                self.place.put(self.root / RETENTION, json.dumps({"before": cutoff.isoformat()}).encode())
-                self._cutoff = cutoff
-            if dated or stale:
-                self.vacuum()
-        return dated + undated
-
-    def expired_before(self) -> datetime | None:
-        """The cutoff of the store's last retention (:meth:`expire`), read once: ingest does not
-        store again what it dropped (an old file read again, a rotated copy kept for months)."""
-        if self._cutoff is False:
-            try:
-                self._cutoff = datetime.fromisoformat(json.loads(self.place.read_bytes(self.root / RETENTION))["before"])
-            except (FileNotFoundError, ValueError, KeyError, TypeError):  # none, or damaged: store everything
-                self._cutoff = None
-        return self._cutoff
-
-    def repair(self) -> list[Path]:
-        """Set aside the live segments that are damaged (moved to ``<root>/damaged/``, kept for a
-        person to look at) or gone, and drop them from the table in one commit; which they were."""
-        with self.lock("compact"):
-            aside = []
-            for f in self.damaged():
-                target = self.root / "damaged" / f.relative_to(self.events)
-                self.make_dirs(target.parent)
-                self.place.move(f, target)
-                aside.append(f)
-            dropped = {self.events / rel for rel in self.table.drop_missing()}
-            return sorted(dropped | set(aside))
-
-    def damaged(self) -> list[Path]:
-        """Live segments that are not whole Parquet files (cut short or overwritten outside observe:
-        segments are only ever written whole), found by their magic bytes."""
-        bad = []
-        for f in self.files(undated=True):
-            try:
-                with self.place.open_input(f) as fh:
-                    head = fh.read(4)
-                    fh.seek(-4, os.SEEK_END)
-                    whole = head == b"PAR1" and fh.read(4) == b"PAR1"
-            except (OSError, ValueError):  # shorter than 4 bytes, or unreadable
-                whole = False
-            if not whole:
-                bad.append(f)
-        return bad
-
     def stats(self) -> pl.DataFrame:
         """Per partition: segments, rows, bytes (from the table's log: no file is opened)."""
         files = pl.DataFrame(self.table.files(), schema={"path": pl.String, "bytes": pl.Int64, "rows": pl.Int64,
@@ -678,15 +365,9 @@ class Store:
                 .sort("source", "date"))
 
 
-class Pool(Protocol):
-    """What can rewrite partitions elsewhere: an executor's ``map`` (results in order)."""
-
-    def map(self, fn: Callable, *iterables: Iterable) -> Iterator: ...
-
-
 def rewrite(location: str, directory: Path, segs: list[Path], file_rows: int) -> tuple[list[tuple[Path, int]], int]:
     """A batch's compaction outputs written by a store opened at ``location`` (in a pool's worker)."""
-    return Store(location)._rewrite(directory, segs, file_rows)
+    return Store(location).compactor.rewrite(directory, segs, file_rows)
 
 
 class StoreBusy(RuntimeError):

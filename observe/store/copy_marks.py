@@ -53,7 +53,7 @@ def bring_up_to_date(store, also: Iterable[tuple[str, str]] = ()) -> int:
 def mark(store, touched: set[tuple[str, str]]) -> int:
     """Set ``copy_of`` in the rows of the ``touched`` partitions (and their neighbours' rows that
     share a cluster with them); the files whose marks change are swapped in one commit."""
-    live = store._live()
+    live = store.live()
     scope = [(source, day, f) for source, day, f in live if _near(source, day, touched)]
     if not touched or not scope:
         return 0
@@ -75,7 +75,7 @@ def mark(store, touched: set[tuple[str, str]]) -> int:
         old = by_uri[uri]
         marks_of = base.filter(pl.col("_path").cast(pl.String) == uri).sort("_row").get_column("_want")
         df = store.scan_files([old]).collect().with_columns(marks_of.alias("copy_of"))
-        temps.append(store._write_file(df, old.parent, _renamed(old.name), compacted=old.name.startswith("c-"),
+        temps.append(store.write_file(df, old.parent, _renamed(old.name), compacted=old.name.startswith("c-"),
                                        durable=False))
         replaced.append(old)
     store.table.replace(replaced, store.durable(temps))
