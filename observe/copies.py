@@ -33,24 +33,35 @@ COPY_WINDOW = timedelta(seconds=2)  # how far apart two routes stamp one record 
 KEY = ("source", "node", "job_id", "rank", "message")
 
 
-def clusters(lf: pl.LazyFrame) -> pl.LazyFrame:
-    """Rows (``_row`` and their ``file_id``) that may have a copy in another input, with their cluster
-    ``_c``, whether their route is trusted (``_tr``) and whether they carry a time (``_t``) and an uptime
-    stamp (``_u``).
+UPTIME = pl.col("attrs").str.contains('"uptime"', literal=True)  # a kernel line's uptime stamp ties copies without a time
 
-    Only rows near a row of another input of their source and node are clustered: two grids of
-    buckets two windows wide, offset by a window, hold any two rows within a window of each other in
-    one bucket of one of them, so a bucket with one input has nothing to merge (integer keys: cheap
-    beside grouping by message over every row)."""
-    up = pl.col("attrs").str.json_path_match("$.uptime")
+
+def near_another_input(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """The rows of ``lf`` with a time that lie near a row of another input of their source and node.
+    Streams (source, node) that only one input wrote are left out first (one group-by); in the others,
+    two grids of buckets two windows wide, offset by a window, hold any two rows within a window of each
+    other in one bucket of one of them, so a bucket with one input has nothing to merge (integer keys,
+    over ``ts``, ``source``, ``node`` and ``file_id`` alone: cheap beside grouping by message)."""
+    timed = lf.filter(pl.col("ts").is_not_null())
+    shared = (timed.group_by("source", "node").agg(pl.col("file_id").n_unique().alias("_n"))
+              .filter(pl.col("_n") > 1).drop("_n"))
     width = 2 * int(COPY_WINDOW.total_seconds() * 1_000_000)
     stream, at = pl.struct("source", "node").hash(), pl.col("ts").dt.epoch("us")
     inputs = pl.col("file_id").hash()
     busy = pl.any_horizontal([inputs.min().over(b) != inputs.max().over(b)  # an integer key per bucket
                               for b in (stream + ((at + shift) // width).cast(pl.UInt64) * 0x9E3779B97F4A7C15
                                         for shift in (0, width // 2))])
-    timed = lf.filter(pl.col("ts").is_not_null() & busy)
-    untimed = lf.filter(pl.col("ts").is_null() & pl.col("attrs").str.contains('"uptime"', literal=True))
+    return timed.join(shared, on=["source", "node"], how="semi", nulls_equal=True).filter(busy)
+
+
+def clusters(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """Rows (``_row`` and their ``file_id``) that may have a copy in another input, with their cluster
+    ``_c``, whether their route is trusted (``_tr``) and whether they carry a time (``_t``) and an uptime
+    stamp (``_u``). Only rows near a row of another input of their source and node are
+    clustered (:func:`near_another_input`), and rows without a time that carry a kernel uptime stamp."""
+    up = pl.col("attrs").str.json_path_match("$.uptime")
+    timed = near_another_input(lf)
+    untimed = lf.filter(pl.col("ts").is_null() & UPTIME)
     candidates = pl.concat([timed, untimed]).select("_row", "file_id", "ts", *KEY, up.alias("_up"),
                                                     trusted().alias("_tr"))
     several = candidates.group_by(KEY).agg(pl.col("file_id").n_unique().alias("_inputs")).filter(pl.col("_inputs") > 1)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import polars as pl
 
-from observe.copies import marks
+from observe.copies import UPTIME, marks, near_another_input
 from observe.store.layout import UNKNOWN_DATE
 from observe.store.table import partition_of
 
@@ -57,7 +57,9 @@ def mark(store, touched: set[tuple[str, str]]) -> int:
     scope = [(source, day, f) for source, day, f in live if _near(source, day, touched)]
     if not touched or not scope:
         return 0
-    files = [f for _, _, f in scope]
+    files = _with_candidates(store, scope)
+    if not files:
+        return 0
     inside = [store.uri(f) for source, day, f in scope if (source, day) in touched]
     lf = store.scan_files(files, paths_as="_path").with_row_index("_row").cache()
     base, found = pl.collect_all([lf.select("_row", pl.col("_path").cast(pl.Categorical), "copy_of"), marks(lf)])
@@ -80,6 +82,26 @@ def mark(store, touched: set[tuple[str, str]]) -> int:
         replaced.append(old)
     store.table.replace(replaced, store.durable(temps))
     return len(replaced)
+
+
+def _with_candidates(store, scope: list[tuple[str, str, Path]]) -> list[Path]:
+    """The files of ``scope`` that hold a row that may be a copy or was marked one: a row with a time
+    near another input's row of its source and node (:func:`observe.copies.near_another_input`,
+    read from four narrow columns), one without a time that carries an uptime stamp, or one whose mark is set. A
+    cluster lies within these files whole, so they are all the marks need to read."""
+    dated = [f for _, day, f in scope if day != UNKNOWN_DATE]
+    undated = [f for _, day, f in scope if day == UNKNOWN_DATE]
+    path = pl.col("_path")
+    frames = []
+    if dated:
+        narrow = store.scan_files(dated, paths_as="_path").select("ts", "source", "node", "file_id", "copy_of", path)
+        frames += [near_another_input(narrow).select(path.unique()),
+                   narrow.filter(pl.col("copy_of").is_not_null()).select(path.unique())]
+    if undated:
+        frames.append(store.scan_files(undated, paths_as="_path").select("attrs", "copy_of", path)
+                      .filter(UPTIME.fill_null(False) | pl.col("copy_of").is_not_null()).select(path.unique()))
+    hit = set(pl.concat(pl.collect_all(frames)).get_column("_path").to_list())
+    return [f for _, _, f in scope if store.uri(f) in hit]
 
 
 def _near(source: str, day: str, touched: set[tuple[str, str]]) -> bool:
