@@ -31,27 +31,29 @@ from observe.provenance import trusted
 
 COPY_WINDOW = timedelta(seconds=2)  # how far apart two routes stamp one record (a syslog's second, a clock step)
 KEY = ("source", "node", "job_id", "rank", "message")
+STREAM = KEY[:3]  # a node's own lines, or one job's output (job output has no node of its own): copies stay within one
 
 
 UPTIME = pl.col("attrs").str.contains('"uptime"', literal=True)  # a kernel line's uptime stamp ties copies without a time
 
 
 def near_another_input(lf: pl.LazyFrame) -> pl.LazyFrame:
-    """The rows of ``lf`` with a time that lie near a row of another input of their source and node.
-    Streams (source, node) that only one input wrote are left out first (one group-by); in the others,
+    """The rows of ``lf`` with a time that lie near a row of another input of their stream (source, node
+    and job: the parts of the record's key that are few). Streams only one input wrote are left out
+    first (one group-by); in the others,
     two grids of buckets two windows wide, offset by a window, hold any two rows within a window of each
     other in one bucket of one of them, so a bucket with one input has nothing to merge (integer keys,
-    over ``ts``, ``source``, ``node`` and ``file_id`` alone: cheap beside grouping by message)."""
+    over the stream, ``ts`` and ``file_id`` alone: cheap beside grouping by message)."""
     timed = lf.filter(pl.col("ts").is_not_null())
-    shared = (timed.group_by("source", "node").agg(pl.col("file_id").n_unique().alias("_n"))
+    shared = (timed.group_by(STREAM).agg(pl.col("file_id").n_unique().alias("_n"))
               .filter(pl.col("_n") > 1).drop("_n"))
     width = 2 * int(COPY_WINDOW.total_seconds() * 1_000_000)
-    stream, at = pl.struct("source", "node").hash(), pl.col("ts").dt.epoch("us")
+    stream, at = pl.struct(*STREAM).hash(), pl.col("ts").dt.epoch("us")
     inputs = pl.col("file_id").hash()
     busy = pl.any_horizontal([inputs.min().over(b) != inputs.max().over(b)  # an integer key per bucket
                               for b in (stream + ((at + shift) // width).cast(pl.UInt64) * 0x9E3779B97F4A7C15
                                         for shift in (0, width // 2))])
-    return timed.join(shared, on=["source", "node"], how="semi", nulls_equal=True).filter(busy)
+    return timed.join(shared, on=list(STREAM), how="semi", nulls_equal=True).filter(busy)
 
 
 def clusters(lf: pl.LazyFrame) -> pl.LazyFrame:

@@ -23,12 +23,13 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterable
+from itertools import accumulate
 from datetime import date, timedelta
 from pathlib import Path
 
 import polars as pl
 
-from observe.copies import UPTIME, marks, near_another_input
+from observe.copies import KEY, STREAM, UPTIME, marks, near_another_input
 from observe.store.layout import UNKNOWN_DATE
 from observe.store.table import partition_of
 
@@ -54,54 +55,48 @@ def mark(store, touched: set[tuple[str, str]]) -> int:
     """Set ``copy_of`` in the rows of the ``touched`` partitions (and their neighbours' rows that
     share a cluster with them); the files whose marks change are swapped in one commit."""
     live = store.live()
-    scope = [(source, day, f) for source, day, f in live if _near(source, day, touched)]
+    scope = sorted(((source, day, f) for source, day, f in live if _near(source, day, touched)),
+                   key=lambda s: s[1] == UNKNOWN_DATE)  # the files without times last
     if not touched or not scope:
         return 0
-    files = _with_candidates(store, scope)
-    if not files:
+    files = [f for _, _, f in scope]
+    undated = [f for _, day, f in scope if day == UNKNOWN_DATE]
+    rows = dict((store.events / rel, n) for rel, _, n, _ in store.table.files())
+    starts = dict(zip(files, accumulate((rows[f] for f in files), initial=0)))  # each file's first _row
+    scan = store.scan_files(files, paths_as="_path").with_row_index("_row")
+    # the rows that may be copies, from narrow columns (streamed: memory is the candidates', not the partitions')
+    narrow = scan.select("_row", "ts", *STREAM, "file_id")
+    candidates, marked = pl.collect_all([
+        pl.concat([near_another_input(narrow).select("_row"),
+                   *([store.scan_files(undated).with_row_index("_row", offset=starts[undated[0]])
+                      .filter(UPTIME.fill_null(False)).select("_row")] if undated else [])]),
+        scan.filter(pl.col("copy_of").is_not_null()).select("_row", "copy_of")], engine="streaming")
+    if not candidates.height and not marked.height:
         return 0
-    inside = [store.uri(f) for source, day, f in scope if (source, day) in touched]
-    lf = store.scan_files(files, paths_as="_path").with_row_index("_row").cache()
-    base, found = pl.collect_all([lf.select("_row", pl.col("_path").cast(pl.Categorical), "copy_of"), marks(lf)])
-    base = base.join(found, on="_row", how="left", suffix="_want")
-    own = pl.col("_path").cast(pl.String).is_in(inside)
+    some = candidates.get_column("_row").implode()
+    full = scan.filter(pl.col("_row").is_in(some)).select("_row", "_path", "ts", *KEY, "attrs", "route", "file_id",
+                                                          "copy_of").collect(engine="streaming")
+    found = marks(full.lazy()).collect()
+    # where marks change: the rows of the touched partitions, and the rows of clusters one of them is in
+    first = pl.Series([starts[f] for f in files], dtype=pl.Int64)
+    base = (pl.concat([full.select("_row", "copy_of"), marked]).unique("_row")
+            .with_columns((pl.lit(first).search_sorted(pl.col("_row").cast(pl.Int64), side="right") - 1).alias("_file"))
+            .join(found, on="_row", how="left", suffix="_want"))
+    own = pl.col("_file").is_in([i for i, (source, day, _) in enumerate(scope) if (source, day) in touched])
     hit = base.filter(own & pl.col("_c").is_not_null()).get_column("_c").unique().implode()
     want = pl.when(own | pl.col("_c").is_in(hit)).then(pl.col("copy_of_want")).otherwise(pl.col("copy_of"))
-    base = base.select("_row", "_path", want.alias("_want"), pl.col("copy_of").ne_missing(want).alias("_changed"))
-    stale = base.filter(pl.col("_changed")).get_column("_path").cast(pl.String).unique().to_list()
-    if not stale:
-        return 0
-    by_uri = {store.uri(f): f for f in files}
+    changed = base.filter(pl.col("copy_of").ne_missing(want)).select("_file", "_row", want.alias("_want"))
     replaced, temps = [], []
-    for uri in sorted(stale):
-        old = by_uri[uri]
-        marks_of = base.filter(pl.col("_path").cast(pl.String) == uri).sort("_row").get_column("_want")
-        df = store.scan_files([old]).collect().with_columns(marks_of.alias("copy_of"))
-        temps.append(store.write_file(df, old.parent, _renamed(old.name), compacted=old.name.startswith("c-"),
-                                       durable=False))
+    for (i,), mine in sorted(changed.partition_by("_file", as_dict=True).items()):
+        old = files[i]
+        lo = starts[old]
+        df = store.scan_files([old]).collect()
+        copy_of = df.get_column("copy_of").scatter(mine.get_column("_row") - lo, mine.get_column("_want"))
+        temps.append(store.write_file(df.with_columns(copy_of), old.parent, _renamed(old.name),
+                                      compacted=old.name.startswith("c-"), durable=False))
         replaced.append(old)
     store.table.replace(replaced, store.durable(temps))
     return len(replaced)
-
-
-def _with_candidates(store, scope: list[tuple[str, str, Path]]) -> list[Path]:
-    """The files of ``scope`` that hold a row that may be a copy or was marked one: a row with a time
-    near another input's row of its source and node (:func:`observe.copies.near_another_input`,
-    read from four narrow columns), one without a time that carries an uptime stamp, or one whose mark is set. A
-    cluster lies within these files whole, so they are all the marks need to read."""
-    dated = [f for _, day, f in scope if day != UNKNOWN_DATE]
-    undated = [f for _, day, f in scope if day == UNKNOWN_DATE]
-    path = pl.col("_path")
-    frames = []
-    if dated:
-        narrow = store.scan_files(dated, paths_as="_path").select("ts", "source", "node", "file_id", "copy_of", path)
-        frames += [near_another_input(narrow).select(path.unique()),
-                   narrow.filter(pl.col("copy_of").is_not_null()).select(path.unique())]
-    if undated:
-        frames.append(store.scan_files(undated, paths_as="_path").select("attrs", "copy_of", path)
-                      .filter(UPTIME.fill_null(False) | pl.col("copy_of").is_not_null()).select(path.unique()))
-    hit = set(pl.concat(pl.collect_all(frames)).get_column("_path").to_list())
-    return [f for _, _, f in scope if store.uri(f) in hit]
 
 
 def _near(source: str, day: str, touched: set[tuple[str, str]]) -> bool:
