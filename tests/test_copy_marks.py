@@ -124,7 +124,7 @@ def test_a_compaction_holding_the_store_marks_what_an_ingest_could_not(tmp_path:
     monkeypatch.setattr(ingest_module, "MARK_WAIT_S", 0.0)
     with Store(store).lock("compact"):
         result = runner.invoke(app, ["ingest", str(tmp_path / "logs" / "syslog"), "--store", str(store)])
-    assert result.exit_code == 0 and "marked when it ends" in result.output, result.output
+    assert result.exit_code == 0 and "marks them when it ends" in result.output, result.output
     assert outside_counts(store)["duckdb"] == 4  # the syslog's copies are not marked yet
     result = runner.invoke(app, ["compact", "--store", str(store)])
     assert result.exit_code == 0, result.output
@@ -189,3 +189,38 @@ def test_after_compaction_drops_a_duplicate_the_marks_keep_the_row_observe_keeps
     ours = one_per_record(store.scan()).collect().get_column("file_id").to_list()
     kept = pl.scan_delta(str(store.events)).filter(pl.col("copy_of").is_null()).collect()
     assert ours == ["a"] and kept.get_column("file_id").to_list() == ours
+
+
+def midnight_pair(tmp_path: Path) -> tuple[Path, datetime]:
+    """The kernel's dmesg keeps an Xid at 23:59:59.5; rsyslog's copy of it is stamped 00:00:01 the next day."""
+    midnight = datetime(2026, 11, 20, tzinfo=timezone.utc)
+    boot = midnight - timedelta(seconds=10_000)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "dmesg").write_text(f"[{9_999.5:12.6f}] {XID}\n")
+    (logs / "syslog").write_text(f"{stamp(midnight + timedelta(seconds=1))} gpu001 kernel: {XID}\n")
+    store = tmp_path / "store"
+    ingest(store, str(logs / "dmesg"), "--source", "kernel", "--node", "gpu001", "--boot-time", boot.isoformat())
+    ingest(store, str(logs / "syslog"), "--year", "2026")
+    assert agree(store) == {"duckdb": 1, "polars": 1, "rows": 2}
+    return store, midnight
+
+
+def test_retention_that_drops_the_kept_row_makes_its_copy_the_record(tmp_path: Path) -> None:
+    store, midnight = midnight_pair(tmp_path)
+    assert Store(store).upkeep.expire(midnight.strftime("%Y-%m-%d"))
+    assert agree(store) == {"duckdb": 1, "polars": 1, "rows": 1}
+
+
+def test_repair_that_sets_the_kept_rows_file_aside_makes_its_copy_the_record(tmp_path: Path) -> None:
+    """A damaged dmesg segment: an ingest meanwhile stores its records and says why it could not mark; repair
+    sets the segment aside and the syslog's copy is the record."""
+    store, midnight = midnight_pair(tmp_path)
+    [kept] = (store / "events").glob("source=kernel/date=2026-11-19/*.parquet")
+    kept.write_bytes(kept.read_bytes()[:100])
+    (tmp_path / "more").write_text(f"{stamp(midnight + timedelta(seconds=60))} gpu001 kernel: {LINK}\n")
+    result = runner.invoke(app, ["ingest", str(tmp_path / "more"), "--year", "2026", "--store", str(store)])
+    assert result.exit_code == 0 and "not marked yet" in result.output and "Traceback" not in result.output, result.output
+    result = runner.invoke(app, ["repair", "--store", str(store)])
+    assert result.exit_code == 0, result.output
+    assert agree(store) == {"duckdb": 2, "polars": 2, "rows": 2}

@@ -48,8 +48,8 @@ def _summary(s: Summary) -> None:
         err.print(f"{s.no_node} kernel or GPU record(s) stored with no node: their lines name none and no --node, "
                   "--layout (e.g. '{node}/dmesg') or directory named after a node gave one", highlight=False, markup=False)
     if s.marks_pending:
-        err.print("a compaction held the store: rows that copy another input's record (copy_of) are marked when it "
-                  "ends; observe's own commands count each record once meanwhile", highlight=False, markup=False)
+        err.print(f"rows that copy another input's record (copy_of) not marked yet: {printable(s.marks_pending)}; "
+                  "observe's own commands count each record once meanwhile", highlight=False, markup=False)
     table = Table("kind", "records", box=None, pad_edge=False)
     for kind, n in sorted(s.kinds.items(), key=lambda kv: (-kv[1], kv[0])):  # most first, ties by name
         table.add_row(kind, str(n))

@@ -10,6 +10,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from polars.exceptions import PolarsError
+
 from observe.ingest import pool
 from observe.ingest.parse import ParseInput, finalize, parse_bytes, parse_unit
 from observe.ingest.pipeline import Pipeline, run_step
@@ -61,6 +63,8 @@ def ingest_inputs(inputs: list[tuple[str, dict]], store: Store, progress: Callab
             try:
                 store.compactor.mark_copies(MARK_WAIT_S)
             except StoreBusy:
-                summary.marks_pending = True
+                summary.marks_pending = "a compaction held the store (it marks them when it ends)"
+            except (OSError, PolarsError) as exc:  # the records are stored: a damaged segment stops only the marks
+                summary.marks_pending = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]} (observe repair, then observe compact)"
         summary.seconds = time.perf_counter() - start
     return summary

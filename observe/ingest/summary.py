@@ -26,7 +26,7 @@ class Summary:
     years: set[int] = field(default_factory=set)  # the years those were given
     parse_error: str = ""  # the first one's reason
     blank: int = 0
-    marks_pending: bool = False  # copies not marked yet: a compaction held the lock (it marks them when it ends)
+    marks_pending: str = ""  # why the rows that copy another input's record are not marked yet
     seconds: float = 0.0
     kinds: Counter = field(default_factory=Counter)
     sources: dict[str, str] = field(default_factory=dict)

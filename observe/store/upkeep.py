@@ -8,6 +8,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from observe.store.compaction import COMPACT_GRACE_S
+from observe.store.copy_marks import bring_up_to_date
 from observe.store.layout import UNKNOWN_DATE, Partition
 from observe.store.table import LOG_DIR
 
@@ -48,6 +49,8 @@ class Upkeep:
 
         Dated partitions go in one commit, undated files in a second (readers stop seeing each at
         once); their files are deleted by the next vacuum after the grace period, as compaction's are.
+        The first day kept is marked again (:mod:`observe.store.copy_marks`): a copy there of a record
+        the last day dropped kept is the record now.
         """
         cutoff = datetime.strptime(before, "%Y-%m-%d").replace(tzinfo=timezone.utc)  # a date, nothing else
         parts = self.store.partitions()
@@ -64,6 +67,8 @@ class Upkeep:
                     self.store.table.remove(stale)
                 self.store.place.put(self.store.root / RETENTION, json.dumps({"before": cutoff.isoformat()}).encode())
                 self.cutoff = cutoff
+                # a record kept on the last day dropped may have its copy on the first day kept
+                bring_up_to_date(self.store, {(p.source, before) for p in dated})
             if dated or stale:
                 self.vacuum()
         return dated + undated
@@ -80,7 +85,8 @@ class Upkeep:
 
     def repair(self) -> list[Path]:
         """Set aside the live segments that are damaged (moved to ``<root>/damaged/``, kept for a
-        person to look at) or gone, and drop them from the table in one commit; which they were."""
+        person to look at) or gone, and drop them from the table in one commit; which they were.
+        Their partitions' copy marks are brought up to date (a copy of a record they kept is kept now)."""
         with self.store.lock("compact"):
             aside = []
             for f in self.damaged():
@@ -88,8 +94,11 @@ class Upkeep:
                 self.store.make_dirs(target.parent)
                 self.store.place.move(f, target)
                 aside.append(f)
-            dropped = {self.store.events / rel for rel in self.store.table.drop_missing()}
-            return sorted(dropped | set(aside))
+            dropped = {self.store.events / rel for rel in self.store.table.drop_missing()} | set(aside)
+            # the copies of the records those files kept are the records now
+            bring_up_to_date(self.store, {(f.parent.parent.name.removeprefix("source="),
+                                           f.parent.name.removeprefix("date=")) for f in dropped})
+            return sorted(dropped)
 
     def damaged(self) -> list[Path]:
         """Live segments that are not whole Parquet files (cut short or overwritten outside observe:
