@@ -224,3 +224,26 @@ def test_repair_that_sets_the_kept_rows_file_aside_makes_its_copy_the_record(tmp
     result = runner.invoke(app, ["repair", "--store", str(store)])
     assert result.exit_code == 0, result.output
     assert agree(store) == {"duckdb": 2, "polars": 2, "rows": 2}
+
+
+def test_a_pass_rewrites_a_bounded_number_of_rows_and_leaves_the_rest_due(tmp_path: Path, monkeypatch) -> None:
+    """Three days' syslog rows, each day's file turned into copies by one later dmesg: with a budget of one
+    row a pass rewrites one file (at least one), says the other days are due, and the next passes (no new data)
+    finish them."""
+    from observe.store import copy_marks
+
+    boot = datetime(2026, 11, 17, tzinfo=timezone.utc)
+    records = [(86_400.0 * day + 3600, XID) for day in range(3)]
+    kernel_logs(tmp_path / "logs", boot, records)
+    store = tmp_path / "store"
+    ingest(store, str(tmp_path / "logs" / "syslog"), "--year", "2026")
+    monkeypatch.setattr(copy_marks, "REWRITE_ROWS", 1)
+    ingest(store, str(tmp_path / "logs" / "dmesg"), "--source", "kernel", "--node", "gpu001",
+           "--boot-time", boot.isoformat())
+    due = json.loads((store / MARKED).read_text())["due"]
+    assert len(due) == 2 and outside_counts(store)["duckdb"] == 5  # one day's copy marked, two days due
+    s = Store(store)
+    for _ in range(3):
+        s.compactor.mark_copies()
+    assert json.loads((store / MARKED).read_text())["due"] == []
+    assert agree(store) == {"duckdb": 3, "polars": 3, "rows": 6}

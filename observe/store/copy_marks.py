@@ -33,32 +33,37 @@ from observe.copies import KEY, STREAM, UPTIME, marks, near_another_input
 from observe.store.layout import UNKNOWN_DATE
 from observe.store.table import partition_of
 
-MARKED = "copies.json"  # the table version whose changes are marked
+MARKED = "copies.json"  # the table version whose changes are marked, and the partitions still due
+REWRITE_ROWS = 2_000_000  # rows one pass rewrites at most (at least one file); the rest stays due for the next
 
 
 def bring_up_to_date(store, also: Iterable[tuple[str, str]] = ()) -> int:
-    """Mark the partitions changed since the last marked version, and ``also`` ((source, date)
-    pairs); the caller holds the store's compaction lock. Returns how many files were rewritten."""
+    """Mark the partitions changed since the last marked version, those a pass left due, and ``also``
+    ((source, date) pairs); the caller holds the store's compaction lock. Returns how many files were
+    rewritten. A pass rewrites at most REWRITE_ROWS rows: lines that keep turning other inputs' rows
+    into copies and back (a user's two copies of their own output, one growing, then the other) cost
+    each ingest that much at most, and their marks lag meanwhile (observe's own reads do not use them)."""
     version, rels = store.table.snapshot()
     if version < 0:
         return 0
-    last = _marked_version(store)
+    last, due = _state(store)
     added = None if last is None or last > version else store.table.added(last, version)
     changed = ({(p["source"], p["date"]) for p in map(partition_of, rels)} if added is None
                else {(p["source"], p["date"]) for p in map(partition_of, added)})
-    rewritten = mark(store, changed | set(also))
-    store.place.put(store.root / MARKED, json.dumps({"version": version}).encode())
+    rewritten, left = mark(store, changed | due | set(also), REWRITE_ROWS)
+    store.place.put(store.root / MARKED, json.dumps({"version": version, "due": sorted(left)}).encode())
     return rewritten
 
 
-def mark(store, touched: set[tuple[str, str]]) -> int:
+def mark(store, touched: set[tuple[str, str]], budget: int) -> tuple[int, set[tuple[str, str]]]:
     """Set ``copy_of`` in the rows of the ``touched`` partitions (and their neighbours' rows that
-    share a cluster with them); the files whose marks change are swapped in one commit."""
+    share a cluster with them); the files whose marks change are swapped in one commit, until
+    ``budget`` rows were rewritten. Returns the files rewritten and the partitions left due."""
     live = store.live()
     scope = sorted(((source, day, f) for source, day, f in live if _near(source, day, touched)),
                    key=lambda s: s[1] == UNKNOWN_DATE)  # the files without times last
     if not touched or not scope:
-        return 0
+        return 0, set()
     files = [f for _, _, f in scope]
     undated = [f for _, day, f in scope if day == UNKNOWN_DATE]
     rows = dict((store.events / rel, n) for rel, _, n, _ in store.table.files())
@@ -72,7 +77,7 @@ def mark(store, touched: set[tuple[str, str]]) -> int:
                       .filter(UPTIME.fill_null(False)).select("_row")] if undated else [])]),
         scan.filter(pl.col("copy_of").is_not_null()).select("_row", "copy_of")], engine="streaming")
     if not candidates.height and not marked.height:
-        return 0
+        return 0, set()
     some = candidates.get_column("_row").implode()
     full = scan.filter(pl.col("_row").is_in(some)).select("_row", "_path", "ts", *KEY, "attrs", "route", "file_id",
                                                           "copy_of").collect(engine="streaming")
@@ -86,9 +91,13 @@ def mark(store, touched: set[tuple[str, str]]) -> int:
     hit = base.filter(own & pl.col("_c").is_not_null()).get_column("_c").unique().implode()
     want = pl.when(own | pl.col("_c").is_in(hit)).then(pl.col("copy_of_want")).otherwise(pl.col("copy_of"))
     changed = base.filter(pl.col("copy_of").ne_missing(want)).select("_file", "_row", want.alias("_want"))
-    replaced, temps = [], []
+    replaced, temps, left, spent = [], [], set(), 0
     for (i,), mine in sorted(changed.partition_by("_file", as_dict=True).items()):
         old = files[i]
+        if spent and spent + rows[old] > budget:
+            left.add(scope[i][:2])
+            continue
+        spent += rows[old]
         lo = starts[old]
         df = store.scan_files([old]).collect()
         copy_of = df.get_column("copy_of").scatter(mine.get_column("_row") - lo, mine.get_column("_want"))
@@ -96,7 +105,7 @@ def mark(store, touched: set[tuple[str, str]]) -> int:
                                       compacted=old.name.startswith("c-"), durable=False))
         replaced.append(old)
     store.table.replace(replaced, store.durable(temps))
-    return len(replaced)
+    return len(replaced), left
 
 
 def _near(source: str, day: str, touched: set[tuple[str, str]]) -> bool:
@@ -120,8 +129,10 @@ def _renamed(name: str) -> str:
     return f"{parts[0]}-{uuid.uuid4().hex}.parquet"
 
 
-def _marked_version(store) -> int | None:
+def _state(store) -> tuple[int | None, set[tuple[str, str]]]:
+    """The version last marked (None: never, or a damaged record: mark everything) and the partitions due."""
     try:
-        return int(json.loads(store.place.read_bytes(store.root / MARKED))["version"])
-    except (FileNotFoundError, ValueError, KeyError, TypeError):  # never marked, or damaged: mark everything
-        return None
+        state = json.loads(store.place.read_bytes(store.root / MARKED))
+        return int(state["version"]), {(str(s), str(d)) for s, d in state.get("due", [])}
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        return None, set()
