@@ -27,6 +27,7 @@ __all__ = ["InputError", "ParseInput", "Summary", "blank_lines", "choose", "fina
 
 INGEST_LOCK_WAIT_S = 24 * 3600.0  # how long a run waits for another run into the same store
 MARK_WAIT_S = 30.0  # how long a run waits for a compaction to mark its copies (else the compaction does)
+MARK_REWRITE_FACTOR = 4  # a run rewrites at most this many rows per row it stored to mark copies (the rest: compaction)
 
 
 def ingest(paths: list[str], store: Store, progress: Callable[[int], None] | None = None,
@@ -61,7 +62,7 @@ def ingest_inputs(inputs: list[tuple[str, dict]], store: Store, progress: Callab
                     run_step(step, store, pipe, summary, progress)
         if summary.stored:
             try:
-                store.compactor.mark_copies(MARK_WAIT_S)
+                store.compactor.mark_copies(MARK_WAIT_S, budget=MARK_REWRITE_FACTOR * summary.stored)
             except StoreBusy:
                 summary.marks_pending = "a compaction held the store (it marks them when it ends)"
             except (OSError, PolarsError) as exc:  # the records are stored: a damaged segment stops only the marks

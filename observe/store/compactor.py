@@ -38,11 +38,12 @@ class Compactor:
         self.store = store
         self.remote = remote
 
-    def mark_copies(self, wait_s: float = 0.0) -> None:
-        """Bring the rows' ``copy_of`` up to date with what was added (:mod:`observe.store.copy_marks`);
-        StoreBusy while a compaction runs after ``wait_s`` (it marks them itself when it ends)."""
+    def mark_copies(self, wait_s: float = 0.0, budget: int | None = None) -> None:
+        """Bring the rows' ``copy_of`` up to date with what was added, rewriting at most ``budget``
+        rows (:func:`observe.store.copy_marks.bring_up_to_date`); StoreBusy while a compaction runs
+        after ``wait_s`` (it marks them itself when it ends)."""
         with self.store.lock("compact", wait_s=wait_s):
-            bring_up_to_date(self.store)
+            bring_up_to_date(self.store, budget=budget)
 
     def compact(self, partition: Partition, min_segments: int = 2,
                 file_rows: int = COMPACT_FILE_ROWS) -> tuple[int, int] | None:

@@ -37,12 +37,16 @@ MARKED = "copies.json"  # the table version whose changes are marked, and the pa
 REWRITE_ROWS = 2_000_000  # rows one pass rewrites at most (at least one file); the rest stays due for the next
 
 
-def bring_up_to_date(store, also: Iterable[tuple[str, str]] = ()) -> int:
+def bring_up_to_date(store, also: Iterable[tuple[str, str]] = (), budget: int | None = None) -> int:
     """Mark the partitions changed since the last marked version, those a pass left due, and ``also``
     ((source, date) pairs); the caller holds the store's compaction lock. Returns how many files were
-    rewritten. A pass rewrites at most REWRITE_ROWS rows: lines that keep turning other inputs' rows
-    into copies and back (a user's two copies of their own output, one growing, then the other) cost
-    each ingest that much at most, and their marks lag meanwhile (observe's own reads do not use them)."""
+    rewritten.
+
+    A pass rewrites at most ``budget`` rows (an ingest's: a few times what it stored), else
+    REWRITE_ROWS and at least one file (compaction, retention, repair: what makes progress). Lines
+    that keep turning other rows into copies and back (a user's two copies of their own output, one
+    growing, then the other) then cost an ingest little more than they are, a compaction at most
+    REWRITE_ROWS; their marks lag meanwhile (observe's own reads do not use them)."""
     version, rels = store.table.snapshot()
     if version < 0:
         return 0
@@ -50,15 +54,16 @@ def bring_up_to_date(store, also: Iterable[tuple[str, str]] = ()) -> int:
     added = None if last is None or last > version else store.table.added(last, version)
     changed = ({(p["source"], p["date"]) for p in map(partition_of, rels)} if added is None
                else {(p["source"], p["date"]) for p in map(partition_of, added)})
-    rewritten, left = mark(store, changed | due | set(also), REWRITE_ROWS)
+    rewritten, left = mark(store, changed | due | set(also), REWRITE_ROWS if budget is None else budget, budget is None)
     store.place.put(store.root / MARKED, json.dumps({"version": version, "due": sorted(left)}).encode())
     return rewritten
 
 
-def mark(store, touched: set[tuple[str, str]], budget: int) -> tuple[int, set[tuple[str, str]]]:
+def mark(store, touched: set[tuple[str, str]], budget: int, one: bool) -> tuple[int, set[tuple[str, str]]]:
     """Set ``copy_of`` in the rows of the ``touched`` partitions (and their neighbours' rows that
     share a cluster with them); the files whose marks change are swapped in one commit, until
-    ``budget`` rows were rewritten. Returns the files rewritten and the partitions left due."""
+    ``budget`` rows were rewritten (the first file whatever its rows, with ``one``). Returns the files
+    rewritten and the partitions left due."""
     live = store.live()
     scope = sorted(((source, day, f) for source, day, f in live if _near(source, day, touched)),
                    key=lambda s: s[1] == UNKNOWN_DATE)  # the files without times last
@@ -94,7 +99,7 @@ def mark(store, touched: set[tuple[str, str]], budget: int) -> tuple[int, set[tu
     replaced, temps, left, spent = [], [], set(), 0
     for (i,), mine in sorted(changed.partition_by("_file", as_dict=True).items()):
         old = files[i]
-        if spent and spent + rows[old] > budget:
+        if spent + rows[old] > budget and (spent or not one):
             left.add(scope[i][:2])
             continue
         spent += rows[old]
