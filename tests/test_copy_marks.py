@@ -84,18 +84,29 @@ def test_a_later_trusted_input_turns_the_stored_rows_into_copies(tmp_path: Path)
     assert agree(store) == {"duckdb": 3, "polars": 3, "rows": 6}
 
 
+MIDNIGHT = datetime(2026, 11, 20, tzinfo=timezone.utc)
+
+
+def across_midnight(tmp_path: Path, uptime: float, syslog_at: datetime, first: str) -> Path:
+    """One Xid, in dmesg at ``uptime`` (booted 10,000 s before midnight) and in rsyslog's copy stamped
+    ``syslog_at``; ``first`` is ingested first."""
+    boot = MIDNIGHT - timedelta(seconds=10_000)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "syslog").write_text(f"{stamp(syslog_at)} gpu001 kernel: {XID}\n")
+    (logs / "dmesg").write_text(f"[{uptime:12.6f}] {XID}\n")
+    store = tmp_path / "store"
+    runs = {"syslog": [str(logs / "syslog"), "--year", "2026"],
+            "dmesg": [str(logs / "dmesg"), "--source", "kernel", "--node", "gpu001", "--boot-time", boot.isoformat()]}
+    for name in sorted(runs, key=lambda n: n != first):
+        ingest(store, *runs[name])
+    return store
+
+
 def test_a_copy_pair_across_midnight_is_marked_when_only_the_later_day_is_ingested(tmp_path: Path) -> None:
     """A record the syslog stamped 23:59:59 and dmesg dates 00:00:00.6 the next day: the second run adds
     to the later day only, yet the first day's syslog row becomes the copy."""
-    midnight = datetime(2026, 11, 20, tzinfo=timezone.utc)
-    boot = midnight - timedelta(seconds=10_000)
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    (logs / "syslog").write_text(f"{stamp(midnight - timedelta(seconds=1))} gpu001 kernel: {XID}\n")
-    (logs / "dmesg").write_text(f"[{10_000.6:12.6f}] {XID}\n")
-    store = tmp_path / "store"
-    ingest(store, str(logs / "syslog"), "--year", "2026")
-    ingest(store, str(logs / "dmesg"), "--source", "kernel", "--node", "gpu001", "--boot-time", boot.isoformat())
+    store = across_midnight(tmp_path, 10_000.6, MIDNIGHT - timedelta(seconds=1), "syslog")
     days = pl.scan_delta(str(store / "events")).select("date", "copy_of").collect().sort("date")
     assert days.get_column("date").to_list() == ["2026-11-19", "2026-11-20"]
     assert days.get_column("copy_of").is_null().to_list() == [False, True]
@@ -191,34 +202,26 @@ def test_after_compaction_drops_a_duplicate_the_marks_keep_the_row_observe_keeps
     assert ours == ["a"] and kept.get_column("file_id").to_list() == ours
 
 
-def midnight_pair(tmp_path: Path) -> tuple[Path, datetime]:
+def midnight_pair(tmp_path: Path) -> Path:
     """The kernel's dmesg keeps an Xid at 23:59:59.5; rsyslog's copy of it is stamped 00:00:01 the next day."""
-    midnight = datetime(2026, 11, 20, tzinfo=timezone.utc)
-    boot = midnight - timedelta(seconds=10_000)
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    (logs / "dmesg").write_text(f"[{9_999.5:12.6f}] {XID}\n")
-    (logs / "syslog").write_text(f"{stamp(midnight + timedelta(seconds=1))} gpu001 kernel: {XID}\n")
-    store = tmp_path / "store"
-    ingest(store, str(logs / "dmesg"), "--source", "kernel", "--node", "gpu001", "--boot-time", boot.isoformat())
-    ingest(store, str(logs / "syslog"), "--year", "2026")
+    store = across_midnight(tmp_path, 9_999.5, MIDNIGHT + timedelta(seconds=1), "dmesg")
     assert agree(store) == {"duckdb": 1, "polars": 1, "rows": 2}
-    return store, midnight
+    return store
 
 
 def test_retention_that_drops_the_kept_row_makes_its_copy_the_record(tmp_path: Path) -> None:
-    store, midnight = midnight_pair(tmp_path)
-    assert Store(store).upkeep.expire(midnight.strftime("%Y-%m-%d"))
+    store = midnight_pair(tmp_path)
+    assert Store(store).upkeep.expire(MIDNIGHT.strftime("%Y-%m-%d"))
     assert agree(store) == {"duckdb": 1, "polars": 1, "rows": 1}
 
 
 def test_repair_that_sets_the_kept_rows_file_aside_makes_its_copy_the_record(tmp_path: Path) -> None:
     """A damaged dmesg segment: an ingest meanwhile stores its records and says why it could not mark; repair
     sets the segment aside and the syslog's copy is the record."""
-    store, midnight = midnight_pair(tmp_path)
+    store = midnight_pair(tmp_path)
     [kept] = (store / "events").glob("source=kernel/date=2026-11-19/*.parquet")
     kept.write_bytes(kept.read_bytes()[:100])
-    (tmp_path / "more").write_text(f"{stamp(midnight + timedelta(seconds=60))} gpu001 kernel: {LINK}\n")
+    (tmp_path / "more").write_text(f"{stamp(MIDNIGHT + timedelta(seconds=60))} gpu001 kernel: {LINK}\n")
     result = runner.invoke(app, ["ingest", str(tmp_path / "more"), "--year", "2026", "--store", str(store)])
     assert result.exit_code == 0 and "not marked yet" in result.output and "Traceback" not in result.output, result.output
     result = runner.invoke(app, ["repair", "--store", str(store)])
