@@ -22,7 +22,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from observe.schema import EVENT_SCHEMA  # noqa: E402
+from observe.schema import arrow_schema  # noqa: E402
+
+EVENT_SCHEMA = arrow_schema(stored=False)
 
 BATCH_ROWS = 100_000
 UTC = timezone.utc

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import polars as pl
-import pyarrow as pa
 
 from observe import timeparse as tp
 from observe.frames import attrs_json, merge_attrs, scatter_rows
@@ -10,42 +9,54 @@ from observe.frames import attrs_json, merge_attrs, scatter_rows
 SOURCES = ("slurm", "syslog", "kernel", "nccl", "gpu", "health")
 SEVERITIES = ("emerg", "alert", "crit", "err", "warning", "notice", "info", "debug")
 
-_FIELDS: list[tuple[str, pa.DataType, str]] = [
-    ("ts", pa.timestamp("us", tz="UTC"), "event time in UTC, microseconds; null when truly unknown"),
-    ("node", pa.string(), "Slurm node name or short host name"),
-    ("source", pa.string(), "one of: " + ", ".join(SOURCES)),
-    ("severity", pa.string(), "syslog level: " + ", ".join(SEVERITIES)),
-    ("kind", pa.string(), "snake_case event kind (rule files document each); log or unparsed otherwise"),
-    ("job_id", pa.string(), "Slurm job id as text: 123, 123_4 and 123+1 are all real"),
-    ("rank", pa.int32(), "distributed rank (NCCL / PyTorch)"),
-    ("gpu", pa.string(), "GPU PCI bus id (0000:3b:00) or index"),
-    ("code", pa.int32(), "numeric code of the event, e.g. the Xid number or an exit code"),
-    ("program", pa.string(), "emitting program or component (syslog tag, daemon, kernel)"),
-    ("pid", pa.int64(), "process id of the emitting program"),
-    ("message", pa.string(), "the record's text without its header"),
-    ("raw", pa.string(), "the original record, continuation lines joined with newlines"),
-    ("attrs", pa.string(), "source-specific extras as a JSON object"),
-    ("file_id", pa.string(), "provenance: fingerprint of the input the record came from"),
-    ("offset", pa.int64(), "provenance: byte offset of the record in that input"),
-    ("route", pa.string(), "provenance: how the record reached observe (observe/provenance.toml); only "
+_TS = pl.Datetime("us", "UTC")
+_FIELDS: list[tuple[str, pl.DataType, str]] = [
+    ("ts", _TS, "event time in UTC, microseconds; null when truly unknown"),
+    ("node", pl.String(), "Slurm node name or short host name"),
+    ("source", pl.String(), "one of: " + ", ".join(SOURCES)),
+    ("severity", pl.String(), "syslog level: " + ", ".join(SEVERITIES)),
+    ("kind", pl.String(), "snake_case event kind (rule files document each); log or unparsed otherwise"),
+    ("job_id", pl.String(), "Slurm job id as text: 123, 123_4 and 123+1 are all real"),
+    ("rank", pl.Int32(), "distributed rank (NCCL / PyTorch)"),
+    ("gpu", pl.String(), "GPU PCI bus id (0000:3b:00) or index"),
+    ("code", pl.Int32(), "numeric code of the event, e.g. the Xid number or an exit code"),
+    ("program", pl.String(), "emitting program or component (syslog tag, daemon, kernel)"),
+    ("pid", pl.Int64(), "process id of the emitting program"),
+    ("message", pl.String(), "the record's text without its header"),
+    ("raw", pl.String(), "the original record, continuation lines joined with newlines"),
+    ("attrs", pl.String(), "source-specific extras as a JSON object"),
+    ("file_id", pl.String(), "provenance: fingerprint of the input the record came from"),
+    ("offset", pl.Int64(), "provenance: byte offset of the record in that input"),
+    ("route", pl.String(), "provenance: how the record reached observe (observe/provenance.toml); only "
                            "trusted routes drive checks and drains"),
 ]
-
-EVENT_SCHEMA = pa.schema(
-    [pa.field(n, t, metadata={"description": d}) for n, t, d in _FIELDS]
-)
 # Files keep each line's text once: where ``raw`` is ``header + message`` (nearly always), ``raw`` is
 # left null and ``header`` holds the part before the message. Readers restore it:
 # raw = coalesce(raw, header || message). ``copy_of`` says which rows copy a record another input
 # holds (observe/copies.py decides, observe/store/copy_marks.py writes it): engines other than
 # observe count each record once with ``WHERE copy_of IS NULL``.
-STORED_SCHEMA = EVENT_SCHEMA.append(pa.field(
-    "header", pa.string(), metadata={"description": "raw = header || message, where raw is null"})).append(pa.field(
-    "copy_of", pa.string(), metadata={"description": "null, or the file_id of the input whose row of the same "
-                                                     "record is the one kept: count records WHERE copy_of IS NULL"}))
+_STORED_ONLY: list[tuple[str, pl.DataType, str]] = [
+    ("header", pl.String(), "raw = header || message, where raw is null"),
+    ("copy_of", pl.String(), "null, or the file_id of the input whose row of the same record is the one kept: "
+                             "count records WHERE copy_of IS NULL"),
+]
 FIELDS: tuple[str, ...] = tuple(n for n, _, _ in _FIELDS)
-DESCRIPTIONS: dict[str, str] = {n: d for n, _, d in _FIELDS}
-POLARS_SCHEMA: dict[str, pl.DataType] = dict(pl.Schema(EVENT_SCHEMA))  # through the C schema: an empty pyarrow table imports pandas where it is installed
+DESCRIPTIONS: dict[str, str] = {n: d for n, _, d in _FIELDS + _STORED_ONLY}
+POLARS_SCHEMA: dict[str, pl.DataType] = {n: t for n, t, _ in _FIELDS}
+STORED_COLUMNS = pl.Schema({n: t for n, t, _ in _FIELDS + _STORED_ONLY})  # the files' columns, as polars reads them
+
+
+def arrow_schema(stored: bool = True):
+    """The files' columns (or, without ``stored``, the events') as a pyarrow schema with each column's
+    description: for writers and the Delta table. pyarrow is imported here, by what writes; a command that
+    only reads does without it (0.1 s, with numpy)."""
+    import pyarrow as pa
+
+    arrow = {pl.String(): pa.string(), pl.Int32(): pa.int32(), pl.Int64(): pa.int64(), _TS: pa.timestamp("us", tz="UTC")}
+    fields = _FIELDS + (_STORED_ONLY if stored else [])
+    return pa.schema([pa.field(n, arrow[t], metadata={"description": d}) for n, t, d in fields])
+
+
 KEY = ("file_id", "offset")
 
 

@@ -132,6 +132,19 @@ def test_help_imports_no_data_library() -> None:
     assert done.returncode == 0 and done.stdout.strip() == "[]", (done.stdout, done.stderr[-2000:])
 
 
+def test_reading_commands_import_no_pyarrow(tmp_path: Path) -> None:
+    """What only reads the store (query, a count, explain, stats) needs polars and delta-rs, not pyarrow or numpy
+    (0.1 s of every such command's start-up); what writes imports them when it writes."""
+    store = str(tmp_path / "s")
+    assert runner.invoke(app, ["ingest", str(CORPUS / "real" / "xid.log"), "--store", store]).exit_code == 0
+    probe = ("import sys\nfrom typer.testing import CliRunner\nfrom observe.cli import app\n"
+             f"for args in [['query', '--kind', 'gpu_xid'], ['query', '--count-by', 'node,kind'], ['stats']]:\n"
+             f"    assert CliRunner().invoke(app, [*args, '--store', {store!r}]).exit_code == 0, args\n"
+             "print(sorted(m for m in ('polars', 'pyarrow', 'numpy') if m in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "['polars']", (done.stdout, done.stderr[-2000:])
+
+
 def test_query_counts_what_it_would_list(tmp_path: Path) -> None:
     """--count-by node,kind counts the events the same query lists, one row per value pair, most first (a kernel
     line kept in two inputs is one event either way); an unknown column is a one-line error."""

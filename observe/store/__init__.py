@@ -38,7 +38,7 @@ from typing import BinaryIO
 
 import polars as pl
 
-from observe.schema import EVENT_SCHEMA, conform, from_stored, to_stored
+from observe.schema import POLARS_SCHEMA, conform, from_stored, to_stored
 from observe.store.compaction import COMPACT_GRACE_S
 from observe.store.compactor import Compactor
 from observe.store.files import (DIR_MODE, FILE_MODE, UnsafeStore, atomic_file, check_dir, create_file, create_temp, fsync_path,
@@ -328,7 +328,7 @@ class Store:
                   undated: bool = False) -> pl.LazyFrame:
         """:meth:`scan` of some of the live segments (:meth:`files` names them): a share of a scan."""
         if not files:
-            return pl.LazyFrame(schema=pl.Schema(EVENT_SCHEMA))
+            return pl.LazyFrame(schema=POLARS_SCHEMA)
         lf = from_stored(self.scan_files(files))
         keep = pl.col("ts").is_null() if undated else pl.lit(False)
         if since is not None:

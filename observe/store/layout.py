@@ -10,9 +10,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 import polars as pl
-import pyarrow as pa
 
-from observe.schema import KEY, STORED_SCHEMA, conform, stored_raw, to_stored
+from observe.schema import KEY, STORED_COLUMNS, arrow_schema, conform, stored_raw, to_stored
 
 ROW_GROUP_ROWS = 128 * 1024
 
@@ -26,7 +25,7 @@ PLAIN_COLUMNS = ("node", "source", "severity", "kind", "job_id", "rank", "gpu", 
 
 
 # zstd level per column (columns not named are left uncompressed): ingest writes fast, compaction small
-INGEST_LEVELS = {c: ZSTD_LEVEL for c in STORED_SCHEMA.names if c not in PLAIN_COLUMNS}
+INGEST_LEVELS = {c: ZSTD_LEVEL for c in STORED_COLUMNS if c not in PLAIN_COLUMNS}
 
 
 COMPACT_LEVEL = 6
@@ -38,7 +37,7 @@ COMPACT_TEXT_LEVEL = 9  # 16 stored the real-shaped syslog bench 4% smaller for 
 TEXT_COLUMNS = ("message", "header", "raw", "attrs")
 
 
-COMPACT_LEVELS = {c: COMPACT_TEXT_LEVEL if c in TEXT_COLUMNS else COMPACT_LEVEL for c in STORED_SCHEMA.names}
+COMPACT_LEVELS = {c: COMPACT_TEXT_LEVEL if c in TEXT_COLUMNS else COMPACT_LEVEL for c in STORED_COLUMNS}
 
 
 # Rows of one input stay together, in file order: offsets and times then delta-encode to almost
@@ -73,8 +72,12 @@ WRITE_BATCH_ROWS = 64 * 1024  # rows the Parquet encoder takes at a time (its de
 UNKNOWN_DATE = "unknown"
 
 
-WRITE_SCHEMA = pa.schema([pa.field(f.name, pa.string_view() if f.type == pa.string() else f.type)
-                           for f in STORED_SCHEMA])
+@cache
+def write_schema():
+    """The stored columns as the encoder takes them from polars (strings as views), made once."""
+    import pyarrow as pa
+
+    return pa.schema([pa.field(f.name, pa.string_view() if f.type == pa.string() else f.type) for f in arrow_schema()])
 
 
 def parquet():
@@ -101,18 +104,20 @@ def write_compacted(df: pl.DataFrame, f: BinaryIO) -> None:
 
 
 def _write(df: pl.DataFrame, f: BinaryIO, levels: dict[str, int], dictionary: list[str]) -> None:
+    import pyarrow as pa  # what writes needs it; a command that only reads does without
+
     # polars' string views go to the encoder as they are (no conversion to Arrow's offsets layout);
     # the file records plain Parquet types, which every reader maps to strings. A segment's rows come
     # in one chunk per parse unit: made one first (the views alone are copied), the export and the
     # encoder take one array per column (real-shaped syslog, 360 segments: 9% less CPU)
     table = df.rechunk().to_arrow(compat_level=pl.CompatLevel.newest())
-    if not table.schema.equals(WRITE_SCHEMA):  # a cast imports pyarrow.compute (0.15 s) the first time
-        table = table.cast(WRITE_SCHEMA)
+    if not table.schema.equals(write_schema()):  # a cast imports pyarrow.compute (0.15 s) the first time
+        table = table.cast(write_schema())
     # encoded into memory, then written at once: a Python file object takes each page through the
     # interpreter, whose lock the parse threads hold (dozens of writes a segment, each waiting for it)
     encoded = pa.BufferOutputStream()
     parquet().write_table(
-        table, encoded, compression={c: "zstd" if c in levels else "none" for c in STORED_SCHEMA.names},
+        table, encoded, compression={c: "zstd" if c in levels else "none" for c in STORED_COLUMNS},
         compression_level=levels, row_group_size=ROW_GROUP_ROWS, use_dictionary=dictionary,
         column_encoding=COLUMN_ENCODINGS, write_statistics=STATISTICS_COLUMNS, write_batch_size=WRITE_BATCH_ROWS,
         store_schema=False)
@@ -126,7 +131,6 @@ class Partition:
     path: Path
 
 
-STORED_COLUMNS = pl.Schema(STORED_SCHEMA)
 
 
 def scan_segments(paths: Iterable[Path | str], storage_options: dict[str, str] | None = None,

@@ -20,9 +20,8 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path, PurePosixPath
 
 import polars as pl
-import pyarrow as pa
 
-from observe.schema import STORED_SCHEMA
+from observe.schema import arrow_schema
 from observe.store.place import LocalPlace, Place
 
 PARTITION_BY = ["source", "date"]
@@ -38,9 +37,12 @@ class LegacyLayout(RuntimeError):
     """A store written before the Delta table: ``observe convert`` makes it one."""
 
 
-def table_schema() -> pa.Schema:
-    """The Delta table's columns: the stored layout's, and the partitions' ``date`` (files hold ``source``)."""
-    return STORED_SCHEMA.append(pa.field("date", pa.string(), metadata={
+def table_schema():
+    """The Delta table's columns (a pyarrow schema): the stored layout's, and the partitions' ``date``
+    (files hold ``source``)."""
+    import pyarrow as pa
+
+    return arrow_schema().append(pa.field("date", pa.string(), metadata={
         "description": "partition: the event's UTC day (YYYY-MM-DD), or unknown when it has no time"}))
 
 
