@@ -27,7 +27,8 @@ def check_regex(pattern: str) -> str:
 
 @dataclass(frozen=True)
 class Match:
-    """What a search asks for: the filters and whether copies of a record are kept. Split in two so
+    """What a search asks for: the filters and whether copies of a record are kept (``marked``: as the
+    store's marks say, each record at its kept row's time; else decided from the rows read). Split in two so
     that an engine can read a share of the store at a time (:meth:`rows`) and put a node's rows
     together before the rest (:meth:`events`)."""
 
@@ -40,6 +41,7 @@ class Match:
     grep: str | None = None
     undated: bool = False
     copies: bool = False
+    marked: bool = False  # the rows' copy marks are current (Store.marks_current): read them, do not decide again
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.sources or ()) - set(SOURCES))
@@ -55,7 +57,7 @@ class Match:
 
     def rows(self, store: Store, files: list) -> pl.LazyFrame:
         """The matching rows of ``files`` (row groups outside the filters are not read), copies and all."""
-        lf = store.events_in(files, self.since, self.until, self.undated)
+        lf = store.events_in(files, self.since, self.until, self.undated, kept=self.marked and not self.copies)
         if self.nodes:
             lf = lf.filter(pl.col("node").is_in(self.nodes))
         if self.kinds:
@@ -69,7 +71,7 @@ class Match:
     def events(self, rows: pl.LazyFrame) -> pl.LazyFrame:
         """Matching rows as events, oldest first, each record once unless ``copies`` (a node's copies
         are all among its own rows: rows of whole nodes give the events of those nodes)."""
-        return (rows if self.copies else one_per_record(rows)).sort(*ORDER, nulls_last=True)
+        return (rows if self.copies or self.marked else one_per_record(rows)).sort(*ORDER, nulls_last=True)
 
 
 ORDER = ("ts", "node", "offset", "file_id", "kind")  # events' order: oldest first, and total (rows of one

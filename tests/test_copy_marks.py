@@ -252,3 +252,30 @@ def test_a_pass_rewrites_a_bounded_number_of_rows_and_leaves_the_rest_due(tmp_pa
             copy_marks.bring_up_to_date(s)
         assert len(due()) == left
     assert agree(store) == {"duckdb": 3, "polars": 3, "rows": 6}
+
+
+def test_queries_read_current_marks_and_decide_again_otherwise(tmp_path: Path, monkeypatch) -> None:
+    """With every mark current, `observe query` counts kept rows and never runs the read-time decision; once an
+    ingest could not mark (a compaction held the store), it decides again from the rows, and counts the same."""
+    import queries.search
+
+    boot = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(hours=3)
+    kernel_logs(tmp_path / "logs", boot, [(9000.0, XID), (9000.5, XID), (9100.5, LINK)])
+    store = tmp_path / "store"
+    ingest(store, str(tmp_path / "logs" / "dmesg"), "--source", "kernel", "--node", "gpu001",
+           "--boot-time", boot.isoformat())
+    ingest(store, str(tmp_path / "logs" / "syslog"))
+    decide = queries.search.one_per_record
+
+    def refused(rows):
+        raise AssertionError("decided again though the marks are current")
+
+    monkeypatch.setattr(queries.search, "one_per_record", refused)
+    assert Store(store).marks_current() and observe_count(store) == 3
+    kernel_logs(tmp_path / "more", boot, [(9500.0, LINK)])
+    monkeypatch.setattr(ingest_module, "MARK_WAIT_S", 0.0)
+    with Store(store).lock("compact"):
+        ingest(store, str(tmp_path / "more" / "syslog"))
+    assert not Store(store).marks_current()
+    monkeypatch.setattr(queries.search, "one_per_record", decide)
+    assert observe_count(store) == 4

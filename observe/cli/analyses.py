@@ -47,6 +47,8 @@ def query_cmd(
     """
     import polars as pl
 
+    from dataclasses import replace
+
     from queries.engine import Order, engine
     from queries.search import ORDER, Match, count, counts, first, first_line
 
@@ -59,7 +61,7 @@ def query_cmd(
             fail(f"--until {until} is not after --since {since}")
         st = open_store(store)
         match = Match(since=start, until=end, nodes=nodes, sources=source, kinds=kind, job=job, grep=grep)
-        existing_store(st)
+        match = replace(match, marked=existing_store(st).marks_current())  # checked in the order a user's mistakes come
         rows = limit + 1 if limit else None
         if by:
             df = counts(engine(engine_name, ray_address).by_node(st, match, partial(count, by=by), Order(tuple(by))), by)

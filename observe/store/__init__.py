@@ -39,6 +39,7 @@ from typing import BinaryIO
 import polars as pl
 
 from observe.schema import POLARS_SCHEMA, conform, from_stored, to_stored
+from observe.store import copy_marks
 from observe.store.compaction import COMPACT_GRACE_S
 from observe.store.compactor import Compactor
 from observe.store.files import (DIR_MODE, FILE_MODE, UnsafeStore, atomic_file, check_dir, create_file, create_temp, fsync_path,
@@ -325,17 +326,23 @@ class Store:
         return self.events_in(self.files(sources, since, until, undated), since, until, undated)
 
     def events_in(self, files: list[Path], since: datetime | None = None, until: datetime | None = None,
-                  undated: bool = False) -> pl.LazyFrame:
-        """:meth:`scan` of some of the live segments (:meth:`files` names them): a share of a scan."""
+                  undated: bool = False, kept: bool = False) -> pl.LazyFrame:
+        """:meth:`scan` of some of the live segments (:meth:`files` names them): a share of a scan. With
+        ``kept``, rows marked as copies (``copy_of``, :func:`marks_current`) are left out."""
         if not files:
             return pl.LazyFrame(schema=POLARS_SCHEMA)
-        lf = from_stored(self.scan_files(files))
+        scan = self.scan_files(files)
+        lf = from_stored(scan.filter(pl.col("copy_of").is_null()) if kept else scan)
         keep = pl.col("ts").is_null() if undated else pl.lit(False)
         if since is not None:
             lf = lf.filter(keep | (pl.col("ts") >= since))
         if until is not None:
             lf = lf.filter(keep | (pl.col("ts") < until))
         return lf
+
+    def marks_current(self) -> bool:
+        """Whether every row's ``copy_of`` is up to date (:func:`observe.store.copy_marks.current`)."""
+        return copy_marks.current(self)
 
     def known(self, file_id: str) -> pl.DataFrame:
         """Records already stored for one input: ``offset`` and ``text`` (a hash of ``raw``). Inputs

@@ -134,6 +134,14 @@ def _renamed(name: str) -> str:
     return f"{parts[0]}-{uuid.uuid4().hex}.parquet"
 
 
+def current(store) -> bool:
+    """Whether every row's mark is up to date: nothing added since the version last marked, nothing due
+    (a reader may then count ``copy_of IS NULL`` instead of deciding again)."""
+    version, _ = store.table.snapshot()
+    last, due = _state(store)
+    return version >= 0 and last is not None and last <= version and not due and store.table.added(last, version) == []
+
+
 def _state(store) -> tuple[int | None, set[tuple[str, str]]]:
     """The version last marked (None: never, or a damaged record: mark everything) and the partitions due."""
     try:
