@@ -128,8 +128,9 @@ def test_workers_ask_glibc_for_huge_pages_unless_told_otherwise() -> None:
 
 def test_small_runs_stay_in_one_process(monkeypatch: pytest.MonkeyPatch) -> None:
     assert parallel.default_workers(parallel.PARALLEL_MIN_BYTES - 1) == 1
-    monkeypatch.setattr(parallel, "cores", lambda: 2)
-    assert parallel.default_workers(parallel.PARALLEL_MIN_BYTES) == 2
+    for cores, workers in ((2, 1), (4, 2), (16, 10)):  # a process keeps about 1.5 cores busy
+        monkeypatch.setattr(parallel, "cores", lambda: cores)
+        assert parallel.default_workers(parallel.PARALLEL_MIN_BYTES) == workers
 
 
 def _parent(pid: int) -> int | None:

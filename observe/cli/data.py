@@ -105,7 +105,7 @@ def ingest_cmd(
     year: Annotated[Optional[int], typer.Option(help="Year of stamps that carry none (syslog's 'Nov 22 10:00:00'); "
                                                 "default: each file's last modification's (a copied archive may need it).",
                                                 min=1970, max=9999)] = None,
-    workers: Annotated[int, typer.Option(help="Parse processes: 0 = one per core when there is over 64 MB to read.", min=0, max=256)] = 0,
+    workers: Annotated[int, typer.Option(help="Parse processes: 0 = one per 1.5 cores when there is over 64 MB to read.", min=0, max=256)] = 0,
     store: StoreOpt = None,
 ) -> None:
     """Parse log files into the store; re-ingesting the same bytes adds nothing.
