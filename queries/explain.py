@@ -703,9 +703,7 @@ def timeline(events: pl.DataFrame, causes: Causes, rows: int = 60) -> list[dict]
     ev = events.filter(~pl.col("kind").is_in(["log", "unparsed", "nccl_comm_init"]), pl.col("ts").is_not_null())
     if ev.is_empty():
         return []
-    approx = pl.col("approx").fill_null(False) if "approx" in ev.columns else pl.lit(False)
-    shown = pl.coalesce("printed_after", "ts") if "printed_after" in ev.columns else pl.col("ts")
-    ev = (ev.with_columns(shown.alias("ts"), approx.alias("approx")).sort("ts")
+    ev = (ev.with_columns(pl.coalesce("printed_after", "ts").alias("ts"), pl.col("approx").fill_null(False)).sort("ts")
           .with_columns(pl.col("ts").dt.truncate("1s").alias("_sec")))
     folded = (ev.group_by("_sec", "node", "kind", "approx", maintain_order=True)
               .agg(pl.col("ts").first(), pl.col("source").first(), pl.col("severity").first(),

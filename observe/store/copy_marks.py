@@ -16,7 +16,8 @@ rewritten and swapped for the old one in one commit that changes no data, as com
 A store that never had marks (an older observe's) is marked whole the first time.
 
 Runs under the store's compaction lock (only its holder removes files). A cluster that chains over
-more than a day of one node's lines in a row is marked from the days read (none does in practice).
+more than a day is marked from the days read: real copies never do, a user's own job output can
+(its lines then count differently outside observe; docs/security.md, attack-24).
 """
 from __future__ import annotations
 
@@ -73,7 +74,7 @@ def mark(store, touched: set[tuple[str, str]], budget: int, one: bool) -> tuple[
     undated = [f for _, day, f in scope if day == UNKNOWN_DATE]
     rows = dict((store.events / rel, n) for rel, _, n, _ in store.table.files())
     starts = dict(zip(files, accumulate((rows[f] for f in files), initial=0)))  # each file's first _row
-    scan = store.scan_files(files, paths_as="_path").with_row_index("_row")
+    scan = store.scan_files(files).with_row_index("_row")
     # the rows that may be copies, from narrow columns (streamed: memory is the candidates', not the partitions')
     narrow = scan.select("_row", "ts", *STREAM, "file_id")
     candidates, marked = pl.collect_all([
@@ -84,7 +85,7 @@ def mark(store, touched: set[tuple[str, str]], budget: int, one: bool) -> tuple[
     if not candidates.height and not marked.height:
         return 0, set()
     some = candidates.get_column("_row").implode()
-    full = scan.filter(pl.col("_row").is_in(some)).select("_row", "_path", "ts", *KEY, "attrs", "route", "file_id",
+    full = scan.filter(pl.col("_row").is_in(some)).select("_row", "ts", *KEY, "attrs", "route", "file_id",
                                                           "copy_of").collect(engine="streaming")
     found = marks(full.lazy()).collect()
     # where marks change: the rows of the touched partitions, and the rows of clusters one of them is in

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from functools import cache
 from pathlib import Path, PurePosixPath
 
 import polars as pl
@@ -37,6 +38,7 @@ class LegacyLayout(RuntimeError):
     """A store written before the Delta table: ``observe convert`` makes it one."""
 
 
+@cache
 def table_schema():
     """The Delta table's columns (a pyarrow schema): the stored layout's, and the partitions' ``date``
     (files hold ``source``)."""
@@ -73,6 +75,7 @@ class Table:
         self._dt = None
         self._snap: tuple[int, list[str]] | None = None  # the last snapshot, and the log's mtime then
         self._seen = -1
+        self._columns_checked = False  # the table's schema lists every column the files hold (_add_columns)
         self._lock = threading.Lock()  # the writer's publisher thread commits while readers list
 
     @contextmanager
@@ -214,9 +217,12 @@ class EventTable(Table):
     def _add_columns(self, dt) -> None:
         """Add the columns observe's files hold that the table's schema does not list yet (a table
         written by an older observe: ``copy_of``), so that engines reading the table see them; the
-        table's name, description and properties are set again (delta-rs's ALTER drops them)."""
+        table's name, description and properties are set again (delta-rs's ALTER drops them). Once
+        per process: the columns never go away."""
         from deltalake import Schema
 
+        if self._columns_checked:
+            return
         have = {f.name for f in dt.schema().fields}
         missing = [f for f in Schema.from_arrow(table_schema()).fields if f.name not in have]
         if missing:
@@ -224,6 +230,7 @@ class EventTable(Table):
             dt.alter.set_table_name(TABLE_NAME)
             dt.alter.set_table_description(TABLE_DESCRIPTION)
             dt.alter.set_table_properties(self._properties())
+        self._columns_checked = True
 
     def files(self) -> list[tuple[str, int, int, int]]:
         """Each live file: (relative path, bytes, rows, modification time in ms), as its commit says."""

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from observe.store.compaction import COMPACT_GRACE_S
 from observe.store.copy_marks import bring_up_to_date
 from observe.store.layout import UNKNOWN_DATE, Partition
-from observe.store.table import LOG_DIR
+from observe.store.table import LOG_DIR, partition_of
 
 if TYPE_CHECKING:
     from observe.store import Store
@@ -96,8 +96,8 @@ class Upkeep:
                 aside.append(f)
             dropped = {self.store.events / rel for rel in self.store.table.drop_missing()} | set(aside)
             # the copies of the records those files kept are the records now
-            bring_up_to_date(self.store, {(f.parent.parent.name.removeprefix("source="),
-                                           f.parent.name.removeprefix("date=")) for f in dropped})
+            parts = (partition_of(f.relative_to(self.store.events).as_posix()) for f in dropped)
+            bring_up_to_date(self.store, {(p["source"], p["date"]) for p in parts})
             return sorted(dropped)
 
     def damaged(self) -> list[Path]:
