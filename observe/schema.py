@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from observe import timeparse as tp
+from observe import header_shapes, timeparse as tp
 from observe.frames import attrs_json, merge_attrs, scatter_rows
 
 SOURCES = ("slurm", "syslog", "kernel", "nccl", "gpu", "health")
@@ -31,14 +31,18 @@ _FIELDS: list[tuple[str, pl.DataType, str]] = [
                            "trusted routes drive checks and drains"),
 ]
 # Files keep each line's text once: where ``raw`` is ``header + message`` (nearly always), ``raw`` is
-# left null and ``header`` holds the part before the message. Readers restore it:
-# raw = coalesce(raw, header || message). ``copy_of`` says which rows copy a record another input
+# left null and ``header`` holds the part before the message, or, where one of the shapes of
+# observe/header_shapes.toml renders that part from the row's ts, node, program and pid, ``header`` is
+# null and ``shape`` names the shape. Readers restore it: raw = coalesce(raw, coalesce(header,
+# rendered shape) || message). ``copy_of`` says which rows copy a record another input
 # holds (observe/copies.py decides, observe/store/copy_marks.py writes it): engines other than
 # observe count each record once with ``WHERE copy_of IS NULL``.
 _STORED_ONLY: list[tuple[str, pl.DataType, str]] = [
-    ("header", pl.String(), "raw = header || message, where raw is null"),
+    ("header", pl.String(), "raw = header || message, where raw is null (and header is not)"),
     ("copy_of", pl.String(), "null, or the file_id of the input whose row of the same record is the one kept: "
                              "count records WHERE copy_of IS NULL"),
+    ("shape", pl.String(), "where raw and header are null, the header's shape: {ts:FORMAT} (strftime; {ts@ZONE:...} "
+                           "in ZONE), {node}, {program} and {pid} rendered from the row, then its message"),
 ]
 FIELDS: tuple[str, ...] = tuple(n for n, _, _ in _FIELDS)
 DESCRIPTIONS: dict[str, str] = {n: d for n, _, d in _FIELDS + _STORED_ONLY}
@@ -121,21 +125,34 @@ def bounded(df: pl.DataFrame) -> pl.DataFrame:
     return scatter_rows(df, rows, fixed)
 
 
-def to_stored(df: pl.DataFrame) -> pl.DataFrame:
-    """The on-disk layout of a conformed frame: ``raw`` split into header and message when it can be."""
+def to_stored(df: pl.DataFrame, zone: str = "UTC") -> pl.DataFrame:
+    """The on-disk layout of a conformed frame: ``raw`` split into header and message when it can be,
+    and a header one of the catalog's shapes renders (its times in ``zone``, where the input's stamps
+    were read) kept as that shape."""
     raw, message, head = pl.col("raw"), pl.col("message"), pl.col("_head")
     df = df.with_columns(raw.str.strip_suffix(message).alias("_head"))
     # the message was a suffix where the head is that much shorter (one comparison, not two)
     tail = (head.str.len_bytes() + message.str.len_bytes() == raw.str.len_bytes()).fill_null(False)
-    return df.with_columns(pl.when(~tail).then(raw).alias("raw"), pl.when(tail).then(head).alias("header"),
-                           pl.lit(None, pl.String).alias("copy_of")).drop("_head")
+    return shaped(df.with_columns(pl.when(~tail).then(raw).alias("raw"), pl.when(tail).then(head).alias("header"),
+                                  pl.lit(None, pl.String).alias("copy_of"), pl.lit(None, pl.String).alias("shape"))
+                  .drop("_head"), zone)
+
+
+def shaped(df: pl.DataFrame, zone: str) -> pl.DataFrame:
+    """``df`` (stored layout) with each header one of the catalog's shapes renders (times in ``zone``)
+    kept as that shape."""
+    shape = header_shapes.shapes_of(df, zone)
+    return df.with_columns(pl.when(shape.is_null()).then(pl.col("header")).alias("header"),
+                           pl.coalesce(pl.col("shape"), shape).alias("shape"))
 
 
 def stored_raw() -> pl.Expr:
-    """A stored row's original record: ``raw``, else ``header || message``."""
-    return pl.coalesce(pl.col("raw"), pl.concat_str([pl.col("header"), pl.col("message")]))
+    """A stored row's original record: ``raw``, else its header (kept, or rendered from its shape)
+    and message."""
+    head = pl.coalesce(pl.col("header"), header_shapes.rendered())
+    return pl.coalesce(pl.col("raw"), pl.concat_str([head, pl.col("message")]))
 
 
 def from_stored(lf: pl.LazyFrame) -> pl.LazyFrame:
     """The event schema from the on-disk layout (inverse of :func:`to_stored`)."""
-    return lf.with_columns(stored_raw().alias("raw")).drop("header", "copy_of")
+    return lf.with_columns(stored_raw().alias("raw")).drop("header", "shape", "copy_of")

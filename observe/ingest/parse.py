@@ -167,7 +167,7 @@ def parse_unit(recs: pl.DataFrame, inputs: list[ParseInput], c: Collector, ctx: 
     if not ctx.year_given and YEARLESS.match(recs.get_column("raw")[0] or ""):  # a unit's lines are of one format
         done.yearless = out.height
     learn_boot_times(out, done.boots)
-    done.parts = buffered_parts(out, order)
+    done.parts = buffered_parts(out, order, ctx.tz)
     return done
 
 

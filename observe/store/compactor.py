@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import polars as pl
 
-from observe.schema import KEY
+from observe.schema import KEY, shaped
 from observe.store.copy_marks import bring_up_to_date
 from observe.store.compaction import COMPACT_FILE_ROWS, COMPACT_SLICE_BYTES, batches, file_slices, rows_in, settled
 from observe.store.layout import SEGMENT_ORDER, UNKNOWN_DATE, Partition, superseded_dropped
@@ -157,8 +157,9 @@ class Compactor:
         rows, written = 0, []
         for i, where in enumerate(slices):
             # a duplicate is the same input's same text at the same offset (inputs may share an identity)
-            df = superseded_dropped(scan.filter(where).collect()
-                                    .unique(subset=[*KEY, "raw", "header", "message"], keep="first", maintain_order=True)
+            # headers of files written before shapes (or by a collector) that a shape renders in UTC are kept as it
+            df = superseded_dropped(shaped(scan.filter(where).collect(), "UTC")
+                                    .unique(subset=[*KEY, "raw", "header", "shape", "message"], keep="first", maintain_order=True)
                                     ).sort(*SEGMENT_ORDER)
             if df.height:
                 written.append(self.store.write_file(df, directory, f"{name}-{i:04d}.parquet", compacted=True, durable=False))
