@@ -42,6 +42,7 @@ class Match:
     undated: bool = False
     copies: bool = False
     marked: bool = False  # the rows' copy marks are current (Store.marks_current): read them, do not decide again
+    ordered: bool = True  # events oldest first; an analysis whose result no order changes (counts) skips the sort
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.sources or ()) - set(SOURCES))
@@ -69,9 +70,10 @@ class Match:
         return lf
 
     def events(self, rows: pl.LazyFrame) -> pl.LazyFrame:
-        """Matching rows as events, oldest first, each record once unless ``copies`` (a node's copies
-        are all among its own rows: rows of whole nodes give the events of those nodes)."""
-        return (rows if self.copies or self.marked else one_per_record(rows)).sort(*ORDER, nulls_last=True)
+        """Matching rows as events, oldest first (unless not ``ordered``), each record once unless ``copies``
+        (a node's copies are all among its own rows: rows of whole nodes give the events of those nodes)."""
+        events = rows if self.copies or self.marked else one_per_record(rows)
+        return events.sort(*ORDER, nulls_last=True) if self.ordered else events
 
 
 ORDER = ("ts", "node", "offset", "file_id", "kind")  # events' order: oldest first, and total (rows of one

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from datetime import datetime
 from functools import partial
 from pathlib import Path
@@ -47,8 +48,6 @@ def query_cmd(
     """
     import polars as pl
 
-    from dataclasses import replace
-
     from queries.engine import Order, engine
     from queries.search import ORDER, Match, count, counts, first, first_line
 
@@ -61,7 +60,8 @@ def query_cmd(
             fail(f"--until {until} is not after --since {since}")
         st = open_store(store)
         match = Match(since=start, until=end, nodes=nodes, sources=source, kinds=kind, job=job, grep=grep)
-        match = replace(match, marked=existing_store(st).marks_current())  # checked in the order a user's mistakes come
+        # checked in the order a user's mistakes come; a count needs its events in no order
+        match = replace(match, marked=existing_store(st).marks_current(), ordered=not by)
         rows = limit + 1 if limit else None
         if by:
             df = counts(engine(engine_name, ray_address).by_node(st, match, partial(count, by=by), Order(tuple(by))), by)
@@ -328,10 +328,11 @@ def patterns_cmd(
         nodes = expand_nodes(node) if node else None
         run = engine(engine_name, ray_address)
         # the window and its baseline read as one search; messages counted per node bucket, then added up
-        match = Match(since=start if all_ else start - span, until=end, nodes=nodes, sources=source)
+        match = Match(since=start if all_ else start - span, until=end, nodes=nodes, sources=source, ordered=False)
     except (ValueError, EngineError) as exc:
         fail(str(exc))
     st = existing_store(open_store(store))
+    match = replace(match, marked=st.marks_current())
     try:
         pieces = run.by_node(st, match, partial(masked_counts, start=None if all_ else start), Order(("masked",)))
     except EngineError as exc:
