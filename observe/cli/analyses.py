@@ -43,6 +43,7 @@ def query_cmd(
 ) -> None:
     """Search events, or count them.
 
+    \b
     Example: observe query --since 2h --node 'gpu[001-016]' --kind gpu_xid --format json
     Example: observe query --since 7d --source kernel --count-by node,kind
     """
@@ -227,6 +228,7 @@ def incidents_cmd(
     suggest a shared cause (switch, power, fabric) rather than separate faults. An incident none of whose
     lines came by a trusted route (kernel lines through a syslog file) is shown, noted unconfirmed.
 
+    \b
     Example: observe incidents --since 7d
     """
     import polars as pl
@@ -267,6 +269,7 @@ def nodes_cmd(
 
     Thresholds are in queries/causes.toml ([nodes]).
 
+    \b
     Example: observe nodes --since 30d --gpus
     """
     from queries.engine import EngineError, engine
@@ -312,6 +315,7 @@ def patterns_cmd(
     templates the way Drain does; a template is new when the baseline never had it, frequent when
     its rate is --min-ratio times the baseline's.
 
+    \b
     Example: observe patterns --since 2h --baseline 7d --node 'gpu[001-064]'
     """
     from datetime import timezone

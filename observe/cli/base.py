@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # the store (polars, pyarrow) is imported by the commands tha
 app = typer.Typer(
     help="Log aggregation and failure analysis for GPU training clusters run by Slurm.\n\n"
     "The store is --store, else $OBSERVE_STORE, else ./observe-store.",
-    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
 )
 
 

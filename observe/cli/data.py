@@ -110,6 +110,7 @@ def ingest_cmd(
 ) -> None:
     """Parse log files into the store; re-ingesting the same bytes adds nothing.
 
+    \b
     Example: observe ingest /var/log/slurm/slurmctld.log --node ctl1; dmesg | observe ingest - --source kernel --node gpu001;
     observe ingest logs/ (an archive of logs/<node>/dmesg, logs/<node>/syslog, ...)
     """
@@ -165,6 +166,7 @@ def demo_cmd(
 ) -> None:
     """Generate a small GPU cluster's logs with injected incidents, ingest them, show what is there.
 
+    \b
     Example: observe demo --nodes 16 --hours 24 && observe query --store observe-demo/store --kind gpu_xid
     (--end 2026-11-20T00:00 gives everyone the same store, to compare with the README's tour)
     """

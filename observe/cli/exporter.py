@@ -47,6 +47,7 @@ def central_cmd(
     in logs cannot swell Prometheus; observe_exporter_series_folded counts
     what was shown as node="other".
 
+    \b
     Example: observe exporter central --store /shared/observe --listen :9847
     """
     from observe.exporter.central import StoreMetrics

@@ -84,6 +84,7 @@ def inject_fault_cmd(
     """Write a synthetic Xid line to the kernel log, for drills: the collector, xid_history and the
     Slurm hooks treat it as real (its process name, observe-drill, marks it in the evidence).
 
+    \b
     Example: observe health inject-fault --xid 79 --yes   then watch: observe query --kind gpu_xid --since 5m
     """
     from observe.health.drill import inject
@@ -114,6 +115,7 @@ def set_healthy_cmd(
     healthcheck hook returns the node (or run `observe resume NODE`). A fault that comes back climbs
     the remedy ladder: reset -> reboot -> replace.
 
+    \b
     Example: observe health set-healthy gpu017 --gpu 0000:3b:00 --did reset --note "nvidia-smi -r, INC-4411"
     """
     from observe.health.recovery import fault_cleared
@@ -188,6 +190,7 @@ def faults_cmd(
     (reset, reboot, replace) and the reason. Faults that came only through a route users write (kernel
     lines in a syslog file) are listed too, act "verify": evidence for an active check, never acted on.
 
+    \b
     Example: observe health faults --since 1d --node 'gpu[001-064]'
     """
     from datetime import datetime, timezone
@@ -240,6 +243,7 @@ def drains_cmd(
     [user@time]), and slurmctld's log when it is collected. Who drained is read from the reason by
     the policy's [drain] owners.
 
+    \b
     Example: observe health drains --since 30d --by nhc
     """
     import polars as pl

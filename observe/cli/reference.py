@@ -40,7 +40,7 @@ def render() -> str:
     """The whole page, as markdown."""
     out = [HEAD]
     for name, cmd in _walk(typer.main.get_command(app), "observe"):
-        lines = (cmd.help or "").strip().splitlines()
+        lines = [line for line in (cmd.help or "").strip().splitlines() if line != "\b"]  # click's "keep these lines"
         examples = [line.removeprefix("Example:").strip() for line in lines if line.startswith("Example:")]
         out += [f"## `{name}`", "", "\n".join(line for line in lines if not line.startswith("Example:")).strip(), ""]
         if examples:
