@@ -9,8 +9,10 @@ through :func:`one_per_record`.
 
 How copies are told apart from repeats: rows of one source, node, job, rank and message text are
 *copies* when they come from different inputs and lie within COPY_WINDOW of each other in a chain
-(a cluster), or carry the same kernel uptime stamp (``attrs.uptime``) however far apart their times
-are (a dmesg time drifts from the wall clock over a long uptime). In each cluster an input of a
+(a cluster), or carry the same kernel uptime stamp (``attrs.uptime``) at times as far apart as the
+kernel's clock may drift from the wall clock over that uptime (a dmesg time is a boot time plus the
+stamp; BOOT_APART_S and DRIFT): a node that reboots prints its first lines at the same stamps again,
+and those are each boot's records. In each cluster an input of a
 trusted route (observe/provenance.toml: the kernel's own log, not a syslog that relays what any
 process sends) wins over the others, so that lines a user can write never hide the kernel's; then the
 input holding the most rows (a burst of ten identical Xid lines is ten records, not one; an input
@@ -34,6 +36,11 @@ KEY = ("source", "node", "job_id", "rank", "message")
 STREAM = KEY[:3]  # a node's own lines, or one job's output (job output has no node of its own): copies stay within one
 
 
+# How far apart the times of one record's copies with one uptime stamp may lie: a dmesg time is a boot
+# time plus the stamp, and the kernel's clock drifts from the wall clock by up to DRIFT of the uptime
+# (NTP tolerates 500 ppm); two boots' lines with one stamp lie a whole boot apart, at least the stamp
+BOOT_APART_S = 60.0
+DRIFT = 1e-3
 UPTIME = pl.col("attrs").str.contains('"uptime"', literal=True)  # a kernel line's uptime stamp ties copies without a time
 
 
@@ -68,12 +75,18 @@ def clusters(lf: pl.LazyFrame) -> pl.LazyFrame:
                                                     trusted().alias("_tr"))
     several = candidates.group_by(KEY).agg(pl.col("file_id").n_unique().alias("_inputs")).filter(pl.col("_inputs") > 1)
     rows = candidates.join(several.select(KEY), on=list(KEY), how="semi", nulls_equal=True)
-    # copies that share an uptime stamp are placed at the earliest of their times, so they chain
-    at = pl.when(pl.col("_up").is_not_null()).then(pl.col("ts").min().over([*KEY, "_up"])).otherwise("ts")
+    # copies that share an uptime stamp are placed at the earliest of their times, so they chain; rows
+    # of one uptime stamp whose times lie further apart than a clock's drift allows are of different
+    # boots (a node that reboots prints its first lines at the same uptimes again)
+    up_s = pl.col("_up").cast(pl.Float64, strict=False)
+    rows = rows.sort([*KEY, "_up", "ts"], nulls_last=True)
+    gap = pl.col("ts").diff().over([*KEY, "_up"]).dt.total_microseconds() / 1e6
+    boot = (gap > BOOT_APART_S + up_s * DRIFT).fill_null(False).cum_sum().over([*KEY, "_up"])
+    at = pl.when(pl.col("_up").is_not_null()).then(pl.col("ts").min().over([*KEY, "_up", boot])).otherwise("ts")
     rows = rows.with_columns(at.alias("_at")).sort([*KEY, "_at", "_up"], nulls_last=True)
     same = pl.all_horizontal([pl.col(k).eq_missing(pl.col(k).shift(1)) for k in KEY])
     near = ((pl.col("_at") - pl.col("_at").shift(1)) <= COPY_WINDOW).fill_null(False) \
-        | (pl.col("_up") == pl.col("_up").shift(1)).fill_null(False)
+        | ((pl.col("_up") == pl.col("_up").shift(1)) & pl.col("_at").eq_missing(pl.col("_at").shift(1))).fill_null(False)
     return rows.select("_row", "file_id", (~(same & near)).cum_sum().alias("_c"), "_tr",
                        pl.col("ts").is_not_null().alias("_t"), pl.col("_up").is_not_null().alias("_u"))
 

@@ -196,3 +196,29 @@ def test_a_file_and_its_copytruncate_copy_in_one_run_store_each_record_once(tmp_
     summary = ingest_inputs([(str(tmp_path / n), {}) for n in ("syslog", "syslog.1")], store, workers=1)
     assert not summary.failed and summary.stored == lines and summary.duplicates == lines, summary
     assert store.scan().select(pl.len()).collect().item() == lines
+
+
+def test_a_reboots_lines_at_the_same_uptime_are_records_of_each_boot(tmp_path: Path) -> None:
+    """A node that rebooted prints its first lines at the same uptime stamps again: the syslog keeps both
+    boots' lines, dmesg.0 the first boot's and dmesg the second's. Each boot's lines are records (two of
+    each), read once each, and the copy marks say the same: one boot's stamp never ties it to another's."""
+    first, second = NOW - timedelta(hours=5), NOW - timedelta(hours=2)
+    boot = [(0.0, "Linux version 6.8.0-45-generic (buildd@lcy02-amd64-075)"), (2.5, XID)]
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "syslog").write_text("".join(f"{syslog_stamp(b + timedelta(seconds=up))} gpu001 kernel: [{up:12.6f}] {text}\n"
+                                         for b in (first, second) for up, text in boot))
+    store = tmp_path / "store"
+    assert runner.invoke(app, ["ingest", str(logs / "syslog"), "--store", str(store)]).exit_code == 0
+    for name, at in (("dmesg.0", first), ("dmesg", second)):
+        (logs / name).write_text("".join(f"[{up:12.6f}] {text}\n" for up, text in boot))
+        args = ["ingest", str(logs / name), "--source", "kernel", "--node", "gpu001", "--boot-time", at.isoformat()]
+        assert runner.invoke(app, [*args, "--store", str(store)]).exit_code == 0
+    st = Store(store)
+    assert st.marks_current()
+    rows = st.scan(sources=["kernel"]).collect()
+    assert rows.height == 8
+    assert one_per_record(rows.lazy()).collect().height == 4
+    kept = pl.scan_delta(str(st.events)).filter(pl.col("copy_of").is_null() & (pl.col("source") == "kernel")).collect()
+    assert kept.height == 4
+    assert len(query(store, "--kind", "gpu_xid")) == 2
