@@ -2,10 +2,11 @@
 start-up, imports, reading the store), beside DuckDB answering the same question where it can.
 
     python bench/latency.py --demo                          # the demo's store (16 nodes, a day): a quick run
-    python bench/latency.py --store /tmp/observe-bench-explain/store   # a large store (bench/explain.py builds one)
+    python bench/scale.py --nodes 256 --days 28 --build-only            # a 53M-event store, once (~10 min)
+    python bench/latency.py --store /var/tmp/observe-scale-256-28/store # the commands on it
 
 Each command and its peer run alternately, --runs times; the figures are medians (and minimums) of wall
-time. DuckDB reads the live files the table's Delta log lists (what its delta extension reads), with
+time, and observe's peak RSS. DuckDB reads the live files the table's Delta log lists (what its delta extension reads), with
 ``copy_of IS NULL``: each record once, as observe counts it (a kernel record kept by dmesg and by syslog).
 """
 from __future__ import annotations
@@ -30,13 +31,18 @@ print(duckdb.sql(sys.argv[2]).fetchall()[:3])
 """
 
 
-def timed(argv: list[str]) -> float:
+def timed(argv: list[str]) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MB) of the whole process."""
     start = time.perf_counter()
-    done = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "OBSERVE_ENGINE": "polars"})
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OBSERVE_ENGINE": "polars"})
+    stderr = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
     took = time.perf_counter() - start
-    if done.returncode != 0:
-        sys.exit(f"{' '.join(argv[:6])} ...: exit {done.returncode}: {done.stderr.strip()[-500:]}")
-    return took
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        sys.exit(f"{' '.join(argv[:6])} ...: exit {proc.returncode}: {stderr.strip()[-500:]}")
+    return took, usage.ru_maxrss / 1024
 
 
 def questions(store: Path) -> tuple[list[tuple[str, list[str], str | None]], int]:
@@ -91,19 +97,21 @@ def main() -> None:
         sys.exit("give --store PATH or --demo")
     asked, events = questions(store)
     print(f"store {store}: {events:,} rows; medians (min) of {args.runs} whole-process runs, wall seconds")
-    print(f"{'question':38} {'observe':>16} {'DuckDB':>16} {'ratio':>6}")
+    print(f"{'question':38} {'observe':>16} {'RSS MB':>7} {'DuckDB':>16} {'ratio':>6}")
     rows = []
     for what, argv, sql in asked:
-        mine, peer = [], []
+        mine, peer, rss = [], [], 0.0
         for _ in range(args.runs):
-            mine.append(timed([*OBSERVE, *argv] + ([] if argv == ["--help"] else ["--store", str(store)])))
+            took, mb = timed([*OBSERVE, *argv] + ([] if argv == ["--help"] else ["--store", str(store)]))
+            mine.append(took)
+            rss = max(rss, mb)
             if sql:
-                peer.append(timed([sys.executable, "-c", DUCKDB, str(store), sql]))
+                peer.append(timed([sys.executable, "-c", DUCKDB, str(store), sql])[0])
         m = statistics.median(mine)
         p = statistics.median(peer) if peer else None
         shown = f"{p:7.3f} ({min(peer):.3f})" if p else f"{'-':>16}"
-        print(f"{what:38} {m:7.3f} ({min(mine):.3f}) {shown} {(m / p if p else float('nan')):6.2f}")
-        rows.append({"question": what, "observe_s": m, "observe_min_s": min(mine), "duckdb_s": p})
+        print(f"{what:38} {m:7.3f} ({min(mine):.3f}) {rss:7.0f} {shown} {(m / p if p else float('nan')):6.2f}")
+        rows.append({"question": what, "observe_s": m, "observe_min_s": min(mine), "observe_rss_mb": rss, "duckdb_s": p})
     if args.json:
         args.json.write_text(json.dumps({"store": str(store), "events": events, "rows": rows}, indent=1))
 

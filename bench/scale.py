@@ -6,6 +6,7 @@ table, run on hard links to the same segments); and what a 10,000-GPU year would
     python bench/scale.py                        # builds the store once into --dir (about an hour), runs ~8 min
     python bench/scale.py --nodes 128 --days 7   # a quick run (its own store)
     python bench/scale.py --no-old               # without the old layout's explain
+    python bench/scale.py --nodes 256 --days 28 --build-only   # a 53M-event store for bench/latency.py, ~10 min
 
 The store is built from observe.simulate's clusters, not from real logs (our own generator: the
 figures are a regression bar, not a claim about a real fleet's data). Each of a few 16-node
@@ -244,6 +245,8 @@ def main() -> None:
     ap.add_argument("--days", type=int, default=30, help="days of events (default 30)")
     ap.add_argument("--dir", type=Path, default=None, help="where the store is kept (default /var/tmp/observe-scale-N-D)")
     ap.add_argument("--no-old", action="store_true", help="skip explain on the old layout")
+    ap.add_argument("--build-only", action="store_true",
+                    help="build the store (once) and stop: for bench/latency.py --store DIR/store")
     ap.add_argument("--measure", nargs=2, metavar=("ENGINE", "WORKERS"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.nodes % GROUP:
@@ -259,6 +262,8 @@ def main() -> None:
         meta = build(dir_, args.nodes, args.days)
     print(f"store {store.root}: {meta['nodes']} nodes, {meta['days']} days (built in {meta['build_s']} s); "
           f"{os.cpu_count()} cores here")
+    if args.build_only:
+        return
     rows = fleet_queries(dir_)
     events = int(store.stats()["rows"].sum())
     base = {r["query"]: r["s"] for r in rows if r["engine"] == "polars" and r["threads"] == 1}
