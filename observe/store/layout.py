@@ -16,7 +16,7 @@ from observe.schema import KEY, STORED_COLUMNS, arrow_schema, conform, stored_ra
 ROW_GROUP_ROWS = 128 * 1024
 
 
-ZSTD_LEVEL = 1  # ingest writes fast; compaction rewrites partitions smaller (slower zstd levels)
+ZSTD_LEVEL = 3  # zstd 1 wrote the real-shaped syslog store 6% larger to save 0.07 CPU-s of 8; compaction goes further
 
 
 # Dictionary-coded columns of a few values (or none) are a few bytes a page already: left
