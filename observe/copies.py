@@ -75,20 +75,41 @@ def clusters(lf: pl.LazyFrame) -> pl.LazyFrame:
                                                     trusted().alias("_tr"))
     several = candidates.group_by(KEY).agg(pl.col("file_id").n_unique().alias("_inputs")).filter(pl.col("_inputs") > 1)
     rows = candidates.join(several.select(KEY), on=list(KEY), how="semi", nulls_equal=True)
-    # copies that share an uptime stamp are placed at the earliest of their times, so they chain; rows
-    # of one uptime stamp whose times lie further apart than a clock's drift allows are of different
-    # boots (a node that reboots prints its first lines at the same uptimes again)
-    up_s = pl.col("_up").cast(pl.Float64, strict=False)
-    rows = rows.sort([*KEY, "_up", "ts"], nulls_last=True)
-    gap = pl.col("ts").diff().over([*KEY, "_up"]).dt.total_microseconds() / 1e6
-    boot = (gap > BOOT_APART_S + up_s * DRIFT).fill_null(False).cum_sum().over([*KEY, "_up"])
-    at = pl.when(pl.col("_up").is_not_null()).then(pl.col("ts").min().over([*KEY, "_up", boot])).otherwise("ts")
+    # copies that share an uptime stamp are placed at the earliest of their boot's times, so they chain
+    rows = rows.sort([*KEY, "_up", "ts"], nulls_last=True).with_columns(_boot=_boot())
+    at = pl.when(pl.col("_up").is_not_null()).then(pl.col("ts").min().over([*KEY, "_up", "_boot"])).otherwise("ts")
     rows = rows.with_columns(at.alias("_at")).sort([*KEY, "_at", "_up"], nulls_last=True)
     same = pl.all_horizontal([pl.col(k).eq_missing(pl.col(k).shift(1)) for k in KEY])
     near = ((pl.col("_at") - pl.col("_at").shift(1)) <= COPY_WINDOW).fill_null(False) \
         | ((pl.col("_up") == pl.col("_up").shift(1)) & pl.col("_at").eq_missing(pl.col("_at").shift(1))).fill_null(False)
     return rows.select("_row", "file_id", (~(same & near)).cum_sum().alias("_c"), "_tr",
                        pl.col("ts").is_not_null().alias("_t"), pl.col("_up").is_not_null().alias("_u"))
+
+
+def _boot() -> pl.Expr:
+    """Which boot each row of one record key and uptime stamp is of (rows sorted by key, stamp and time).
+
+    A node that reboots prints its first lines at the same stamps again; one record's copies lie within
+    a clock's drift of each other (:data:`BOOT_APART_S`, :data:`DRIFT`), two boots' lines a whole boot
+    apart. Boots are told apart by the trusted rows alone (the kernel's own logs: a chain of a user's
+    forged lines a minute apart must not join two boots); a row of another route is of the trusted boot
+    whose times lie within the drift of its own, else of none (a boot of its own route's rows); a row
+    without a time (a dmesg read without its boot time) is of the latest trusted boot."""
+    group = [*KEY, "_up"]
+    ts, trusted_row = pl.col("ts"), pl.col("_tr") & pl.col("ts").is_not_null()
+    allow = pl.duration(microseconds=((BOOT_APART_S + pl.col("_up").cast(pl.Float64, strict=False).fill_null(0) * DRIFT)
+                                      * 1e6).cast(pl.Int64))
+    mine = pl.when(trusted_row).then(ts)
+    before = mine.forward_fill().over(group)  # the latest trusted time at or before the row
+    opens = trusted_row & ((ts - mine.shift(1).forward_fill().over(group)) > allow).fill_null(True)
+    boot = opens.cum_sum().over(group)  # the trusted boot at or before the row (0: none yet)
+    after = mine.backward_fill().over(group)  # the next trusted time
+    with_earlier = trusted_row | ts.is_null() | ((ts - before) <= allow).fill_null(False)
+    with_later = ((after - ts) <= allow).fill_null(False)
+    alone = ~with_earlier & ~with_later
+    own = (alone & ((ts - pl.when(alone).then(ts).shift(1).forward_fill().over(group)) > allow).fill_null(True)).cum_sum().over(group)
+    return (pl.when(with_earlier).then(boot * 2).when(with_later).then((boot + 1) * 2)
+            .otherwise(own * 2 + 1))
 
 
 def marks(lf: pl.LazyFrame) -> pl.LazyFrame:

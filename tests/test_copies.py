@@ -222,3 +222,44 @@ def test_a_reboots_lines_at_the_same_uptime_are_records_of_each_boot(tmp_path: P
     kept = pl.scan_delta(str(st.events)).filter(pl.col("copy_of").is_null() & (pl.col("source") == "kernel")).collect()
     assert kept.height == 4
     assert len(query(store, "--kind", "gpu_xid")) == 2
+
+
+def _trusted_count(store: Path, *args: str) -> int:
+    result = runner.invoke(app, ["query", *args, "--count-by", "route", "--store", str(store)])
+    assert result.exit_code == 0, result.output
+    return sum(int(line.split()[-1]) for line in result.stdout.splitlines() if line.startswith("system_file"))
+
+
+def test_a_users_forged_lines_neither_split_a_record_nor_join_two_boots(tmp_path: Path) -> None:
+    """(attack-25 r1, r3) A user's `logger -t kernel '[ 3906.450310] ...'` lines in the syslog, each beside a
+    real kernel line (a segfault they cause) so that they are clustered, carry a trusted record's stamp and
+    text: an hour later they must not split the record's kern.log and dmesg copies (dmesg read without its
+    boot time); once a minute over two hours they must not join two boots' "Linux version" records."""
+    xid = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus."
+    trap = "traps: a.out[{}] general protection fault ip:401000 sp:7ffd error:0 in a.out[401000+1000]"
+    (tmp_path / "kern.log").write_text(f"Nov 28 12:00:02 gpu003 kernel: [ 3906.450310] {xid}\n"
+                                       f"Nov 28 13:00:02 gpu003 kernel: [ 7506.120000] {trap.format(77)}\n")
+    (tmp_path / "syslog").write_text(f"Nov 28 12:00:02 gpu003 kernel: [ 3906.450310] {xid}\n"
+                                     f"Nov 28 13:00:02 gpu003 kernel: [ 3906.450310] {xid}\n"
+                                     f"Nov 28 13:00:02 gpu003 kernel: [ 7506.120000] {trap.format(77)}\n")
+    (tmp_path / "dmesg").write_text(f"[ 3906.450310] {xid}\n")
+    one = tmp_path / "one"
+    for args in (["kern.log", "--source", "kernel", "--node", "gpu003"], ["syslog"],
+                 ["dmesg", "--source", "kernel", "--node", "gpu003"]):
+        result = runner.invoke(app, ["ingest", str(tmp_path / args[0]), *args[1:], "--year", "2026", "--store", str(one)])
+        assert result.exit_code == 0, result.output
+    assert _trusted_count(one, "--kind", "gpu_xid") == 1
+
+    version = "Linux version 5.15.0-91-generic (buildd@lcy02-amd64-045) #101-Ubuntu SMP"
+    (tmp_path / "dmesg.1").write_text(f"[    0.000000] {version}\n"
+                                      + "".join(f"[ {60 * i:4d}.000000] {trap.format(i)}\n" for i in range(1, 120)))
+    (tmp_path / "dmesg.2").write_text(f"[    0.000000] {version}\n")
+    (tmp_path / "syslog.2").write_text("".join(f"Nov 28 {10 + i // 60}:{i % 60:02d}:00 gpu003 kernel: [    0.000000] {version}\n"
+                                               for i in range(121)))
+    two = tmp_path / "two"
+    for name, boot in (("dmesg.1", "2026-11-28T10:00:00Z"), ("dmesg.2", "2026-11-28T12:00:00Z")):
+        result = runner.invoke(app, ["ingest", str(tmp_path / name), "--source", "kernel", "--node", "gpu003",
+                                     "--boot-time", boot, "--store", str(two)])
+        assert result.exit_code == 0, result.output
+    assert runner.invoke(app, ["ingest", str(tmp_path / "syslog.2"), "--year", "2026", "--store", str(two)]).exit_code == 0
+    assert _trusted_count(two, "--grep", "^Linux version") == 2
