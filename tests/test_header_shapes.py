@@ -71,3 +71,24 @@ def test_a_text_that_is_no_shape_renders_nothing() -> None:
                        "pid": [None], "attrs": [None]}, schema_overrides={"program": pl.String, "pid": pl.Int64,
                                                                           "attrs": pl.String})
     assert df.select(header_shapes.rendered()).item() is None  # a zone polars does not know: no header, no error
+
+
+def test_compaction_keeps_one_row_of_a_record_stored_with_its_header_and_as_a_shape(tmp_path: Path) -> None:
+    """The same input's line at the same offset, stored once by an older observe (its header kept) and
+    once as a shape: compaction keeps one; a line's two events (two messages) keep both."""
+    ts = pl.Series([1_700_000_000_000_000] * 3, dtype=pl.Datetime("us", "UTC"))
+    line = "Nov 14 22:13:20 gpu1 sshd[7]: hello"
+    df = conform(pl.DataFrame({"ts": ts, "node": ["gpu1"] * 3, "source": ["syslog"] * 3, "program": ["sshd"] * 3,
+                               "pid": [7] * 3, "message": ["hello", "hello", "sshd says hello"], "kind": ["log", "log", "other"],
+                               "raw": [line] * 3, "file_id": ["f1"] * 3, "offset": [0, 40, 40]}))
+    stored = to_stored(df)
+    assert stored.get_column("shape").null_count() == 1  # the third row's raw is no header and message: kept whole
+    older = stored.head(1).with_columns(pl.lit("Nov 14 22:13:20 gpu1 sshd[7]: ").alias("header"),
+                                        pl.lit(None, pl.String).alias("shape"))
+    store = Store(tmp_path / "store")
+    day = "2023-11-14"
+    for part in (older, stored):
+        store.publish([store.write_partition("syslog", day, part, durable=False)])
+    store.compactor.compact_many(store.partitions(), min_segments=1)
+    rows = store.scan(undated=True).select("offset", "raw", "kind").collect().sort("offset", "kind")
+    assert rows.rows() == [(0, line, "log"), (40, line, "log"), (40, line, "other")]

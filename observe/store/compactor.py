@@ -156,11 +156,10 @@ class Compactor:
         name = f"c-{time.time_ns():016x}-{uuid.uuid4().hex[:8]}"  # names sort in time order
         rows, written = 0, []
         for i, where in enumerate(slices):
-            # a duplicate is the same input's same text at the same offset (inputs may share an identity)
-            # headers of files written before shapes (or by a collector) that a shape renders in UTC are kept as it
-            df = superseded_dropped(shaped(scan.filter(where).collect(), "UTC")
-                                    .unique(subset=[*KEY, "raw", "header", "shape", "message"], keep="first", maintain_order=True)
-                                    ).sort(*SEGMENT_ORDER)
+            df = scan.filter(where).collect()
+            if df.get_column("shape").null_count() == df.height:  # files written before shapes: headers a shape
+                df = shaped(df, "UTC")  # renders in UTC are kept as it (ingest tried its own zone's on the others)
+            df = superseded_dropped(df).sort(*SEGMENT_ORDER)
             if df.height:
                 written.append(self.store.write_file(df, directory, f"{name}-{i:04d}.parquet", compacted=True, durable=False))
                 rows += df.height

@@ -148,17 +148,21 @@ def no_records() -> pl.DataFrame:
 
 
 def superseded_dropped(df: pl.DataFrame) -> pl.DataFrame:
-    """``df`` (stored layout) without the rows that a longer text of the same input at the same
-    offset extends: a last line stored while it was still being written (block-buffered job
-    output), then stored whole by the next ingest of the grown file."""
+    """``df`` (stored layout) without the rows another row of the same input at the same offset holds
+    again (the same text and message, stored twice: inputs may share an identity) or extends (a last line stored
+    while it was still being written, block-buffered job output, then stored whole by the next ingest
+    of the grown file). Texts are compared as lines, whichever layout holds them (a header kept, or its
+    shape), and only for the rows whose input and offset repeat."""
     same = df.select(pl.struct(*KEY).is_duplicated()).to_series()
     if not same.any():
         return df
     text = stored_raw().alias("_t")
-    rows = df.with_row_index("_r").filter(same).select("_r", *KEY, text)
+    rows = df.with_row_index("_r").filter(same).select("_r", *KEY, text, "message")
+    again = rows.filter(~pl.struct(*KEY, "_t", "message").is_first_distinct()).select("_r")  # one line's two events stay
     longer = rows.join(rows, on=list(KEY), suffix="_o").filter(
         (pl.col("_t_o").str.len_bytes() > pl.col("_t").str.len_bytes()) & pl.col("_t_o").str.starts_with(pl.col("_t")))
-    return df.filter(~pl.int_range(pl.len()).is_in(longer.get_column("_r").implode()))
+    dropped = pl.concat([again.get_column("_r"), longer.get_column("_r")])
+    return df.filter(~pl.int_range(pl.len()).is_in(dropped.implode()))
 
 
 _NO_DAY = (1 << 31) - 1
