@@ -298,3 +298,21 @@ def test_a_hook_whose_policy_does_not_parse_exits_0_and_says_why(tmp_path: Path,
                          env={"SLURM_JOB_ID": "5", "SLURMD_NODENAME": "gpu001"})
     assert done.exit_code == 0, done.output
     assert f"{hook}" in log.read_text() and "not run: PolicyError" in log.read_text(), log.read_text()
+
+
+def test_a_store_with_files_of_a_newer_layout_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """A file a newer observe wrote (a column this one does not know, as an upgraded collector's would be)
+    is not read as if it were of this layout: one line that says so, exit 2, whichever command met it."""
+    import polars as pl
+
+    from observe.store import Store
+
+    store = tmp_path / "store"
+    assert runner.invoke(app, ["ingest", str(CORPUS / "real" / "xid.log"), "--store", str(store)]).exit_code == 0
+    seg = Store(store).live()[0][2]
+    pl.read_parquet(seg).with_columns(pl.lit("x").alias("future")).write_parquet(seg)
+    done = subprocess.run([sys.executable, "-m", "observe.cli", "query", "--store", str(store)],
+                          capture_output=True, text=True)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "error: the store holds files a newer observe wrote (column 'future'): read it with that version or a later one"]

@@ -7,6 +7,7 @@ One module per command group, registered here explicitly: ``data`` (the store's 
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 from rich.markup import escape
@@ -50,12 +51,18 @@ def main() -> None:
 
 
 def _fail_store(exc: Exception) -> None:
-    """A store that is not safe to use or is of an old layout, found where a command met it (a planted link, an
-    old store): bad input, one line and exit 2. Only a command that opened a store can raise them."""
+    """A store that is not safe to use, of an old layout or holding files of a newer one, found where a command
+    met it (a planted link, an old store, an upgraded collector's files): bad input, one line and exit 2. Only a
+    command that opened a store can raise them."""
     if "observe.store" not in sys.modules:
         return
     from observe.store import LegacyLayout, UnsafeStore
 
     if isinstance(exc, (UnsafeStore, LegacyLayout)):
         err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        sys.exit(2)
+    newer = re.search(r"extra column in file outside of expected schema: (\w+)", str(exc))
+    if newer:  # read as it is, a file of a later layout would give wrong lines, not an error
+        err.print(f"[red]error:[/red] the store holds files a newer observe wrote (column {escape(newer.group(1))!r}): "
+                  "read it with that version or a later one", highlight=False, soft_wrap=True)
         sys.exit(2)
