@@ -45,8 +45,11 @@ def runs(events: pl.LazyFrame) -> pl.DataFrame:
     sure = rec.group_by("job_id").agg(pl.col("_tr").any().alias("trusted"))
     both = (pl.concat([paired.select("job_id", "start", "end", "state", "exit_code", "nodelist"), orphans],
                       how="diagonal_relaxed").join(sure, on="job_id", how="left").collect())
-    nodes = both.get_column("nodelist").map_elements(_hosts, return_dtype=pl.List(pl.String), skip_nulls=False)
-    return (both.with_columns(nodes.alias("nodes")).drop("nodelist")
+    # each distinct hostlist expanded once, into one Series (map_elements made a Series of every run's list)
+    lists = both.get_column("nodelist").unique()
+    expanded = pl.DataFrame({"nodelist": lists, "nodes": pl.Series([_hosts(x) for x in lists.to_list()],
+                                                                    dtype=pl.List(pl.String))})
+    return (both.join(expanded, on="nodelist", how="left", nulls_equal=True, maintain_order="left").drop("nodelist")
             .with_columns(pl.col(c).cast(t) for c, t in RUN_SCHEMA.items())
             .select(list(RUN_SCHEMA)).sort("job_id", "start", nulls_last=True))
 
