@@ -69,19 +69,19 @@ def shapes_of(df: pl.DataFrame, zone: str) -> pl.Series:
     rest = df.select(pl.col("header").is_not_null()).to_series().arg_true()
     if not len(rest):
         return out
+    left = df.select("header", *COLUMNS).gather(rest)  # the rows no shape rendered yet, and their places
     for template in templates():
         shape = in_zone(template, zone)
         rendering = render(shape)
         if rendering is None:  # a zone this polars does not know: the headers are kept
             return out
         try:
-            same = (df.select("header", *COLUMNS).gather(rest).select((rendering == pl.col("header")).fill_null(False))
-                    .to_series())
+            same = left.select((rendering == pl.col("header")).fill_null(False)).to_series()
         except pl.exceptions.PolarsError:  # a time out of what the zone's rules cover
             return out
         if same.any():
             out = out.scatter(rest.filter(same), shape)
-            rest = rest.filter(~same)
+            rest, left = rest.filter(~same), left.filter(~same)
             if not len(rest):
                 break
     return out
