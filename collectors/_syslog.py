@@ -23,7 +23,7 @@ import json
 
 import polars as pl
 
-from observe import provenance
+from observe import boot_copies, provenance
 from observe import timeparse as tp
 from collectors._kernel_text import kernel_lines
 from collectors._slurm_text import slurm_fields
@@ -298,7 +298,8 @@ def _short_monotonic(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
     """journalctl ``-o short-monotonic`` / ``short-delta``: seconds since boot (a time given the
     boot time), kept in attrs.uptime (and attrs.delta) as the kernel collector keeps dmesg's."""
     g = split_header(part, SHORT_MONOTONIC)
-    ts = tp.since_boot(pl.col("up").cast(pl.Float64, strict=False), ctx.boot_time)
+    up = pl.col("up").cast(pl.Float64, strict=False)
+    ts = tp.since_boot(up, ctx.boot_time or boot_copies.boot_time(g, up, pl.col("msg"), ctx.boot_copies))
     attrs = attrs_json([("uptime", pl.col("up")), ("delta", pl.col("delta"))])
     return _common(g, ts, pl.col("host"), pl.lit(None, dtype=pl.String), attrs)
 

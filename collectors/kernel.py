@@ -15,6 +15,7 @@ import polars as pl
 
 from collectors._kernel_text import kernel_device
 from collectors._syslog import SNIFF, parse_syslog, severity_from_pri
+from observe import boot_copies
 from observe import timeparse as tp
 from observe.collector import Collector, Context, register, split_header
 from observe.frames import attrs_json
@@ -123,7 +124,8 @@ def _dmesg(records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
     kmsg = pl.col("kmsg").is_not_null()
     up = pl.when(kmsg).then(pl.col("usec").cast(pl.Float64, strict=False) / 1e6).otherwise(pl.col("up").cast(pl.Float64, strict=False))
     minute = tp.yearless(pl.col("rmon"), pl.col("rday").str.strip_chars(), pl.col("rclock") + ":00", ctx.reference_time, ctx.tz)
-    ts = pl.coalesce(tp.iso(pl.coalesce("tiso", "iso"), ctx.tz), tp.ctime(pl.col("ct"), ctx.tz), tp.since_boot(up, ctx.boot_time),
+    boot = ctx.boot_time or boot_copies.boot_time(g, up, pl.coalesce("kmsg", "msg"), ctx.boot_copies)
+    ts = pl.coalesce(tp.iso(pl.coalesce("tiso", "iso"), ctx.tz), tp.ctime(pl.col("ct"), ctx.tz), tp.since_boot(up, boot),
                      pl.when(pl.col("rmon").is_not_null()).then(minute))
     severity = pl.coalesce(
         severity_from_pri(pl.coalesce("kpri", "pri")),

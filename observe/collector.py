@@ -20,6 +20,8 @@ class Context:
     node: str | None = None
     job_id: str | None = None
     boot_time: datetime | None = None
+    # the run's other inputs' copies of kernel records (observe/boot_copies.py): what dates a dmesg without boot_time
+    boot_copies: pl.DataFrame | None = None
     reference_time: datetime = field(default_factory=lambda: datetime.now(timezone.utc))  # stamps without a year take its
     year_given: bool = False  # whether the user said that year (--year), not the file's modification time
     tz: str = "UTC"

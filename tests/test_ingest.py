@@ -6,7 +6,7 @@ import io
 import os
 import sys
 import threading
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import polars as pl
@@ -23,13 +23,62 @@ def _events(store: Store) -> pl.DataFrame:
     return store.scan().collect().sort("offset")
 
 
+XID79 = "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus."
+
+
 def test_boot_time_learned_from_syslog_of_same_node(store: Store, tmp_path: Path) -> None:
-    (tmp_path / "dmesg").write_text("[  200.000000] NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n")
-    (tmp_path / "syslog").write_text("Nov 22 10:00:00 gpu002 kernel: [  100.000000] usb 1-1: new device\n")
+    """rsyslog's copies of the dmesg's records (both clocks on each) date it."""
+    (tmp_path / "dmesg").write_text(f"[  100.000000] usb 1-1: new device\n[  200.000000] {XID79}\n")
+    (tmp_path / "syslog").write_text("Nov 22 10:00:00 gpu002 kernel: [  100.000000] usb 1-1: new device\n"
+                                     f"Nov 22 10:01:40 gpu002 kernel: [  200.000000] {XID79}\n")
     ingest([str(tmp_path / "dmesg"), str(tmp_path / "syslog")], store, node="gpu002")
-    xid = _events(store).filter(pl.col("kind") == "gpu_xid").row(0, named=True)
-    assert xid["ts"].replace(year=2000) == datetime(2000, 11, 22, 10, 1, 40, tzinfo=UTC)
-    assert xid["node"] == "gpu002"
+    for xid in _events(store).filter(pl.col("kind") == "gpu_xid").iter_rows(named=True):
+        assert xid["ts"].replace(year=2000) == datetime(2000, 11, 22, 10, 1, 40, tzinfo=UTC)
+        assert xid["node"] == "gpu002"
+
+
+def _dmesg_times(store: Store, tmp_path: Path, syslog: list[str]) -> list[datetime | None]:
+    """The times of a root-owned dmesg's records (a Linux version line, then an Xid), dated by ``syslog``'s lines."""
+    (tmp_path / "dmesg").write_text(f"[    0.000000] Linux version 5.15.0\n[ 6906.450310] {XID79}\n")
+    (tmp_path / "syslog").write_text("".join(f"{line}\n" for line in syslog))
+    ingest([str(tmp_path / "dmesg"), str(tmp_path / "syslog")], store, node="gpu003", year=2026)
+    dmesg = _events(store).filter(pl.col("raw").str.starts_with("["))
+    assert dmesg.height == 2
+    return dmesg.get_column("ts").to_list()
+
+
+def _near(times: list[datetime | None], expected: list[datetime]) -> bool:
+    """Dated within a second of ``expected`` (a syslog stamps to the second)."""
+    return all(t is not None and abs(t - e) < timedelta(seconds=1) for t, e in zip(times, expected, strict=True))
+
+
+def test_a_users_kernel_tagged_lines_do_not_date_a_dmesg(store: Store, tmp_path: Path) -> None:
+    """A node user's ``logger -t kernel '[100000000.000000] hi'`` is a kernel row of the syslog with both clocks:
+    sixty of them, outnumbering rsyslog's real copies, once dated a trusted Xid three years back. Only copies of
+    the dmesg's own records date it; a later copy of a real record moves nothing (the earliest copy counts)."""
+    real = ["Nov 28 09:00:00 gpu003 kernel: [    0.000000] Linux version 5.15.0",
+            f"Nov 28 10:55:06 gpu003 kernel: [ 6906.450310] {XID79}"]
+    forged = [f"Nov 28 11:{m:02d}:30 gpu003 kernel: [100000000.000000] hi" for m in range(59)]
+    late = [f"Nov 28 12:{m:02d}:00 gpu003 kernel: [ 6906.450310] {XID79}" for m in range(5)]  # a user's copies
+    assert _near(_dmesg_times(store, tmp_path, real + forged + late),
+                 [datetime(2026, 11, 28, 9, 0, 0, tzinfo=UTC), datetime(2026, 11, 28, 10, 55, 6, tzinfo=UTC)])
+
+
+def test_kernel_lines_that_copy_none_of_a_dmesgs_records_do_not_date_it(store: Store, tmp_path: Path) -> None:
+    """A syslog's kernel lines of a boot before the dmesg's (or a user's) copy none of its records: the dmesg is
+    stored without times, not with the other boot's."""
+    other_boot = [f"Nov 20 08:{m:02d}:00 gpu003 kernel: [ {100 + m * 60}.000000] eth0: link is up" for m in range(10)]
+    assert _dmesg_times(store, tmp_path, other_boot) == [None, None]
+
+
+def test_a_dmesg_is_dated_by_its_own_boots_copies(store: Store, tmp_path: Path) -> None:
+    """A syslog holds two boots' kernel lines; the dmesg's records are copied by the second's."""
+    first = ["Nov 20 08:00:00 gpu003 kernel: [    0.000000] Linux version 5.15.0",
+             "Nov 20 09:55:06 gpu003 kernel: [ 6906.450310] eth0: link is up"] + [
+        f"Nov 20 10:{m:02d}:00 gpu003 kernel: [ {7000 + m}.000000] eth0: link is up" for m in range(30)]
+    second = ["Nov 28 09:00:00 gpu003 kernel: [    0.000000] Linux version 5.15.0",
+              f"Nov 28 10:55:06 gpu003 kernel: [ 6906.450310] {XID79}"]
+    assert _near(_dmesg_times(store, tmp_path, first + second)[1:], [datetime(2026, 11, 28, 10, 55, 6, tzinfo=UTC)])
 
 
 def test_boot_time_learned_within_one_file(store: Store, tmp_path: Path) -> None:

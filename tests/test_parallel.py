@@ -38,7 +38,8 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     generate(root, nodes=4, hours=6, seed=3, start=START)
     extra = root / "extra"
     extra.mkdir()
-    (extra / "kern.log").write_text("Nov 20 01:00:00 gpu009 kernel: [  100.000000] usb 1-1: new device\n")
+    (extra / "kern.log").write_text("Nov 20 01:00:00 gpu009 kernel: [  100.000000] usb 1-1: new device\n"  # rsyslog's copy
+                                    "Nov 20 01:01:40 gpu009 kernel: [  200.000000] NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n")
     (extra / "dmesg").write_text("[  200.000000] NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n")
     syslog = next(root.rglob("syslog"))
     shutil.copy(syslog, syslog.with_name("syslog.1"))  # the same input twice: stored once

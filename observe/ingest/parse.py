@@ -11,6 +11,7 @@ from datetime import datetime
 
 import polars as pl
 
+from observe import boot_copies
 from observe import collector as registry
 from observe import provenance, rules
 from observe import timeparse as tp
@@ -122,7 +123,8 @@ class Parsed:
     expired: int = 0
     stored: int = 0
     kinds: dict[str, int] = field(default_factory=dict)
-    boots: dict[str, datetime] = field(default_factory=dict)
+    boots: dict[str, datetime] = field(default_factory=dict)  # what dates this input's later records
+    copies: pl.DataFrame | None = None  # its kernel records with both clocks: what dates the run's dmesg files
     nbytes: int = 0  # the unit's text, which its rows (views into it) keep alive
     quarantined: int = 0  # records no parse could read, stored unparsed (attrs.parse_error)
     error: str = ""  # the first such record's reason
@@ -166,7 +168,8 @@ def parse_unit(recs: pl.DataFrame, inputs: list[ParseInput], c: Collector, ctx: 
     done.no_node = int(out.select(pl.col("node").is_null() & pl.col("source").is_in(NODE_OWN)).to_series().sum())
     if not ctx.year_given and YEARLESS.match(recs.get_column("raw")[0] or ""):  # a unit's lines are of one format
         done.yearless = out.height
-    learn_boot_times(out, done.boots)
+    done.copies = boot_copies.learned(out)
+    done.boots = boot_copies.boot_times(done.copies)
     done.parts = buffered_parts(out, order, ctx.tz)
     return done
 
@@ -238,18 +241,3 @@ def _with_inputs(out: pl.DataFrame, inputs: list[ParseInput]) -> pl.DataFrame:
                           "_job": [i.job for i in inputs]}, schema={"_in": pl.Int64, "file_id": pl.String, "_job": pl.String})
     out = out.with_columns((pl.col("offset") // (1 << INPUT_BITS)).alias("_in"), (pl.col("offset") % (1 << INPUT_BITS)).alias("offset"))
     return out.join(hints, on="_in", how="left", maintain_order="left").drop("_in")
-
-
-def learn_boot_times(events: pl.DataFrame, known: dict[str, datetime]) -> None:
-    """Record each node's boot time from kernel events that carry both wall-clock time and uptime.
-    Only sane ones (:func:`observe.timeparse.boot_time_of` leaves out times and uptimes out of range,
-    and gives no boot time out of range): a node whose lines tell none learns nothing."""
-    kernel = events.filter(pl.col("source") == "kernel")  # first: the text test only on its rows
-    both = kernel.filter(pl.col("ts").is_not_null(), pl.col("node").is_not_null(),
-                         pl.col("attrs").str.contains('"uptime"', literal=True))
-    if both.is_empty():
-        return
-    boots = both.group_by("node").agg(tp.boot_time_of().alias("boot"))
-    for node, boot in boots.iter_rows():
-        if boot is not None:
-            known.setdefault(node, boot)

@@ -18,6 +18,7 @@ from typing import BinaryIO
 import numpy as np
 import polars as pl
 
+from observe import boot_copies
 from observe import collector as registry
 from observe import provenance
 from observe.collector import Collector, Context
@@ -52,13 +53,14 @@ def _open(summary: Summary, store: Store, pipe: Pipeline, mtime: float, file_id:
 def ingest_file(path: str, store: Store, source: str = "auto", node: str | None = None,
                 job: str | None = None, boot_time: datetime | None = None, tz: str = "UTC",
                 summary: Summary | None = None, progress: Callable[[int], None] | None = None,
-                pipe: Pipeline | None = None, learned_boot_time: datetime | None = None,
+                pipe: Pipeline | None = None, learned_boot_copies: pl.DataFrame | None = None,
                 route: str | None = None, planned: Planned | None = None, year: int | None = None) -> Summary:
     """Ingest one file (or ``-``) into ``store``; re-ingesting the same bytes stores nothing new.
 
     With ``pipe`` (a run's shared pipeline) its records may still be in flight when this returns;
     without, they are written before it returns. ``boot_time`` is given (it is part of a kernel
-    log's identity), ``learned_boot_time`` was told by the run's other inputs. ``route``: how the
+    log's identity); ``learned_boot_copies``, the run's other inputs' copies of its records, date it
+    otherwise (:mod:`observe.boot_copies`). ``route``: how the
     input reached observe (default: from the file's owner and mode, see :mod:`observe.provenance`).
     ``planned``: the input as the run's plan saw it (its identity and records already stored). ``year``: of stamps
     that carry none (else the file's modification time's).
@@ -66,7 +68,7 @@ def ingest_file(path: str, store: Store, source: str = "auto", node: str | None 
     summary = summary or Summary()
     if pipe is None:
         with store.writer() as writer, Pipeline(writer, summary) as own:
-            return ingest_file(path, store, source, node, job, boot_time, tz, summary, progress, own, learned_boot_time,
+            return ingest_file(path, store, source, node, job, boot_time, tz, summary, progress, own, learned_boot_copies,
                                route, planned, year)
     try:
         stream = open_input(path)
@@ -88,14 +90,14 @@ def ingest_file(path: str, store: Store, source: str = "auto", node: str | None 
         c = choose(source, sample, path, route)
         if source == "auto":  # told from syslog-framed lines: a syslog daemon's file
             route = provenance.input_route(route, c.relayed_for(sample))
-        booted = boot_time or learned_boot_time or (summary.boot_times.get(node) if node else None)
+        copied = learned_boot_copies if learned_boot_copies is not None else boot_copies.of_node(summary.boot_copies, node)
         mtime = Path(path).stat().st_mtime if path != "-" else time.time()
         if planned is not None and planned.file_id:
             file_id, job, known = planned.file_id, job or job_from_name(path), planned.known
         else:
             (file_id, job), known = identity(path, head, node, job, boot_time if c.source == "kernel" else None), None
         one = _open(summary, store, pipe, mtime, file_id, job, known)
-        ctx = Context(node=node, job_id=one.job, boot_time=booted, reference_time=reference_time(mtime, year),
+        ctx = Context(node=node, job_id=one.job, boot_time=boot_time, boot_copies=copied, reference_time=reference_time(mtime, year),
                       year_given=year is not None, tz=tz, header=sample[0] if len(sample) else None, route=route)
         summary.sources[path] = c.name
         one_unit = isinstance(stream, io.BufferedReader) and not is_stream(path) and Path(path).stat().st_size <= CHUNK_BYTES
@@ -298,8 +300,7 @@ def _store_unit(parsed: Parsed, c: Collector, ctx: Context, writer: SegmentWrite
     summary.expired += parsed.expired
     summary.stored += parsed.stored
     writer.add_parts(parsed.parts, parsed.nbytes)
-    for node, boot in parsed.boots.items():
-        summary.boot_times.setdefault(node, boot)
+    summary.boot_copies = boot_copies.merged(summary.boot_copies, parsed.copies)
     if ctx.boot_time is None and c.source == "kernel" and parsed.boots:  # later records of this file use it
         ctx = replace(ctx, boot_time=parsed.boots.get(ctx.node or "") or next(iter(parsed.boots.values())))
     return ctx
@@ -315,7 +316,7 @@ def run_step(step: Step, store: Store, pipe: Pipeline, summary: Summary,
         return
     c = registry.get(head.collector) if head.collector else None
     if c is not None and c.source == "kernel" and head.opts.get("node") and not (
-            head.opts.get("boot_time") or head.opts.get("learned_boot_time")):
+            head.opts.get("boot_time") or head.opts.get("learned_boot_copies") is not None):
         pipe.drain()  # boot times learned from the files before are known now
     try:
         ingest_file(head.path, store, summary=summary, progress=progress, pipe=pipe, planned=head,

@@ -18,9 +18,11 @@ import sys
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from datetime import datetime
 from multiprocessing.connection import Connection, wait
 
+import polars as pl
+
+from observe import boot_copies
 from observe.ingest.pipeline import Pipeline, run_step
 from observe.ingest.plan import Step, Task, plan, tasks
 from observe.ingest.summary import Summary
@@ -91,11 +93,10 @@ def ingest(inputs: list[tuple[str, dict]], store: Store, workers: int,
         pool.submit(sorted(first, key=_size, reverse=True))
         if last:
             pool.run()
-            boots: dict[str, datetime] = {}
+            copies = None
             for learned in pool.each("flush" if _ids(first) & _ids(last) else "drain"):
-                for node, boot in learned.items():
-                    boots.setdefault(node, boot)
-            pool.submit([[_with_boot_time(step, boots) for step in task] for task in last])
+                copies = boot_copies.merged(copies, learned)
+            pool.submit([[_with_boot_copies(step, copies) for step in task] for task in last])
         total = Summary()
         for summary in pool.finish():
             total.add(summary)
@@ -116,10 +117,11 @@ def _size(task: Task) -> int:
     return sum(step.size for step in task)
 
 
-def _with_boot_time(step: Step, boots: dict[str, datetime]) -> Step:
-    """``step`` with each input's boot time, unless given, learned from what the first tasks told of its node."""
+def _with_boot_copies(step: Step, copies: pl.DataFrame | None) -> Step:
+    """``step`` with what dates each input's records, unless its boot time is given: the first tasks' copies of its
+    node's kernel records."""
     return replace(step, inputs=tuple(
-        replace(p, opts={**p.opts, "learned_boot_time": boots.get(p.opts.get("node") or "")})
+        replace(p, opts={**p.opts, "learned_boot_copies": boot_copies.of_node(copies, p.opts.get("node"))})
         if not p.opts.get("boot_time") else p for p in step.inputs))
 
 
@@ -248,10 +250,10 @@ def serve(commands_fd: str, results_fd: str, root: str) -> None:
                     _trim()
                 elif command == "flush":
                     pipe.flush()
-                    results.send((command, dict(summary.boot_times)))
+                    results.send((command, summary.boot_copies))
                 elif command == "drain":
                     pipe.drain()
-                    results.send((command, dict(summary.boot_times)))
+                    results.send((command, summary.boot_copies))
                 else:
                     break
         results.send(("stop", summary))

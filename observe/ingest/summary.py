@@ -3,7 +3,10 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime
+import polars as pl
+
+from observe import boot_copies
+
 
 class InputError(ValueError):
     """An input cannot be ingested (unknown format, unreadable); the message is one line."""
@@ -31,7 +34,7 @@ class Summary:
     kinds: Counter = field(default_factory=Counter)
     sources: dict[str, str] = field(default_factory=dict)
     failed: list[str] = field(default_factory=list)
-    boot_times: dict[str, datetime] = field(default_factory=dict)
+    boot_copies: pl.DataFrame | None = None  # kernel records' copies with both clocks (observe/boot_copies.py)
     file_ids: set[str] = field(default_factory=set)
 
     @property
@@ -47,7 +50,6 @@ class Summary:
         self.kinds.update(other.kinds)
         self.sources.update(other.sources)
         self.failed.extend(other.failed)
-        for node, boot in other.boot_times.items():
-            self.boot_times.setdefault(node, boot)
+        self.boot_copies = boot_copies.merged(self.boot_copies, other.boot_copies)
         self.file_ids |= other.file_ids
         self.years |= other.years
