@@ -10,10 +10,9 @@ import os
 import re
 import sys
 
-from rich.markup import escape
 
 from observe.cli import analyses, checkpoint, data, exporter, health, slurm
-from observe.cli.base import OPENED, app, damaged_segments, err, one_line
+from observe.cli.base import OPENED, app, damaged_segments, err, escape, one_line
 
 # the order `observe --help` lists them in: the main job first
 TOP = ["ingest", "demo", "query", "explain", "incidents", "nodes", "patterns", "stats", "compact", "retention",

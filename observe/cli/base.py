@@ -10,14 +10,14 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, NoReturn, Optional
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.text import Text
 
 from observe.printable import printable
 from observe.spans import parse_time
 
 if TYPE_CHECKING:  # the store (polars, pyarrow) is imported by the commands that open one: --help needs neither
+    from rich.console import Console
+    from rich.table import Table
+
     from observe.store import Store
 
 app = typer.Typer(
@@ -27,18 +27,51 @@ app = typer.Typer(
 )
 
 
-class SafeConsole(Console):
+def _safe_console(**options: object) -> Console:
     """A console that shows control characters escaped in every string it renders (print
     arguments and table cells alike): log text reaches the terminal as text, never as commands
     to it, whichever command or column shows it. Markup is still parsed after, so log text in
-    markup strings still needs rich.markup.escape."""
+    markup strings still needs :func:`escape`."""
+    from rich.console import Console
+    from rich.text import Text
 
-    def render_str(self, text: str, **kwargs: object) -> Text:
-        return super().render_str(printable(text), **kwargs)
+    class SafeConsole(Console):
+        def render_str(self, text: str, **kwargs: object) -> Text:
+            return super().render_str(printable(text), **kwargs)
+
+    return SafeConsole(**options)
 
 
-out = SafeConsole(emoji=False, highlight=False, soft_wrap=True)
-err = SafeConsole(stderr=True, emoji=False, highlight=False, soft_wrap=True)
+class _Console:
+    """A safe console made when first printed to: importing rich is a fifth of a command's start-up, and
+    ``--help`` or a query's CSV never prints through it."""
+
+    def __init__(self, **options: object) -> None:
+        self._options = options
+        self._console: Console | None = None
+
+    def __getattr__(self, name: str) -> object:
+        if self._console is None:
+            self._console = _safe_console(**self._options)
+        return getattr(self._console, name)
+
+
+out = _Console(emoji=False, highlight=False, soft_wrap=True)
+err = _Console(stderr=True, emoji=False, highlight=False, soft_wrap=True)
+
+
+def escape(text: str) -> str:
+    """``text`` with what rich would read as markup escaped (rich.markup.escape)."""
+    from rich.markup import escape as escaped
+
+    return escaped(text)
+
+
+def plain_table(*columns: str) -> Table:
+    """A plain table of ``columns`` for the consoles (no box, no padding at its edges)."""
+    from rich.table import Table
+
+    return Table(*columns, box=None, pad_edge=False)
 
 StoreOpt = Annotated[Optional[str], typer.Option("--store", help="Store: a directory or an object store URL, s3://bucket/prefix (default $OBSERVE_STORE or ./observe-store).")]
 

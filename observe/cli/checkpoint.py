@@ -5,9 +5,8 @@ import json
 from typing import Annotated, Optional
 
 import typer
-from rich.markup import escape
 
-from observe.cli.base import err, fail
+from observe.cli.base import err, escape, fail
 
 NAME = "checkpoint"
 GROUP = typer.Typer(help="Checkpoints a requeued job resumes from.", no_args_is_help=True)

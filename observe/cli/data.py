@@ -10,12 +10,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
-from rich.markup import escape
-from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
-from rich.table import Table
 
-from observe.cli.base import (EngineOpt, RayAddressOpt, StoreOpt, command_table, damaged_segments, err, existing_store,
-                              fail, one_line, open_store, out, when)
+from observe.cli.base import (EngineOpt, RayAddressOpt, StoreOpt, command_table, damaged_segments, err, escape, existing_store,
+                              fail, one_line, open_store, out, plain_table, when)
 from observe.printable import printable
 from observe.spans import parse_span, parse_time
 
@@ -50,7 +47,7 @@ def _summary(s: Summary) -> None:
     if s.marks_pending:
         err.print(f"rows that copy another input's record (copy_of) not marked yet: {printable(s.marks_pending)}; "
                   "observe's own commands count each record once meanwhile", highlight=False, markup=False)
-    table = Table("kind", "records", box=None, pad_edge=False)
+    table = plain_table("kind", "records")
     for kind, n in sorted(s.kinds.items(), key=lambda kv: (-kv[1], kv[0])):  # most first, ties by name
         table.add_row(kind, str(n))
     out.print(table)
@@ -134,6 +131,8 @@ def ingest_cmd(
         inputs = [(f, {**opts, "node": node or nodes.get(f)}) for f in files]
         total = sum(Path(f).stat().st_size for f in files if f != "-") if sys.stderr.isatty() else 0
         if total > 10_000_000:  # a bar for a person watching a long run
+            from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+
             with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
                           TransferSpeedColumn(), console=err, transient=True) as bar:
                 task = bar.add_task("ingesting", total=total)
@@ -211,7 +210,7 @@ def stats_cmd(store: StoreOpt = None) -> None:
     if df.is_empty():
         out.print(f"{s.name}: empty store")
         return
-    table = Table("source", "date", "segments", "rows", "MB", box=None, pad_edge=False)
+    table = plain_table("source", "date", "segments", "rows", "MB")
     for r in df.iter_rows(named=True):
         table.add_row(r["source"], r["date"], str(r["segments"]), str(r["rows"]), f"{r['bytes'] / 1e6:.2f}")
     out.print(table)
@@ -375,7 +374,7 @@ def rules_cmd(check: Annotated[bool, typer.Option(help="Check every rule's examp
             err.print(p, highlight=False)
         out.print(f"{len(listed)} rules, {len(problems)} problem(s)")
         raise typer.Exit(1 if problems else 0)
-    table = Table("source", "kind", "severity", "defined in", box=None, pad_edge=False)
+    table = plain_table("source", "kind", "severity", "defined in")
     for r in listed:
         table.add_row(r["source"], r["kind"], r["severity"], r["where"])
     out.print(table)

@@ -5,10 +5,8 @@ import json
 from typing import Annotated, Optional
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
-from observe.cli.base import StoreOpt, command_table, fail, open_store, out, when
+from observe.cli.base import StoreOpt, command_table, escape, fail, open_store, out, plain_table, when
 from observe.health.checks import NAMES
 from observe.hostname import this_node
 from observe.spans import parse_span
@@ -60,7 +58,7 @@ def health_run_cmd(
         for r in results:
             print(r.to_json())
     else:
-        table = Table("check", "status", "seconds", "action", "summary", box=None, pad_edge=False)
+        table = plain_table("check", "status", "seconds", "action", "summary")
         colour = {"PASS": "green", "FAIL": "red", "UNKNOWN": "yellow"}
         for r in results:
             table.add_row(r.check, f"[{colour[r.status.value]}]{r.status.value}[/]", f"{r.seconds:.1f}", r.action,
@@ -214,7 +212,7 @@ def faults_cmd(
         for row in decided.drop("message").iter_rows(named=True):
             print(json.dumps(row, default=str))
         return
-    table = Table("node", "first", "last", "remedy", "act", "reason", box=None, pad_edge=False)
+    table = plain_table("node", "first", "last", "remedy", "act", "reason")
     for r in decided.iter_rows(named=True):
         act = "yes" if r["acting"] else ("ended" if not r["open"] else "verify" if not r["confirmed"] else
                                         "observe-only" if r["observe_only"] else "stale" if r["stale"] else "no")
@@ -261,7 +259,7 @@ def drains_cmd(
         for row in found.iter_rows(named=True):
             print(json.dumps(row, default=str))
         return
-    table = Table("time", "node", "what", "by", "user", "reason", box=None, pad_edge=False)
+    table = plain_table("time", "node", "what", "by", "user", "reason")
     for r in found.iter_rows(named=True):
         table.add_row(f"{r['ts']:%Y-%m-%d %H:%M:%S}" if r["ts"] else "?", escape(r["node"] or ""), r["what"] or "",
                       r["by"] or "", escape(r["user"] or ""), escape(r["reason"] or ""))
