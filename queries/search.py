@@ -58,7 +58,8 @@ class Match:
 
     def rows(self, store: Store, files: list) -> pl.LazyFrame:
         """The matching rows of ``files`` (row groups outside the filters are not read), copies and all."""
-        lf = store.events_in(files, self.since, self.until, self.undated, kept=self.marked and not self.copies)
+        lf = store.events_in(files, self.since, self.until, self.undated, kept=self.marked and not self.copies,
+                             kinds=self.kinds)
         if self.nodes:
             lf = lf.filter(pl.col("node").is_in(self.nodes))
         if self.kinds:

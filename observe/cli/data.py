@@ -47,6 +47,9 @@ def _summary(s: Summary) -> None:
     if s.marks_pending:
         err.print(f"rows that copy another input's record (copy_of) not marked yet: {printable(s.marks_pending)}; "
                   "observe's own commands count each record once meanwhile", highlight=False, markup=False)
+    if s.index_pending:
+        err.print(f"the notable index is behind the table: {printable(s.index_pending)}; commands read those "
+                  "segments themselves meanwhile", highlight=False, markup=False)
     table = plain_table("kind", "records")
     for kind, n in sorted(s.kinds.items(), key=lambda kv: (-kv[1], kv[0])):  # most first, ties by name
         table.add_row(kind, str(n))
@@ -262,10 +265,12 @@ def compact_cmd(
     except (StoreBusy, EngineError) as exc:
         fail(str(exc))
     out.print(f"compacted {merged} segment(s); deleted {gone} file(s) replaced over {grace} ago or never committed")
+    from observe.store import notable
     from queries import jobs
 
     if s.partitions(sources=["slurm"]):
         out.print(f"job index: {jobs.write_index(s)} run(s)")
+    out.print(f"notable index: {notable.refresh(s)} segment(s) read")
 
 
 @command("retention")

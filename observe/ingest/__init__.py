@@ -19,7 +19,7 @@ from observe.ingest.plan import choose, file_size, job_from_name, plan, tasks
 from observe.ingest.records import blank_lines, joined_records, last_record_start, record_pieces, sample_of
 from observe.ingest.summary import InputError, Summary
 from observe.reader import is_stream
-from observe.store import Store, StoreBusy
+from observe.store import Store, StoreBusy, notable
 
 __all__ = ["InputError", "ParseInput", "Summary", "blank_lines", "choose", "finalize", "ingest", "ingest_inputs",
            "job_from_name", "joined_records", "last_record_start", "parse_bytes", "parse_unit", "record_pieces",
@@ -67,5 +67,17 @@ def ingest_inputs(inputs: list[tuple[str, dict]], store: Store, progress: Callab
                 summary.marks_pending = "a compaction held the store (it marks them when it ends)"
             except (OSError, PolarsError) as exc:  # the records are stored: a damaged segment stops only the marks
                 summary.marks_pending = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]} (observe repair, then observe compact)"
+            _refresh_notable(store, summary)
         summary.seconds = time.perf_counter() - start
     return summary
+
+
+def _refresh_notable(store: Store, summary: Summary) -> None:
+    """Add the run's segments to the notable index; one that fails leaves it behind the table (reads
+    are then slower, never wrong) and says why."""
+    from deltalake.exceptions import DeltaError
+
+    try:
+        notable.refresh(store)
+    except (OSError, PolarsError, DeltaError) as exc:
+        summary.index_pending = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]} (observe compact writes it again)"

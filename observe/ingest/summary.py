@@ -30,6 +30,7 @@ class Summary:
     parse_error: str = ""  # the first one's reason
     blank: int = 0
     marks_pending: str = ""  # why the rows that copy another input's record are not marked yet
+    index_pending: str = ""  # why the notable index (observe/store/notable.py) was not brought up to date
     seconds: float = 0.0
     kinds: Counter = field(default_factory=Counter)
     sources: dict[str, str] = field(default_factory=dict)

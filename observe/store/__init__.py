@@ -39,7 +39,7 @@ from typing import BinaryIO
 import polars as pl
 
 from observe.schema import POLARS_SCHEMA, conform, from_stored, to_stored
-from observe.store import copy_marks
+from observe.store import copy_marks, notable
 from observe.store.compaction import COMPACT_GRACE_S
 from observe.store.compactor import Compactor
 from observe.store.files import (DIR_MODE, FILE_MODE, UnsafeStore, atomic_file, check_dir, create_file, create_temp, fsync_path,
@@ -97,6 +97,7 @@ class Store:
         self._indexes: dict[str, IndexTable] = {}
         self._made: set[Path] = set()  # directories made or checked by this process
         self._parsed: tuple[int, list[tuple[str, str, Path]]] = (-1, [])  # live's, by table version
+        self.notable_covered: tuple[int, set[str]] | None = None  # the notable index's segments, by its version
         self._rows: dict[Path, int] = {}  # rows of the segments written and not yet committed (the commit's statistics)
         self._rows_lock = threading.Lock()
         self.ledger = InputLedger(self.place, self.inputs, self.make_dirs)
@@ -326,12 +327,14 @@ class Store:
         return self.events_in(self.files(sources, since, until, undated), since, until, undated)
 
     def events_in(self, files: list[Path], since: datetime | None = None, until: datetime | None = None,
-                  undated: bool = False, kept: bool = False) -> pl.LazyFrame:
+                  undated: bool = False, kept: bool = False, kinds: list[str] | None = None) -> pl.LazyFrame:
         """:meth:`scan` of some of the live segments (:meth:`files` names them): a share of a scan. With
-        ``kept``, rows marked as copies (``copy_of``, :func:`marks_current`) are left out."""
+        ``kept``, rows marked as copies (``copy_of``, :func:`marks_current`) are left out. With ``kinds``,
+        only rows of those kinds are asked for: rare ones are read from the notable index where it
+        covers a segment (:mod:`observe.store.notable`); the caller still filters on kind."""
         if not files:
             return pl.LazyFrame(schema=POLARS_SCHEMA)
-        scan = self.scan_files(files)
+        scan = notable.scan(self, files, kinds) if notable.wanted(kinds) else self.scan_files(files)
         lf = from_stored(scan.filter(pl.col("copy_of").is_null()) if kept else scan)
         keep = pl.col("ts").is_null() if undated else pl.lit(False)
         if since is not None:

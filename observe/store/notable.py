@@ -1,0 +1,81 @@
+"""The notable index: every row of a kind other than plain ``log`` (or ``unparsed``), in one small table.
+
+A fleet's month is 99% lines no rule names; the faults, recoveries, job records and health results that
+``explain``, ``nodes`` and ``health faults`` ask for are the other 1%, spread over every day's
+segments. Reading them from the segments costs a footer read per file (explain's fourteen days of a
+node's past: 140 files, a quarter of a second); reading them from here, one file sorted by kind.
+
+Maintained as the store grows: each refresh reads only the segments it does not cover yet and drops
+the rows of segments no longer live (compacted, re-marked, expired). Each covered segment has one
+row with no kind, so that a segment with nothing notable is not read again. A read uses the index for
+the segments it covers and reads the others from the segments themselves, so an index behind the
+table is never wrong, only slower; the rows are those of the segments, copy marks included.
+"""
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+
+import polars as pl
+
+from observe.store.layout import scan_segments
+
+NAME = "notable"
+BULK = ("log", "unparsed")  # the kinds the index leaves out: almost every row
+SEGMENT = "_segment"  # which live segment (path below the events table) a row is of
+
+
+def wanted(kinds: list[str] | None) -> bool:
+    """Whether a read of ``kinds`` can take them from the index (none of them a bulk kind)."""
+    return bool(kinds) and not set(kinds) & set(BULK)
+
+
+def scan(store, files: list, kinds: list[str]) -> pl.LazyFrame:
+    """The rows of ``kinds`` in ``files`` (live segments), in the stored layout: from the index for the
+    segments it covers, from the segments for the rest."""
+    index = store.index(NAME).scan()
+    covered = _covered(store, index)
+    rel = {f: _relative(store, f) for f in files}
+    inside = [r for r in rel.values() if r in covered]
+    outside = [f for f, r in rel.items() if r not in covered]
+    parts = []
+    if inside:
+        parts.append(index.filter(pl.col("kind").is_in(kinds), pl.col(SEGMENT).is_in(inside)).drop(SEGMENT))
+    if outside or not parts:
+        parts.append(store.scan_files(outside))
+    return parts[0] if len(parts) == 1 else pl.concat(parts, how="diagonal_relaxed")
+
+
+def refresh(store) -> int:
+    """Bring the index up to date with the live segments; returns the segments read."""
+    live = {_relative(store, path): path for _, _, path in store.live()}
+    index = store.index(NAME).scan()
+    covered = _covered(store, index)
+    new = [path for rel, path in live.items() if rel not in covered]
+    if not new and covered <= set(live):
+        return 0
+    kept = (index.filter(pl.col(SEGMENT).is_in(list(live))).collect() if index is not None
+            else pl.DataFrame())
+    uri = {str(store.uri(path)): rel for rel, path in live.items()}
+    rows = (scan_segments([store.uri(p) for p in new], store.table.options, paths_as=SEGMENT)
+            .filter(~pl.col("kind").is_in(BULK)).collect()
+            .with_columns(pl.col(SEGMENT).replace_strict(uri, default=None))) if new else pl.DataFrame()
+    marks = pl.DataFrame({SEGMENT: [_relative(store, p) for p in new]}, schema={SEGMENT: pl.String})
+    table = pl.concat([f for f in (kept, rows, marks) if f.width], how="diagonal_relaxed")
+    store.index(NAME).overwrite(table.sort("kind", "ts", nulls_last=True))
+    return len(new)
+
+
+def _covered(store, index: pl.LazyFrame | None) -> set[str]:
+    """The segments the index covers (its rows without a kind), read once per index version."""
+    if index is None:
+        return set()
+    version = store.index(NAME).snapshot()[0]
+    cached = store.notable_covered
+    if cached is None or cached[0] != version:
+        segments = index.filter(pl.col("kind").is_null()).select(SEGMENT).collect().get_column(SEGMENT)
+        store.notable_covered = cached = version, set(segments.to_list())
+    return cached[1]
+
+
+def _relative(store, path) -> str:
+    return PurePosixPath(path).relative_to(PurePosixPath(store.events)).as_posix()

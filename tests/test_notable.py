@@ -1,0 +1,73 @@
+"""The notable index (observe/store/notable.py): reads of rare kinds give the segments' rows, whether the
+index covers every segment, some, or ones compacted away since."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from observe.ingest import ingest_inputs
+from observe.reader import input_files
+from observe.simulate import generate
+from observe.store import Store, notable
+from queries.search import search
+
+START = datetime(2026, 11, 20, tzinfo=timezone.utc)
+KINDS = ["gpu_xid", "slurm_job_start", "slurm_job_end", "nccl_timeout", "kernel_boot", "ib_link_down"]
+ORDER = ["file_id", "offset", "kind"]
+
+
+def _direct(store: Store, kinds: list[str]) -> pl.DataFrame:
+    """The rows of ``kinds`` read from the segments alone."""
+    return store.scan().filter(pl.col("kind").is_in(kinds)).collect().sort(ORDER)
+
+
+def _searched(store: Store, kinds: list[str]) -> pl.DataFrame:
+    return search(store, kinds=kinds, copies=True).collect().sort(ORDER)
+
+
+@pytest.fixture()
+def store(tmp_path: Path) -> Store:
+    logs = tmp_path / "logs"
+    manifest = generate(logs, nodes=4, hours=6, seed=5, start=START)
+    st = Store(tmp_path / "store")
+    ingest_inputs([(str(f.path), {"source": f.format, "node": f.node, "job": f.job}) for f in manifest.files], st)
+    return st
+
+
+def test_ingest_leaves_the_index_covering_every_segment(store: Store) -> None:
+    index = store.index(notable.NAME).scan().collect()
+    assert index.get_column("kind").is_in(notable.BULK).sum() == 0
+    covered = set(index.filter(pl.col("kind").is_null()).get_column(notable.SEGMENT))
+    assert covered == {notable._relative(store, p) for _, _, p in store.live()}
+    assert notable.refresh(store) == 0  # nothing new: no segment read again, those with nothing notable included
+    expected = _direct(store, KINDS)
+    assert expected.height > 20 and set(expected.get_column("kind")) >= {"slurm_job_start", "kernel_boot"}
+    assert _searched(store, KINDS).equals(expected)
+
+
+def test_an_index_behind_the_table_reads_the_rest_from_the_segments(store: Store, tmp_path: Path) -> None:
+    """New segments the index does not cover, and segments compaction replaced, which it still holds rows of."""
+    more = tmp_path / "more"
+    generate(more, nodes=4, hours=2, seed=6, start=START.replace(hour=8))
+    files = input_files([str(more)])
+    before = store.index(notable.NAME).snapshot()[0]
+    ingest_inputs([(f, {}) for f in files], store)
+    assert store.index(notable.NAME).snapshot()[0] > before
+    store.compactor.compact_many(store.partitions(), min_segments=1)
+    live = {notable._relative(store, p) for _, _, p in store.live()}
+    covered = notable._covered(store, store.index(notable.NAME).scan())
+    assert live - covered and covered - live  # compacted: new segments uncovered, old ones gone
+    assert _searched(store, KINDS).equals(_direct(store, KINDS))
+    assert notable.refresh(store) == len(live - covered)
+    assert notable._covered(store, store.index(notable.NAME).scan()) == live
+    assert _searched(store, KINDS).equals(_direct(store, KINDS))
+
+
+def test_a_read_of_plain_lines_does_not_use_the_index(store: Store) -> None:
+    assert not notable.wanted(["log"]) and not notable.wanted(["gpu_xid", "unparsed"]) and not notable.wanted(None)
+    assert notable.wanted(["gpu_xid"])
+    mixed = ["log", "gpu_xid"]
+    assert _searched(store, mixed).equals(_direct(store, mixed))
