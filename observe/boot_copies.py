@@ -8,11 +8,16 @@ row of the syslog with any uptime it likes (the median over every such row once 
 date a trusted Xid three years back); a previous boot's lines are kernel rows too, and its first
 ones (``[    0.000000] Linux version ...``) are the same records again. So the copies' boot times
 are grouped into boots (a record's copies lie within a clock's drift of each other, as in
-:mod:`observe.copies`), and the boot that copies most of the dmesg's records dates it; of two that
-copy as many, the earlier: rsyslog and journald stamp a local message when they receive it, so a
-user's replay of the records they read is later than the kernel's own. Where nothing
-copies the dmesg's records, the boot time its node's trusted kernel rows tell (a journal's kernel
-transport) dates it, and else nothing does: its records are stored without a time.
+:mod:`observe.copies`), and the earliest boot that copies a record printed after the boot's first
+minute dates the dmesg: rsyslog and journald stamp a local message when they receive it, so a
+user's replay of records they read (``logger -t kernel`` with the text ``dmesg`` shows them) is
+later than the kernel's own copies, however many records it replays; and no two boots print the
+same text at the same microsecond a minute in. Where every boot's copies lie in their first minute
+(a node just booted), the latest boot dates it, since earlier boots print the same first records. Where nothing copies the dmesg's records, the boot time its node's
+trusted kernel rows tell (a journal's kernel transport) dates it, and else nothing does: its
+records are stored without a time. What this rests on: stamps of receipt. A syslog file written by
+a daemon that keeps a sender's own stamp (a central rsyslog taking messages over the network) lets
+a user write earlier times, and a dmesg dated by it is no better than that file.
 """
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ from observe import timeparse as tp
 COPIES = {"node": pl.String, "up_us": pl.Int64, "text": pl.UInt64, "trusted": pl.Boolean, "boot_us": pl.Int64}
 RECORD = ["up_us", "text"]  # one kernel record of one boot: its stamp and its text
 KEY = ["node", *RECORD, "trusted"]
+SETTLED_US = 60_000_000  # past a boot's first minute no other boot prints the same text at the same microsecond
 
 
 def _record(uptime: pl.Expr, message: pl.Expr) -> list[pl.Expr]:
@@ -74,8 +80,8 @@ def boot_times(copies: pl.DataFrame) -> dict[str, datetime]:
 
 def boot_time(records: pl.DataFrame, uptime: pl.Expr, message: pl.Expr, copies: pl.DataFrame | None) -> datetime | None:
     """The boot time the copies of ``records`` (their ``uptime`` seconds and ``message``) tell: of the
-    boot that copies most of them (the earlier of two that copy as many), the median over its records,
-    each by its earliest copy. Where none is copied, the median over the trusted rows; else None."""
+    earliest boot that copies a record past its first minute (else of the latest boot), the median over
+    its records, each by its earliest copy. Where none is copied, the median over the trusted rows; else None."""
     if copies is None or copies.is_empty():
         return None
     mine = records.select(*_record(uptime, message)).drop_nulls().unique()
@@ -84,8 +90,10 @@ def boot_time(records: pl.DataFrame, uptime: pl.Expr, message: pl.Expr, copies: 
         return _time(copies.filter(pl.col("trusted")).get_column("boot_us").median())
     apart = BOOT_APART_S * 1e6 + DRIFT * pl.col("up_us")
     boots = copied.with_columns((pl.col("boot_us").diff() > apart).fill_null(False).cum_sum().alias("_boot"))
-    best = (boots.group_by("_boot").agg(pl.struct(RECORD).n_unique().alias("_n"), pl.col("boot_us").min().alias("_first"))
-            .sort(["_n", "_first"], descending=[True, False]).item(0, "_boot"))
+    told = boots.group_by("_boot").agg((pl.col("up_us") >= SETTLED_US).any().alias("_late"),
+                                        pl.col("boot_us").min().alias("_first"))
+    late = told.filter(pl.col("_late"))
+    best = late.sort("_first").item(0, "_boot") if late.height else told.sort("_first").item(-1, "_boot")
     earliest = boots.filter(pl.col("_boot") == best).group_by(RECORD).agg(pl.col("boot_us").min())
     return _time(earliest.get_column("boot_us").median())
 

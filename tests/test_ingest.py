@@ -37,14 +37,17 @@ def test_boot_time_learned_from_syslog_of_same_node(store: Store, tmp_path: Path
         assert xid["node"] == "gpu002"
 
 
-def _dmesg_times(store: Store, tmp_path: Path, syslog: list[str]) -> list[datetime | None]:
+BOOTED = ["[    0.000000] Linux version 5.15.0", f"[ 6906.450310] {XID79}"]
+
+
+def _dmesg_times(store: Store, tmp_path: Path, syslog: list[str], dmesg: list[str] = BOOTED) -> list[datetime | None]:
     """The times of a root-owned dmesg's records (a Linux version line, then an Xid), dated by ``syslog``'s lines."""
-    (tmp_path / "dmesg").write_text(f"[    0.000000] Linux version 5.15.0\n[ 6906.450310] {XID79}\n")
+    (tmp_path / "dmesg").write_text("".join(f"{line}\n" for line in dmesg))
     (tmp_path / "syslog").write_text("".join(f"{line}\n" for line in syslog))
     ingest([str(tmp_path / "dmesg"), str(tmp_path / "syslog")], store, node="gpu003", year=2026)
-    dmesg = _events(store).filter(pl.col("raw").str.starts_with("["))
-    assert dmesg.height == 2
-    return dmesg.get_column("ts").to_list()
+    records = _events(store).filter(pl.col("raw").str.starts_with("["))
+    assert records.height == len(dmesg)
+    return records.get_column("ts").to_list()
 
 
 def _near(times: list[datetime | None], expected: list[datetime]) -> bool:
@@ -62,6 +65,18 @@ def test_a_users_kernel_tagged_lines_do_not_date_a_dmesg(store: Store, tmp_path:
     late = [f"Nov 28 12:{m:02d}:00 gpu003 kernel: [ 6906.450310] {XID79}" for m in range(5)]  # a user's copies
     assert _near(_dmesg_times(store, tmp_path, real + forged + late),
                  [datetime(2026, 11, 28, 9, 0, 0, tzinfo=UTC), datetime(2026, 11, 28, 10, 55, 6, tzinfo=UTC)])
+
+
+def test_a_users_replay_of_more_records_than_rsyslog_copied_does_not_date_a_dmesg(store: Store, tmp_path: Path) -> None:
+    """The syslog holds rsyslog's copy of the Xid alone (the boot's lines rotated away); a user reads the dmesg and
+    replays its first records with ``logger -t kernel`` an hour later, more of them than rsyslog's copies: a replay
+    is stamped when it is received, after the record, so the earliest boot that copies a record past its first
+    minute dates the dmesg."""
+    first = [f"[    {n / 1000:.6f}] ACPI: table {n}" for n in range(30)]
+    real = [f"Nov 28 10:55:06 gpu003 kernel: [ 6906.450310] {XID79}"]
+    replay = [f"Nov 28 12:00:00 gpu003 kernel: {line}" for line in first]
+    times = _dmesg_times(store, tmp_path, real + replay, dmesg=[*first, f"[ 6906.450310] {XID79}"])
+    assert _near(times[-1:], [datetime(2026, 11, 28, 10, 55, 6, tzinfo=UTC)])
 
 
 def test_kernel_lines_that_copy_none_of_a_dmesgs_records_do_not_date_it(store: Store, tmp_path: Path) -> None:
