@@ -55,21 +55,31 @@ def learned(events: pl.DataFrame) -> pl.DataFrame:
             .select(*KEY, (pl.col("_at") - pl.col("up_us")).alias("boot_us")).drop_nulls().unique().cast(COPIES))
 
 
-def merged(a: pl.DataFrame | None, b: pl.DataFrame | None) -> pl.DataFrame | None:
-    """Two parts' copies as one."""
-    if a is None or a.is_empty():
-        return b
-    if b is None or b.is_empty():
-        return a
-    return pl.concat([a, b]).unique()
+class Copies:
+    """The run's copies so far, a list of frames per node, joined when a node's are asked for: a run adds a
+    parse unit's at a time, and merging every row seen so far at each unit made a run's cost grow with the
+    square of its kernel files (attack-26 r4)."""
 
+    def __init__(self) -> None:
+        self.by_node: dict[str, list[pl.DataFrame]] = {}
 
-def of_node(copies: pl.DataFrame | None, node: str | None) -> pl.DataFrame | None:
-    """The copies of ``node``'s records; None when there are none."""
-    if copies is None or not node:
-        return None
-    mine = copies.filter(pl.col("node") == node)
-    return mine if mine.height else None
+    def add(self, copies: pl.DataFrame | Copies | None) -> None:
+        """Add a unit's copies (:func:`learned`), or another part of the run's."""
+        if isinstance(copies, Copies):
+            for node, frames in copies.by_node.items():
+                self.by_node.setdefault(node, []).extend(frames)
+        elif copies is not None and copies.height:
+            for (node,), part in copies.partition_by("node", as_dict=True).items():
+                self.by_node.setdefault(node, []).append(part)
+
+    def of(self, node: str | None) -> pl.DataFrame | None:
+        """The copies of ``node``'s records; None when there are none."""
+        frames = self.by_node.get(node or "")
+        if not frames:
+            return None
+        if len(frames) > 1:
+            frames[:] = [pl.concat(frames).unique()]
+        return frames[0]
 
 
 def boot_times(copies: pl.DataFrame) -> dict[str, datetime]:
@@ -81,13 +91,17 @@ def boot_times(copies: pl.DataFrame) -> dict[str, datetime]:
 def boot_time(records: pl.DataFrame, uptime: pl.Expr, message: pl.Expr, copies: pl.DataFrame | None) -> datetime | None:
     """The boot time the copies of ``records`` (their ``uptime`` seconds and ``message``) tell: of the
     earliest boot that copies a record past its first minute (else of the latest boot), the median over
-    its records, each by its earliest copy. Where none is copied, the median over the trusted rows; else None."""
+    its records past their first minute where there are any (a syslog daemon receives the boot's first
+    records only once it starts), each by its earliest copy. Copies a trusted route carried, where any
+    copy a record, decide alone. Where none is copied, the median over the trusted rows; else None."""
     if copies is None or copies.is_empty():
         return None
     mine = records.select(*_record(uptime, message)).drop_nulls().unique()
-    copied = mine.join(copies.select(*RECORD, "boot_us"), on=RECORD).sort("boot_us")
+    copied = mine.join(copies.select(*RECORD, "trusted", "boot_us"), on=RECORD).sort("boot_us")
     if copied.is_empty():
         return _time(copies.filter(pl.col("trusted")).get_column("boot_us").median())
+    if copied.get_column("trusted").any():
+        copied = copied.filter(pl.col("trusted"))
     apart = BOOT_APART_S * 1e6 + DRIFT * pl.col("up_us")
     boots = copied.with_columns((pl.col("boot_us").diff() > apart).fill_null(False).cum_sum().alias("_boot"))
     told = boots.group_by("_boot").agg((pl.col("up_us") >= SETTLED_US).any().alias("_late"),
@@ -95,7 +109,8 @@ def boot_time(records: pl.DataFrame, uptime: pl.Expr, message: pl.Expr, copies: 
     late = told.filter(pl.col("_late"))
     best = late.sort("_first").item(0, "_boot") if late.height else told.sort("_first").item(-1, "_boot")
     earliest = boots.filter(pl.col("_boot") == best).group_by(RECORD).agg(pl.col("boot_us").min())
-    return _time(earliest.get_column("boot_us").median())
+    settled = earliest.filter(pl.col("up_us") >= SETTLED_US)
+    return _time((settled if settled.height else earliest).get_column("boot_us").median())
 
 
 def _time(us: float | None) -> datetime | None:

@@ -18,7 +18,6 @@ from typing import BinaryIO
 import numpy as np
 import polars as pl
 
-from observe import boot_copies
 from observe import collector as registry
 from observe import provenance
 from observe.collector import Collector, Context
@@ -90,7 +89,7 @@ def ingest_file(path: str, store: Store, source: str = "auto", node: str | None 
         c = choose(source, sample, path, route)
         if source == "auto":  # told from syslog-framed lines: a syslog daemon's file
             route = provenance.input_route(route, c.relayed_for(sample))
-        copied = learned_boot_copies if learned_boot_copies is not None else boot_copies.of_node(summary.boot_copies, node)
+        copied = learned_boot_copies if learned_boot_copies is not None else summary.boot_copies.of(node)
         mtime = Path(path).stat().st_mtime if path != "-" else time.time()
         if planned is not None and planned.file_id:
             file_id, job, known = planned.file_id, job or job_from_name(path), planned.known
@@ -300,7 +299,7 @@ def _store_unit(parsed: Parsed, c: Collector, ctx: Context, writer: SegmentWrite
     summary.expired += parsed.expired
     summary.stored += parsed.stored
     writer.add_parts(parsed.parts, parsed.nbytes)
-    summary.boot_copies = boot_copies.merged(summary.boot_copies, parsed.copies)
+    summary.boot_copies.add(parsed.copies)
     if ctx.boot_time is None and c.source == "kernel" and parsed.boots:  # later records of this file use it
         ctx = replace(ctx, boot_time=parsed.boots.get(ctx.node or "") or next(iter(parsed.boots.values())))
     return ctx

@@ -20,8 +20,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from multiprocessing.connection import Connection, wait
 
-import polars as pl
-
 from observe import boot_copies
 from observe.ingest.pipeline import Pipeline, run_step
 from observe.ingest.plan import Step, Task, plan, tasks
@@ -93,9 +91,9 @@ def ingest(inputs: list[tuple[str, dict]], store: Store, workers: int,
         pool.submit(sorted(first, key=_size, reverse=True))
         if last:
             pool.run()
-            copies = None
+            copies = boot_copies.Copies()
             for learned in pool.each("flush" if _ids(first) & _ids(last) else "drain"):
-                copies = boot_copies.merged(copies, learned)
+                copies.add(learned)
             pool.submit([[_with_boot_copies(step, copies) for step in task] for task in last])
         total = Summary()
         for summary in pool.finish():
@@ -117,11 +115,11 @@ def _size(task: Task) -> int:
     return sum(step.size for step in task)
 
 
-def _with_boot_copies(step: Step, copies: pl.DataFrame | None) -> Step:
+def _with_boot_copies(step: Step, copies: boot_copies.Copies) -> Step:
     """``step`` with what dates each input's records, unless its boot time is given: the first tasks' copies of its
     node's kernel records."""
     return replace(step, inputs=tuple(
-        replace(p, opts={**p.opts, "learned_boot_copies": boot_copies.of_node(copies, p.opts.get("node"))})
+        replace(p, opts={**p.opts, "learned_boot_copies": copies.of(p.opts.get("node"))})
         if not p.opts.get("boot_time") else p for p in step.inputs))
 
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-import polars as pl
 
 from observe import boot_copies
 
@@ -35,7 +34,7 @@ class Summary:
     kinds: Counter = field(default_factory=Counter)
     sources: dict[str, str] = field(default_factory=dict)
     failed: list[str] = field(default_factory=list)
-    boot_copies: pl.DataFrame | None = None  # kernel records' copies with both clocks (observe/boot_copies.py)
+    boot_copies: boot_copies.Copies = field(default_factory=boot_copies.Copies)  # kernel records' copies (both clocks)
     file_ids: set[str] = field(default_factory=set)
 
     @property
@@ -51,6 +50,6 @@ class Summary:
         self.kinds.update(other.kinds)
         self.sources.update(other.sources)
         self.failed.extend(other.failed)
-        self.boot_copies = boot_copies.merged(self.boot_copies, other.boot_copies)
+        self.boot_copies.add(other.boot_copies)
         self.file_ids |= other.file_ids
         self.years |= other.years
