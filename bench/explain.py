@@ -36,7 +36,7 @@ def main() -> None:
         sys.exit("needs rg (ripgrep): apt-get install ripgrep")
     from observe.ingest import ingest_inputs
     from observe.simulate import generate
-    from observe.store import Store
+    from observe.store import Store, notable
     from queries import jobs
     from queries.explain import explain
 
@@ -57,6 +57,7 @@ def main() -> None:
         for partition in store.partitions():  # what a long-running store looks like: compacted, indexed
             store.compactor.compact(partition)
         jobs.write_index(store)
+        notable.refresh(store)
         print(f"  compacted and indexed in {time.perf_counter() - t:.0f}s", flush=True)
         truth_file.write_text(json.dumps(manifest.incidents))
     incidents = json.loads(truth_file.read_text())

@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 import polars as pl  # noqa: E402
 
-from observe.store import Store  # noqa: E402
+from observe.store import Store, notable  # noqa: E402
 
 GROUP = 16  # nodes of one simulated cluster (a copy)
 TEMPLATES = 6  # simulated days the month is copied from
@@ -79,6 +79,7 @@ def build(dir_: Path, nodes: int, days: int) -> dict:
     store.compactor.compact_many(store.partitions(), min_segments=1)
     store.upkeep.vacuum(grace_s=0)
     jobs.write_index(store)
+    notable.refresh(store)  # what `observe compact` leaves
     last = days - 1  # jobs of the last day's copies, to explain
     picks = [(str(int(job) + (last * groups + g) * JOB_STRIDE), kind, str(datetime.fromisoformat(ts) + timedelta(days=last)))
              for g in range(groups) for job, kind, ts in failed[(last + g) % TEMPLATES]][:: max(1, groups // 2)][:6]
