@@ -15,13 +15,18 @@ from observe.store import Store, notable
 from queries.search import search
 
 START = datetime(2026, 11, 20, tzinfo=timezone.utc)
-KINDS = ["gpu_xid", "slurm_job_start", "slurm_job_end", "nccl_timeout", "kernel_boot", "ib_link_down"]
+KINDS = ["gpu_xid", "slurm_job_start", "slurm_job_end", "nccl_timeout", "kernel_boot", "ib_link_down", "nccl_error"]
 ORDER = ["file_id", "offset", "kind"]
 
 
 def _direct(store: Store, kinds: list[str]) -> pl.DataFrame:
     """The rows of ``kinds`` read from the segments alone."""
     return store.scan().filter(pl.col("kind").is_in(kinds)).collect().sort(ORDER)
+
+
+def _indexed(store: Store) -> set[str]:
+    """The live segments of the sources the index covers."""
+    return {notable._relative(store, p) for source, _, p in store.live() if source in notable.SOURCES}
 
 
 def _searched(store: Store, kinds: list[str]) -> pl.DataFrame:
@@ -41,7 +46,8 @@ def test_ingest_leaves_the_index_covering_every_segment(store: Store) -> None:
     index = store.index(notable.NAME).scan().collect()
     assert index.get_column("kind").is_in(notable.BULK).sum() == 0
     covered = set(index.filter(pl.col("kind").is_null()).get_column(notable.SEGMENT))
-    assert covered == {notable._relative(store, p) for _, _, p in store.live()}
+    assert covered == _indexed(store)
+    assert {s for s, _, _ in store.live()} - set(notable.SOURCES) == {"nccl"}  # jobs' output: read from its segments
     assert notable.refresh(store) == 0  # nothing new: no segment read again, those with nothing notable included
     expected = _direct(store, KINDS)
     assert expected.height > 20 and set(expected.get_column("kind")) >= {"slurm_job_start", "kernel_boot"}
@@ -57,7 +63,7 @@ def test_an_index_behind_the_table_reads_the_rest_from_the_segments(store: Store
     ingest_inputs([(f, {}) for f in files], store)
     assert store.index(notable.NAME).snapshot()[0] > before
     store.compactor.compact_many(store.partitions(), min_segments=1)
-    live = {notable._relative(store, p) for _, _, p in store.live()}
+    live = _indexed(store)
     covered = notable._covered(store, store.index(notable.NAME).scan())
     assert live - covered and covered - live  # compacted: new segments uncovered, old ones gone
     assert _searched(store, KINDS).equals(_direct(store, KINDS))

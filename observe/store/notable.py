@@ -1,9 +1,12 @@
-"""The notable index: every row of a kind other than plain ``log`` (or ``unparsed``), in one small table.
+"""The notable index: every row of the nodes' and Slurm's logs of a kind other than plain ``log`` (or
+``unparsed``), in one small table.
 
 A fleet's month is 99% lines no rule names; the faults, recoveries, job records and health results that
 ``explain``, ``nodes`` and ``health faults`` ask for are the other 1%, spread over every day's
 segments. Reading them from the segments costs a footer read per file (explain's fourteen days of a
 node's past: 140 files, a quarter of a second); reading them from here, one file sorted by kind.
+Jobs' own output (source ``nccl``) is left out: a failing job's output is mostly such rows (NCCL
+errors and warnings, tracebacks), the index would nearly double it, and it is read by job, not by kind.
 
 Maintained as the store grows: each refresh reads only the segments it does not cover yet and drops
 the rows of segments no longer live (compacted, re-marked, expired). Each covered segment has one
@@ -21,6 +24,7 @@ from observe.store.layout import scan_segments
 
 NAME = "notable"
 BULK = ("log", "unparsed")  # the kinds the index leaves out: almost every row
+SOURCES = ("slurm", "syslog", "kernel", "gpu", "health")  # the sources it covers: all but jobs' output (nccl)
 SEGMENT = "_segment"  # which live segment (path below the events table) a row is of
 
 
@@ -47,7 +51,7 @@ def scan(store, files: list, kinds: list[str]) -> pl.LazyFrame:
 
 def refresh(store) -> int:
     """Bring the index up to date with the live segments; returns the segments read."""
-    live = {_relative(store, path): path for _, _, path in store.live()}
+    live = {_relative(store, path): path for source, _, path in store.live() if source in SOURCES}
     index = store.index(NAME).scan()
     covered = _covered(store, index)
     new = [path for rel, path in live.items() if rel not in covered]
@@ -61,7 +65,7 @@ def refresh(store) -> int:
             .with_columns(pl.col(SEGMENT).replace_strict(uri, default=None))) if new else pl.DataFrame()
     marks = pl.DataFrame({SEGMENT: [_relative(store, p) for p in new]}, schema={SEGMENT: pl.String})
     table = pl.concat([f for f in (kept, rows, marks) if f.width], how="diagonal_relaxed")
-    store.index(NAME).overwrite(table.sort("kind", "ts", nulls_last=True))
+    store.index(NAME).overwrite(table.sort("kind", "file_id", "offset", nulls_last=True))  # a file's lines together
     return len(new)
 
 
