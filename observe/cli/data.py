@@ -234,8 +234,7 @@ def compact_cmd(
 
     With --engine ray the partitions are rewritten by Ray tasks at once (every worker must reach the
     store at the same location); this process commits."""
-    from observe.store import StoreBusy
-
+    from observe.store import StoreBusy, notable
     from queries.engine import EngineError, engine
 
     try:
@@ -261,16 +260,16 @@ def compact_cmd(
             out.print(f"[{order[part]}/{len(parts)}] {part.source}/{part.date}: {done[0]} segments, {done[1]} rows")
 
         merged = sum(n for n, _ in s.compactor.compact_many(parts, progress=said, pool=run.pool(), wait_s=COMPACT_WAIT_S))
+        indexed = notable.refresh(s)  # before the vacuum, which then deletes the index's replaced file too
         gone = s.upkeep.vacuum(grace_s)
     except (StoreBusy, EngineError) as exc:
         fail(str(exc))
     out.print(f"compacted {merged} segment(s); deleted {gone} file(s) replaced over {grace} ago or never committed")
-    from observe.store import notable
+    out.print(f"notable index: {indexed} segment(s) read")
     from queries import jobs
 
     if s.partitions(sources=["slurm"]):
         out.print(f"job index: {jobs.write_index(s)} run(s)")
-    out.print(f"notable index: {notable.refresh(s)} segment(s) read")
 
 
 @command("retention")
