@@ -20,7 +20,7 @@ import pytest
 from conftest import shipped
 from observe.health import hooks
 from observe.simulate import generate
-from observe.store import Store
+from observe.store import Store, notable
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -83,6 +83,9 @@ def _count(store: Store) -> int:
 def test_every_reading_command_gives_what_it_gives_on_a_local_store(stores: tuple[str, str]) -> None:
     local, remote = stores
     assert _count(Store(remote)) == _count(Store(local)) > 1000
+    there = Store(remote)  # its notable index was written on the server too, covering every segment it takes
+    assert notable._covered(there, there.index(notable.NAME).scan()) == {
+        notable._relative(there, p) for source, _, p in there.live() if source in notable.SOURCES}
     failed = pl.read_csv(observe("query", "--store", local, "--kind", "slurm_job_end", "--format", "csv",
                                  "--limit", "0").stdout.encode()).filter(pl.col("severity") != "info")
     explained = (json.loads(observe("explain", j, "--format", "json", "--store", local).stdout)

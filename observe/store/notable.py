@@ -26,6 +26,7 @@ NAME = "notable"
 BULK = ("log", "unparsed")  # the kinds the index leaves out: almost every row
 SOURCES = ("slurm", "syslog", "kernel", "gpu", "health")  # the sources it covers: all but jobs' output (nccl)
 SEGMENT = "_segment"  # which live segment (path below the events table) a row is of
+SEGMENT_PATH = r"(source=[^/]+/date=[^/]+/[^/]+)$"  # that path, the end of a segment's path or URL
 
 
 def wanted(kinds: list[str] | None) -> bool:
@@ -59,11 +60,13 @@ def refresh(store) -> int:
         return 0
     kept = (index.filter(pl.col(SEGMENT).is_in(list(live))).collect() if index is not None
             else pl.DataFrame())
-    uri = {str(store.uri(path)): rel for rel, path in live.items()}
     rows = (scan_segments([store.uri(p) for p in new], store.table.options, paths_as=SEGMENT)
             .filter(~pl.col("kind").is_in(BULK)).collect()
-            .with_columns(pl.col(SEGMENT).replace_strict(uri, default=None))) if new else pl.DataFrame()
-    marks = pl.DataFrame({SEGMENT: [_relative(store, p) for p in new]}, schema={SEGMENT: pl.String})
+            .with_columns(pl.col(SEGMENT).str.extract(SEGMENT_PATH))) if new else pl.DataFrame()
+    marks = pl.DataFrame({SEGMENT: [str(store.uri(p)) for p in new]}, schema={SEGMENT: pl.String}).select(
+        pl.col(SEGMENT).str.extract(SEGMENT_PATH))
+    if rows.width and rows.get_column(SEGMENT).null_count() or marks.get_column(SEGMENT).null_count():
+        raise OSError(f"{store.name}: a segment's path is not of the table's layout (source=/date=/file)")
     table = pl.concat([f for f in (kept, rows, marks) if f.width], how="diagonal_relaxed")
     store.index(NAME).overwrite(table.sort("kind", "file_id", "offset", nulls_last=True))  # a file's lines together
     return len(new)
