@@ -63,9 +63,8 @@ def refresh(store) -> int:
     rows = (scan_segments([store.uri(p) for p in new], store.table.options, paths_as=SEGMENT)
             .filter(~pl.col("kind").is_in(BULK)).collect()
             .with_columns(pl.col(SEGMENT).str.extract(SEGMENT_PATH))) if new else pl.DataFrame()
-    marks = pl.DataFrame({SEGMENT: [str(store.uri(p)) for p in new]}, schema={SEGMENT: pl.String}).select(
-        pl.col(SEGMENT).str.extract(SEGMENT_PATH))
-    if rows.width and rows.get_column(SEGMENT).null_count() or marks.get_column(SEGMENT).null_count():
+    marks = pl.DataFrame({SEGMENT: [_relative(store, p) for p in new]}, schema={SEGMENT: pl.String})
+    if rows.width and rows.get_column(SEGMENT).null_count():
         raise OSError(f"{store.name}: a segment's path is not of the table's layout (source=/date=/file)")
     table = pl.concat([f for f in (kept, rows, marks) if f.width], how="diagonal_relaxed")
     store.index(NAME).overwrite(table.sort("kind", "file_id", "offset", nulls_last=True))  # a file's lines together
@@ -85,4 +84,5 @@ def _covered(store, index: pl.LazyFrame | None) -> set[str]:
 
 
 def _relative(store, path) -> str:
+    """A segment's name in the index: its path below the events table, however the store names it."""
     return PurePosixPath(path).relative_to(PurePosixPath(store.events)).as_posix()
