@@ -116,3 +116,16 @@ def test_a_directory_named_after_a_node_slurm_knows(tmp_path: Path) -> None:
     assert done.exit_code == 0 and "1 kernel or GPU record(s) stored with no node" in done.output, done.output
     nodes = Store(store).scan(sources=["kernel"]).select("node").collect().to_series().to_list()
     assert sorted(nodes, key=lambda n: n or "") == [None, "gpu002"]
+
+
+def test_the_lines_that_name_a_directorys_node(tmp_path: Path) -> None:
+    """A directory is a node's where its files' lines name that host: a syslog header (the format's own field) or,
+    in a Slurm log, a line only a rule reads a node from; a host no line names gives nothing."""
+    (tmp_path / "gpu042").mkdir()
+    (tmp_path / "gpu043").mkdir()
+    slurmd, syslog = tmp_path / "gpu042" / "slurmd.log", tmp_path / "gpu043" / "syslog"
+    slurmd.write_text("[2026-11-20T10:00:00.000] error: *** JOB 12 ON gpu042 CANCELLED AT 2026-11-20T10:00:00 ***\n")
+    syslog.write_text("Nov 20 10:00:00 gpu043.cluster.local sshd[12]: Accepted publickey for root\n")
+    assert archive.named_by_lines("gpu042", [str(slurmd)])
+    assert archive.named_by_lines("gpu043", [str(syslog)])
+    assert not archive.named_by_lines("gpu044", [str(syslog), str(slurmd)])

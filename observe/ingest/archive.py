@@ -10,7 +10,7 @@ import polars as pl
 
 from observe import collector as registry
 from observe.collector import Context
-from observe.ingest.parse import parse_bytes
+from observe.ingest.parse import fields_of, finalize, short_host
 from observe.ingest.records import sample_of
 from observe.reader import READ_ERRORS, read_head
 
@@ -65,9 +65,15 @@ def named_by_lines(host: str, paths: list[str], tries: int = 4) -> bool:
         if best is None or best.whole_file:
             continue
         try:
-            named = parse_bytes(head[:head.rfind(b"\n") + 1], best.name, Context()).get_column("node")
+            # the format's own fields first (a syslog header's host): the rules run only where they name no one
+            fields = fields_of(head[:head.rfind(b"\n") + 1], best.name, Context())
+            if fields is not None and (_names(fields, host) or _names(finalize(fields, best, Context(), "local"), host)):
+                return True
         except (ValueError, pl.exceptions.PolarsError):  # a head its parser cannot read names no host: ingest says why
             continue
-        if (named == host).any():
-            return True
     return False
+
+
+def _names(events: pl.DataFrame, host: str) -> bool:
+    """Whether a row of ``events`` is ``host``'s (its short name)."""
+    return "node" in events.columns and events.select((short_host(pl.col("node")) == host).any()).item() is True

@@ -90,12 +90,18 @@ def _route(ctx: Context, c: Collector) -> pl.Expr:
 
 def parse_bytes(data: bytes, source: str, ctx: Context) -> pl.DataFrame:
     """Events of one input's bytes parsed as ``source``, without a store (what checks and hooks read)."""
-    c = registry.get(source)
+    fields = fields_of(data, source, ctx)
+    return conform(pl.DataFrame()) if fields is None else finalize(fields, registry.get(source), ctx, "local")
+
+
+def fields_of(data: bytes, source: str, ctx: Context) -> pl.DataFrame | None:
+    """The fields ``source``'s collector reads from its own format in one input's bytes (a syslog header's
+    host), before rules and defaults; None for bytes with no record."""
     if not data.strip():
-        return conform(pl.DataFrame())
+        return None
+    c = registry.get(source)
     recs = joined_records([data if data.endswith(b"\n") else data + b"\n"], c)
-    recs = recs.filter(~blank_lines(recs.get_column("raw")))
-    return finalize(c.parse(recs, ctx), c, ctx, "local")
+    return c.parse(recs.filter(~blank_lines(recs.get_column("raw"))), ctx)
 
 
 @dataclass(frozen=True)
