@@ -17,6 +17,7 @@ import pytest
 from observe.ingest import pool as parallel
 from observe.ingest import ingest, ingest_inputs
 from observe.ingest.pool import WorkerError
+from observe.ingest_env import worker_env
 from observe.reader import input_files
 from observe.simulate import generate
 from observe.store import Store
@@ -120,11 +121,11 @@ def test_parsing_and_writing_never_import_pyarrow_compute(logs: Path, tmp_path: 
 
 
 def test_workers_ask_glibc_for_huge_pages_unless_told_otherwise() -> None:
-    assert parallel.worker_env({})["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=1"
-    mine = parallel.worker_env({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2", "HOME": "/root"})
+    assert worker_env({})["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=1"
+    mine = worker_env({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2", "HOME": "/root"})
     assert mine["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1" and mine["HOME"] == "/root"
-    assert parallel.worker_env({"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"})["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=0"
-    assert parallel.worker_env({})["POLARS_MAX_THREADS"] == "1"
+    assert worker_env({"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"})["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=0"
+    assert worker_env({})["POLARS_MAX_THREADS"] == "1"
 
 
 def test_small_runs_stay_in_one_process(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -114,6 +114,9 @@ def ingest_cmd(
     Example: observe ingest /var/log/slurm/slurmctld.log --node ctl1; dmesg | observe ingest - --source kernel --node gpu001;
     observe ingest logs/ (an archive of logs/<node>/dmesg, logs/<node>/syslog, ...)
     """
+    from observe import ingest_env
+
+    ingest_env.for_ingest()  # before polars is imported
     from observe import rules
     from observe.ingest import InputError, ingest_inputs
     from observe.ingest.pool import WorkerError

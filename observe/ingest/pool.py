@@ -16,11 +16,12 @@ import signal
 import subprocess
 import sys
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import replace
 from multiprocessing.connection import Connection, wait
 
 from observe import boot_copies
+from observe.ingest_env import worker_env
 from observe.ingest.pipeline import Pipeline, run_step
 from observe.ingest.plan import Step, Task, plan, tasks
 from observe.ingest.summary import Summary
@@ -36,31 +37,6 @@ TASK_BYTES = 4 * CHUNK_BYTES  # small files of one format are handed out in batc
 # one process keeps (the workers together keep as many)
 WORKER_PARSE_THREADS = 1
 WORKER_WRITER = {"max_rows": 250_000, "budget_bytes": 128 << 20, "threads": 1}
-# In workers, polars runs on one thread (the workers are the parallelism), and both allocators keep
-# freed memory for the next chunk instead of handing it back to the kernel and faulting it in again
-# (measured: system time 3.0 s -> 1.9 s over the bench).
-WORKER_ENV = {
-    "POLARS_MAX_THREADS": "1",
-    "OPENBLAS_NUM_THREADS": "1",  # numpy's BLAS threads (unused here) otherwise spin after start-up
-    "MALLOC_MMAP_THRESHOLD_": str(256 << 20),
-    "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
-    "_RJEM_MALLOC_CONF": "dirty_decay_ms:5000,muzzy_decay_ms:0",
-}
-# glibc's malloc (2.35 and later) asks for transparent huge pages where the kernel gives them on
-# request (THP "madvise", Debian's and Ubuntu's default): the read buffers and Python's heap then
-# fault in 2 MB at a time (measured on the bench: 475k -> 320k page faults, ~0.3 s less wall time).
-# Older glibc and other C libraries ignore it; a user's own setting of it wins.
-HUGE_PAGES_TUNABLE = "glibc.malloc.hugetlb=1"
-
-
-def worker_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The environment of a worker process: ``environ`` with WORKER_ENV, and glibc's huge pages
-    asked for unless ``GLIBC_TUNABLES`` already says how."""
-    env = {**environ, **WORKER_ENV}
-    tunables = [t for t in env.get("GLIBC_TUNABLES", "").split(":") if t]
-    if not any(t.startswith("glibc.malloc.hugetlb=") for t in tunables):
-        env["GLIBC_TUNABLES"] = ":".join([*tunables, HUGE_PAGES_TUNABLE])
-    return env
 
 
 class WorkerError(RuntimeError):
