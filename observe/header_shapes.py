@@ -62,6 +62,13 @@ def render(shape: str) -> pl.Expr | None:
     return pl.concat_str([*parts, pl.lit(rest)]) if rest else pl.concat_str(parts)
 
 
+@cache
+def _literal_ends(shape: str) -> tuple[str, str]:
+    """The text before the first place of ``shape`` and after its last."""
+    places = list(_PLACE.finditer(shape))
+    return shape[:places[0].start()], shape[places[-1].end():]
+
+
 def shapes_of(df: pl.DataFrame, zone: str) -> pl.Series:
     """Each row's shape: the first of the catalog's (times in ``zone``) that renders its ``header``
     exactly; null where none does. Each shape is tried on the rows no earlier one rendered."""
@@ -75,10 +82,18 @@ def shapes_of(df: pl.DataFrame, zone: str) -> pl.Series:
         rendering = render(shape)
         if rendering is None:  # a zone this polars does not know: the headers are kept
             return out
+        head, tail = _literal_ends(shape)  # what every header the shape renders starts and ends with: a cheap test
+        fits = left.select(pl.col("header").str.starts_with(head) & pl.col("header").str.ends_with(tail)).to_series()
+        if not fits.any():
+            continue
+        tried = fits.arg_true()
         try:
-            same = left.select((rendering == pl.col("header")).fill_null(False)).to_series()
+            same = (left if len(tried) == left.height else left.gather(tried)).select(
+                (rendering == pl.col("header")).fill_null(False)).to_series()
         except pl.exceptions.PolarsError:  # a time out of what the zone's rules cover
             return out
+        if len(tried) < left.height:
+            same = fits.scatter(tried, same)
         if same.any():
             out = out.scatter(rest.filter(same), shape)
             rest, left = rest.filter(~same), left.filter(~same)
