@@ -17,7 +17,7 @@ import pytest
 from observe.ingest import pool as parallel
 from observe.ingest import ingest, ingest_inputs
 from observe.ingest.pool import WorkerError
-from observe.ingest_env import worker_env
+from observe.process_env import worker_env
 from observe.reader import input_files
 from observe.simulate import generate
 from observe.store import Store

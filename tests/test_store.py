@@ -186,7 +186,7 @@ def test_an_undated_partition_is_compacted_in_batches_read_once(store: Store, tm
     assert len(segments) == 14
     read: list[Path] = []
     rewrite = Compactor.rewrite
-    monkeypatch.setattr(Compactor, "rewrite", lambda self, d, segs, n: read.extend(segs) or rewrite(self, d, segs, n))
+    monkeypatch.setattr(Compactor, "rewrite", lambda self, d, segs, n, held=None: read.extend(segs) or rewrite(self, d, segs, n, held))
     replaced, rows_written = store.compactor.compact(part, file_rows=20)
     assert replaced == 14 and sorted(read) == sorted(segments)  # each segment read by one rewrite
     assert rows_written == before.height == 12 * 8 + 8

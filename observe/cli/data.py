@@ -114,9 +114,9 @@ def ingest_cmd(
     Example: observe ingest /var/log/slurm/slurmctld.log --node ctl1; dmesg | observe ingest - --source kernel --node gpu001;
     observe ingest logs/ (an archive of logs/<node>/dmesg, logs/<node>/syslog, ...)
     """
-    from observe import ingest_env
+    from observe import process_env
 
-    ingest_env.for_ingest()  # before polars is imported
+    process_env.own_threads()  # before polars is imported
     from observe import rules
     from observe.ingest import InputError, ingest_inputs
     from observe.ingest.pool import WorkerError
@@ -237,6 +237,9 @@ def compact_cmd(
 
     With --engine ray the partitions are rewritten by Ray tasks at once (every worker must reach the
     store at the same location); this process commits."""
+    from observe import process_env
+
+    process_env.own_threads()  # before polars is imported: a thread per core rewrites the batches
     from observe.store import StoreBusy, notable
     from queries.engine import EngineError, engine
 
@@ -260,9 +263,11 @@ def compact_cmd(
         order = {p: i for i, p in enumerate(parts, 1)}
 
         def said(part, done: tuple[int, int]) -> None:
-            out.print(f"[{order[part]}/{len(parts)}] {part.source}/{part.date}: {done[0]} segments, {done[1]} rows")
+            out.print(f"[{order[part]}/{len(parts)}] {part.source}/{part.date}: {done[0]} segments, {done[1]} rows",
+                      markup=False, highlight=False)
 
-        merged = sum(n for n, _ in s.compactor.compact_many(parts, progress=said, pool=run.pool(), wait_s=COMPACT_WAIT_S))
+        merged = sum(n for n, _ in s.compactor.compact_many(parts, progress=said, pool=run.pool(), wait_s=COMPACT_WAIT_S,
+                                                                threads=process_env.cores()))
         indexed = notable.refresh(s)  # before the vacuum, which then deletes the index's replaced file too
         gone = s.upkeep.vacuum(grace_s)
     except (StoreBusy, EngineError) as exc:

@@ -21,7 +21,7 @@ from dataclasses import replace
 from multiprocessing.connection import Connection, wait
 
 from observe import boot_copies
-from observe.ingest_env import worker_env
+from observe.process_env import cores, worker_env
 from observe.ingest.pipeline import Pipeline, run_step
 from observe.ingest.plan import Step, Task, plan, tasks
 from observe.ingest.summary import Summary
@@ -41,11 +41,6 @@ WORKER_WRITER = {"max_rows": 250_000, "budget_bytes": 128 << 20, "threads": 1}
 
 class WorkerError(RuntimeError):
     """A worker process failed or died; the message is one line."""
-
-
-def cores() -> int:
-    """CPUs this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def default_workers(total_bytes: int) -> int:

@@ -375,9 +375,10 @@ class Store:
                 .sort("source", "date"))
 
 
-def rewrite(location: str, directory: Path, segs: list[Path], file_rows: int) -> tuple[list[tuple[Path, int]], int]:
+def rewrite(location: str, directory: Path, segs: list[Path], file_rows: int,
+            held: int | None = None) -> tuple[list[tuple[Path, int]], int]:
     """A batch's compaction outputs written by a store opened at ``location`` (in a pool's worker)."""
-    return Store(location).compactor.rewrite(directory, segs, file_rows)
+    return Store(location).compactor.rewrite(directory, segs, file_rows, held)
 
 
 class StoreBusy(RuntimeError):

@@ -1,11 +1,11 @@
-"""The settings an ingesting process runs its libraries with: read by polars and its allocator when polars is
-first imported, by glibc when a process starts. Here, apart from the ingest package, so that the command can
-set them before anything imports polars.
+"""The settings a process that runs its own threads (ingest, compaction) runs its libraries with: read by polars
+and its allocator when polars is first imported, by glibc when a process starts. Apart from the packages that
+import polars, so that a command can set them first.
 
-An ingest's parallelism is its own: a parse thread and a writer thread in one process, or worker processes.
-polars' thread pool on top of them spins for work on the same cores (measured on the bench's real-shaped
-syslog in one process: 145,000 involuntary context switches against 17,000, and a tenth of the CPU), and both
-allocators keep freed memory for the next chunk instead of handing it back to the kernel and faulting it in
+Ingest's parallelism is its own (a parse thread and a writer thread in one process, or worker processes), and
+so is compaction's (a thread per core, each rewriting a batch). polars' thread pool on top of them spins for
+work on the same cores (measured on the bench's real-shaped syslog in one process: 145,000
+involuntary context switches against 17,000, and a tenth of the CPU), and both allocators keep freed memory for the next chunk instead of handing it back to the kernel and faulting it in
 again (measured in workers: system time 3.0 s -> 1.9 s over the bench).
 """
 from __future__ import annotations
@@ -29,8 +29,13 @@ PROCESS_ENV = {  # read by glibc at a process's start: a worker gets them
 HUGE_PAGES_TUNABLE = "glibc.malloc.hugetlb=1"
 
 
-def for_ingest() -> None:
-    """This process's polars and allocator as an ingest runs best, unless the user's environment says otherwise;
+def cores() -> int:
+    """CPUs this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def own_threads() -> None:
+    """This process's polars and allocator as a process that runs its own threads runs best, unless the user's environment says otherwise;
     nothing once polars is imported (what it read then stays)."""
     if "polars" not in sys.modules:
         for name, value in LIBRARY_ENV.items():
