@@ -129,3 +129,22 @@ def test_the_lines_that_name_a_directorys_node(tmp_path: Path) -> None:
     assert archive.named_by_lines("gpu042", [str(slurmd)])
     assert archive.named_by_lines("gpu043", [str(syslog)])
     assert not archive.named_by_lines("gpu044", [str(syslog), str(slurmd)])
+
+
+def test_what_users_write_names_no_directory(tmp_path: Path) -> None:
+    """A directory is not a node's on a user's word (attack-27 r2): not by a job's output that prints a syslog-shaped
+    line naming it, nor by a run a user's `logger -t slurmctld` line made up (the job index's untrusted runs)."""
+    xid = "[ 5400.123456] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.\n"
+    (tmp_path / "gpu043").mkdir()
+    (tmp_path / "gpu043" / "syslog").write_text(
+        "Nov 19 10:00:00 gpu043 slurmctld: sched: Allocate JobId=9 NodeList=job1234 #CPUs=1 Partition=gpu\n")
+    store = str(tmp_path / "store")
+    assert runner.invoke(app, ["ingest", str(tmp_path / "gpu043"), "--store", store, "--year", "2026"]).exit_code == 0
+    (tmp_path / "archive" / "job1234").mkdir(parents=True)
+    (tmp_path / "archive" / "job1234" / "dmesg").write_text(xid)
+    (tmp_path / "archive" / "job1234" / "slurm-1234.out").write_text("Nov 20 10:00:00 job1234 train[7]: epoch 1 done\n")
+    done = runner.invoke(app, ["ingest", str(tmp_path / "archive"), "--store", store, "--year", "2026"])
+    assert done.exit_code == 0 and "1 kernel or GPU record(s) stored with no node" in done.output, done.output
+    assert archive.named_by_lines("job1234", [str(tmp_path / "gpu043" / "syslog")]) is False
+    (tmp_path / "archive" / "job1234" / "messages").write_text("Nov 20 10:00:00 job1234 kernel: hello\n")
+    assert archive.named_by_lines("job1234", [str(tmp_path / "archive" / "job1234" / f) for f in ("slurm-1234.out", "messages")])

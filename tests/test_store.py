@@ -389,3 +389,16 @@ def test_an_atomic_write_that_fails_leaves_the_old_file_and_no_temporary(tmp_pat
     with atomic_file(target) as f:
         f.write(b"new")
     assert target.read_bytes() == b"new" and sorted(p.name for p in tmp_path.iterdir()) == ["index.parquet"]
+
+
+def test_a_compaction_slice_is_bounded_by_bytes_whatever_its_rows(tmp_path: Path) -> None:
+    """Lines of a megabyte make slices of a few rows, not of 10,000 (10 GB, on each of a compaction's threads:
+    attack-27 r7)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from observe.store.compaction import rows_in
+
+    pq.write_table(pa.table({"message": [f"{i:06d}" + "x" * 100_000 for i in range(50)]}), tmp_path / "big.parquet",
+                   compression="zstd", use_dictionary=False)
+    assert 5 <= rows_in([pq.read_metadata(tmp_path / "big.parquet")], 1_000_000) <= 15

@@ -69,7 +69,9 @@ def _path_nodes(paths: list[str], files: list[str], layout: str | None, store: S
     if layout:
         return archive.layout_nodes(files, layout)
     ran = jobs.runs_on_nodes(store)
-    known = set(ran.select(pl.col("node").unique()).collect().get_column("node").drop_nulls()) if ran is not None else set()
+    # nodes of runs Slurm's own records told (a user's `logger -t slurmctld` line names any host it likes)
+    known = (set(ran.filter("trusted").select(pl.col("node").unique()).collect().get_column("node").drop_nulls())
+             if ran is not None else set())
     roots = [os.path.abspath(p) for p in paths if os.path.isdir(p)]
     below = {}
     for f in files:
@@ -241,6 +243,7 @@ def compact_cmd(
 
     process_env.own_threads()  # before polars is imported: a thread per core rewrites the batches
     from observe.store import StoreBusy, notable
+    from observe.store.compaction import COMPACT_THREADS
     from queries.engine import EngineError, engine
 
     try:
@@ -267,7 +270,7 @@ def compact_cmd(
                       markup=False, highlight=False)
 
         merged = sum(n for n, _ in s.compactor.compact_many(parts, progress=said, pool=run.pool(), wait_s=COMPACT_WAIT_S,
-                                                                threads=process_env.cores()))
+                                                                threads=min(process_env.cores(), COMPACT_THREADS)))
         indexed = notable.refresh(s)  # before the vacuum, which then deletes the index's replaced file too
         gone = s.upkeep.vacuum(grace_s)
     except (StoreBusy, EngineError) as exc:

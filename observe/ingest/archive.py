@@ -9,8 +9,10 @@ import re
 import polars as pl
 
 from observe import collector as registry
+from observe import provenance
 from observe.collector import Context
 from observe.ingest.parse import fields_of, finalize, short_host
+from observe.ingest.plan import job_from_name
 from observe.ingest.records import sample_of
 from observe.reader import READ_ERRORS, read_head
 
@@ -54,12 +56,16 @@ def directory_nodes(files: dict[str, str], known: set[str]) -> dict[str, str]:
 
 
 def named_by_lines(host: str, paths: list[str], tries: int = 4) -> bool:
-    """Whether the first lines of one of the first ``tries`` readable ``paths`` (parsed as their format: a syslog
-    file's host field, a Slurm log's node lists) name ``host``."""
-    for path in paths[:tries]:
+    """Whether the first lines of one of the first ``tries`` readable ``paths`` that no user could have written
+    (parsed as their format: a syslog file's host field, a Slurm log's node lists) name ``host``: a job's output
+    or a user's file names its node only as a claim (attack-27 r2)."""
+    mine = [p for p in paths if not provenance.user_written(provenance.path_route(p, job_from_name(p)))]
+    for path in mine[:tries]:
         try:
-            head = read_head(path, HEAD_BYTES)[0]
+            head, _, _, st = read_head(path, HEAD_BYTES)
         except READ_ERRORS:
+            continue
+        if st is None or provenance.user_written(provenance.file_route(st, job_from_name(path))):  # what was read
             continue
         best = registry.detect(sample_of(head))[0]
         if best is None or best.whole_file:

@@ -14,14 +14,17 @@ COMPACT_SLICE_BYTES = 32 << 20  # and at most this much uncompressed data: one s
 COMPACT_GRACE_S = 600.0  # replaced segments outlive a compaction this long, for queries already planned
 
 
+COMPACT_THREADS = 4  # threads rewriting at once at most, each holding a slice (peak ~10x COMPACT_SLICE_BYTES)
+
+
 def rows_in(footers: list, nbytes: int) -> int:
     """How many rows of the segments whose Parquet metadata are ``footers`` hold about ``nbytes``
-    uncompressed (at least 10,000)."""
+    uncompressed (at least one: lines of a megabyte make slices of a few dozen, not of 10 GB: attack-27 r7)."""
     rows = size = 0
     for md in footers:
         rows += md.num_rows
         size += sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
-    return max(10_000, int(nbytes * rows / size)) if size else nbytes
+    return max(1, int(nbytes * rows / size)) if size else nbytes
 
 
 def settled(rows: int, file_rows: int) -> bool:
