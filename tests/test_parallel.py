@@ -149,3 +149,17 @@ def _cmdline(pid: int) -> str:
             return f.read().replace(b"\0", b" ").decode()
     except OSError:
         return ""
+
+
+def test_polars_gets_the_cores_a_commands_own_threads_leave() -> None:
+    """One at least (on 2 cores its pool spun under an ingest's threads); the user's own setting wins."""
+    def pool(n: int, busy: float, env: dict[str, str]) -> str:
+        code = (f"import os; from observe import process_env as p; p.cores = lambda: {n}; p.own_threads({busy}); "
+                "import polars; print(os.environ['POLARS_MAX_THREADS'], polars.thread_pool_size())")
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    mine = {k: v for k, v in os.environ.items() if k != "POLARS_MAX_THREADS"}
+    assert [pool(n, busy, mine) for n, busy in ((2, 1.5), (8, 1.5), (6, 4), (1, 4))] == ["1 1", "6 6", "2 2", "1 1"]
+    assert pool(8, 1.5, {**mine, "POLARS_MAX_THREADS": "3"}) == "3 3"

@@ -118,7 +118,7 @@ def ingest_cmd(
     """
     from observe import process_env
 
-    process_env.own_threads()  # before polars is imported
+    process_env.own_threads(process_env.PROCESS_CORES)  # before polars is imported
     from observe import rules
     from observe.ingest import InputError, ingest_inputs
     from observe.ingest.pool import WorkerError
@@ -241,9 +241,9 @@ def compact_cmd(
     store at the same location); this process commits."""
     from observe import process_env
 
-    process_env.own_threads()  # before polars is imported: a thread per core rewrites the batches
+    threads = min(process_env.cores(), process_env.COMPACT_THREADS)  # rewriting the batches
+    process_env.own_threads(threads)  # before polars is imported
     from observe.store import StoreBusy, notable
-    from observe.store.compaction import COMPACT_THREADS
     from queries.engine import EngineError, engine
 
     try:
@@ -270,7 +270,7 @@ def compact_cmd(
                       markup=False, highlight=False)
 
         merged = sum(n for n, _ in s.compactor.compact_many(parts, progress=said, pool=run.pool(), wait_s=COMPACT_WAIT_S,
-                                                                threads=min(process_env.cores(), COMPACT_THREADS)))
+                                                                threads=threads))
         indexed = notable.refresh(s)  # before the vacuum, which then deletes the index's replaced file too
         gone = s.upkeep.vacuum(grace_s)
     except (StoreBusy, EngineError) as exc:

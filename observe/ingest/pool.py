@@ -21,7 +21,7 @@ from dataclasses import replace
 from multiprocessing.connection import Connection, wait
 
 from observe import boot_copies
-from observe.process_env import cores, worker_env
+from observe.process_env import PROCESS_CORES, cores, worker_env
 from observe.ingest.pipeline import Pipeline, run_step
 from observe.ingest.plan import Step, Task, plan, tasks
 from observe.ingest.summary import Summary
@@ -29,9 +29,6 @@ from observe.reader import CHUNK_BYTES
 from observe.store import Store
 
 PARALLEL_MIN_BYTES = 64 << 20  # smaller runs stay in one process (a worker takes ~0.3 s to start)
-# the cores one ingest process keeps busy with its parse and write threads (bench's real-shaped syslog, 86 MB: 1.46);
-# on 2 cores a second process finished no sooner (5.1-5.4 s against 5.2-5.3) for 10-25% more CPU
-PROCESS_CORES = 1.5
 TASK_BYTES = 4 * CHUNK_BYTES  # small files of one format are handed out in batches of four parse units
 # Per worker: one parse thread and one writer thread, and half the chunks waiting in the writer that
 # one process keeps (the workers together keep as many)

@@ -14,9 +14,6 @@ COMPACT_SLICE_BYTES = 32 << 20  # and at most this much uncompressed data: one s
 COMPACT_GRACE_S = 600.0  # replaced segments outlive a compaction this long, for queries already planned
 
 
-COMPACT_THREADS = 4  # threads rewriting at once at most, each holding a slice (peak ~10x COMPACT_SLICE_BYTES)
-
-
 def rows_in(footers: list, nbytes: int) -> int:
     """How many rows of the segments whose Parquet metadata are ``footers`` hold about ``nbytes``
     uncompressed (at least one: lines of a megabyte make slices of a few dozen, not of 10 GB: attack-27 r7)."""
