@@ -59,14 +59,17 @@ def named_by_lines(host: str, paths: list[str], tries: int = 4) -> bool:
     """Whether the first lines of one of the first ``tries`` readable ``paths`` that no user could have written
     (parsed as their format: a syslog file's host field, a Slurm log's node lists) name ``host``: a job's output
     or a user's file names its node only as a claim (attack-27 r2)."""
-    mine = [p for p in paths if not provenance.user_written(provenance.path_route(p, job_from_name(p)))]
-    for path in mine[:tries]:
+    left = tries
+    for path in paths:
+        if not left:
+            break
         try:
             head, _, _, st = read_head(path, HEAD_BYTES)
         except READ_ERRORS:
             continue
         if st is None or provenance.user_written(provenance.file_route(st, job_from_name(path))):  # what was read
-            continue
+            continue  # nor does it use up a try
+        left -= 1
         best = registry.detect(sample_of(head))[0]
         if best is None or best.whole_file:
             continue

@@ -69,8 +69,8 @@ class Compactor:
         replaced, rows written) of each partition compacted; ``progress`` hears of each.
 
         Batches are rewritten by ``threads`` threads of this process (polars and the Parquet writer leave
-        the interpreter while they work: two threads on two cores take 0.6 of one's time), or by ``pool``
-        (an executor's ``map``: Ray tasks) all at once, each by a store opened at this store's location;
+        the interpreter while they work: the syslog bench's store in 4.5-5.0 s on two cores, 5.8-7.4 s
+        on one), or by ``pool`` (an executor's ``map``: Ray tasks) all at once, each by a store opened at this store's location;
         this process commits. Memory is bounded by a slice (or batch) per thread, and row-group pruning. Then the
         rows' copy marks are brought up to date (:mod:`observe.store.copy_marks`). StoreBusy when
         another process holds the compaction lock after ``wait_s``.
