@@ -32,6 +32,20 @@ def store(tmp_path: Path) -> Store:
     return Store(tmp_path / "store")
 
 
+@pytest.fixture
+def fleet_store(tmp_path: Path) -> Store:
+    """Six hours of four simulated nodes (from 2026-11-20, UTC), ingested as ingest does."""
+    from datetime import datetime, timezone
+
+    from observe.ingest import ingest_inputs
+    from observe.simulate import generate
+
+    manifest = generate(tmp_path / "logs", nodes=4, hours=6, seed=5, start=datetime(2026, 11, 20, tzinfo=timezone.utc))
+    st = Store(tmp_path / "store")
+    ingest_inputs([(str(f.path), {"source": f.format, "node": f.node, "job": f.job}) for f in manifest.files], st)
+    return st
+
+
 def parse_file(path: Path, collector: str, ctx: Context | None = None) -> pl.DataFrame:
     """Run one collector over a file the way ingest does, without a store."""
     c = get(collector)

@@ -12,6 +12,7 @@ from observe.ingest import ingest_inputs
 from observe.reader import input_files
 from observe.simulate import generate
 from observe.store import Store, notable
+from observe.store.layout import segment_name
 from queries.search import search
 
 START = datetime(2026, 11, 20, tzinfo=timezone.utc)
@@ -26,7 +27,7 @@ def _direct(store: Store, kinds: list[str]) -> pl.DataFrame:
 
 def _indexed(store: Store) -> set[str]:
     """The live segments of the sources the index covers."""
-    return {notable._relative(store, p) for source, _, p in store.live() if source in notable.SOURCES}
+    return {segment_name(store.events, p) for source, _, p in store.live() if source in notable.SOURCES}
 
 
 def _searched(store: Store, kinds: list[str]) -> pl.DataFrame:
@@ -34,12 +35,8 @@ def _searched(store: Store, kinds: list[str]) -> pl.DataFrame:
 
 
 @pytest.fixture()
-def store(tmp_path: Path) -> Store:
-    logs = tmp_path / "logs"
-    manifest = generate(logs, nodes=4, hours=6, seed=5, start=START)
-    st = Store(tmp_path / "store")
-    ingest_inputs([(str(f.path), {"source": f.format, "node": f.node, "job": f.job}) for f in manifest.files], st)
-    return st
+def store(fleet_store: Store) -> Store:
+    return fleet_store
 
 
 def test_ingest_leaves_the_index_covering_every_segment(store: Store) -> None:

@@ -21,6 +21,8 @@ from conftest import shipped
 from observe.health import hooks
 from observe.simulate import generate
 from observe.store import Store, notable
+from observe.store.layout import segment_name
+from queries import pattern_counts
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -85,7 +87,7 @@ def test_every_reading_command_gives_what_it_gives_on_a_local_store(stores: tupl
     assert _count(Store(remote)) == _count(Store(local)) > 1000
     there = Store(remote)  # its notable index was written on the server too, covering every segment it takes
     assert notable._covered(there, there.index(notable.NAME).scan()) == {
-        notable._relative(there, p) for source, _, p in there.live() if source in notable.SOURCES}
+        segment_name(there.events, p) for source, _, p in there.live() if source in notable.SOURCES}
     failed = pl.read_csv(observe("query", "--store", local, "--kind", "slurm_job_end", "--format", "csv",
                                  "--limit", "0").stdout.encode()).filter(pl.col("severity") != "info")
     explained = (json.loads(observe("explain", j, "--format", "json", "--store", local).stdout)
@@ -96,6 +98,13 @@ def test_every_reading_command_gives_what_it_gives_on_a_local_store(stores: tupl
         here, there = observe(*args, "--store", local), observe(*args, "--store", remote)
         strip = (lambda t: t.replace(local, "STORE").replace("s3://observe/fleet", "STORE")) if args == ["stats"] else str
         assert strip(there.stdout) == strip(here.stdout), args
+    last = Store(local).scan().select(pl.col("ts").max()).collect().item()
+    window = ["patterns", "--since", (last - timedelta(minutes=50)).isoformat(), "--until",
+              (last + timedelta(seconds=1)).isoformat(), "--baseline", "3h", "--format", "json", "--limit", "0"]
+    counted = observe(*window, "--store", remote)  # the baseline counted, and kept on the server
+    assert counted.stdout == observe(*window, "--store", local).stdout and counted.stdout.count("\n") >= 1, counted
+    assert not counted.stderr and Store(remote).index(pattern_counts.NAME).scan() is not None
+    assert observe(*window, "--store", remote).stdout == counted.stdout  # read back from what was kept
     for args in (["query", "--grep", "error", "--format", "csv", "--limit", "0"],  # Ray's readers on the S3 server
                  ["patterns", "--since", "1d", "--all", "--format", "json", "--limit", "0"],
                  ["nodes", "--since", "1d"], ["incidents", "--since", "1d"]):  # these two: no fault in 4 hours

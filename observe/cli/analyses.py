@@ -315,11 +315,16 @@ def patterns_cmd(
     templates the way Drain does; a template is new when the baseline never had it, frequent when
     its rate is --min-ratio times the baseline's.
 
+    The baseline's counts are kept in the store as they are made (index/patterns): the first call
+    over a week of a fleet counts it, later ones read what is kept and count only what is new. It then
+    starts on the hour at or before its span's start; with --node, it is counted each time.
+
     \b
     Example: observe patterns --since 2h --baseline 7d --node 'gpu[001-064]'
     """
     from datetime import timezone
 
+    from queries import pattern_counts
     from queries.engine import EngineError, Order, engine
     from queries.patterns import compare, masked_counts, mine
     from queries.search import Match
@@ -338,13 +343,18 @@ def patterns_cmd(
     st = existing_store(open_store(store))
     match = replace(match, marked=st.marks_current())
     try:
-        pieces = run.by_node(st, match, partial(masked_counts, start=None if all_ else start), Order(("masked",)))
+        if all_:
+            pieces = [run.by_node(st, match, masked_counts, Order(("masked",)))]
+        else:
+            pieces, span, why = pattern_counts.pieces(st, run, match, start, span)
+            if why:
+                err.print(f"{why}: each call counts them again", markup=False, highlight=False)
     except EngineError as exc:
         fail(str(exc))
     if all_:
-        found = mine([pieces])
+        found = mine(pieces)
         columns = [("count", 8), ("nodes", 5), ("last_ts", 19), ("template", 0)]
     else:
-        found = compare([pieces], window_span=end - start, baseline_span=span, min_count=min_count, min_ratio=min_ratio)
+        found = compare(pieces, window_span=end - start, baseline_span=span, min_count=min_count, min_ratio=min_ratio)
         columns = [("status", 8), ("count", 7), ("baseline_count", 14), ("nodes", 5), ("last_ts", 19), ("template", 0)]
     _print_frame(found.head(limit) if limit else found, fmt, columns)

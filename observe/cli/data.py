@@ -244,6 +244,7 @@ def compact_cmd(
     threads = min(process_env.cores(), process_env.COMPACT_THREADS)  # rewriting the batches
     process_env.own_threads(threads)  # before polars is imported
     from observe.store import StoreBusy, notable
+    from queries import pattern_counts
     from queries.engine import EngineError, engine
 
     try:
@@ -272,11 +273,15 @@ def compact_cmd(
         merged = sum(n for n, _ in s.compactor.compact_many(parts, progress=said, pool=run.pool(), wait_s=COMPACT_WAIT_S,
                                                                 threads=threads))
         indexed = notable.refresh(s)  # before the vacuum, which then deletes the index's replaced file too
+        counted, why = pattern_counts.refresh(s)
         gone = s.upkeep.vacuum(grace_s)
     except (StoreBusy, EngineError) as exc:
         fail(str(exc))
     out.print(f"compacted {merged} segment(s); deleted {gone} file(s) replaced over {grace} ago or never committed")
     out.print(f"notable index: {indexed} segment(s) read")
+    if counted:
+        out.print(f"patterns' baseline: {counted} segment(s) counted" + (f"; {why}" if why else ""), markup=False,
+                  highlight=False)
     from queries import jobs
 
     if s.partitions(sources=["slurm"]):

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from datetime import date, timedelta
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
 import polars as pl
@@ -139,6 +139,12 @@ def scan_segments(paths: Iterable[Path | str], storage_options: dict[str, str] |
     return pl.scan_parquet([str(p) for p in paths], schema=STORED_COLUMNS, missing_columns="insert",
                            hive_partitioning=False, storage_options=storage_options or None,
                            include_file_paths=paths_as)
+
+
+def segment_name(events: Path | PurePosixPath, path: Path | PurePosixPath | str) -> str:
+    """A live segment's name in the derived tables: its path below the events table ``events``
+    (``source=…/date=…/file``), however the store names it."""
+    return PurePosixPath(path).relative_to(PurePosixPath(events)).as_posix()
 
 
 @cache

@@ -16,11 +16,9 @@ table is never wrong, only slower; the rows are those of the segments, copy mark
 """
 from __future__ import annotations
 
-from pathlib import PurePosixPath
-
 import polars as pl
 
-from observe.store.layout import scan_segments
+from observe.store.layout import scan_segments, segment_name
 
 NAME = "notable"
 BULK = ("log", "unparsed")  # the kinds the index leaves out: almost every row
@@ -39,7 +37,7 @@ def scan(store, files: list, kinds: list[str]) -> pl.LazyFrame:
     segments it covers, from the segments for the rest."""
     index = store.index(NAME).scan()
     covered = _covered(store, index)
-    rel = {f: _relative(store, f) for f in files}
+    rel = {f: segment_name(store.events, f) for f in files}
     inside = [r for r in rel.values() if r in covered]
     outside = [f for f, r in rel.items() if r not in covered]
     parts = []
@@ -52,7 +50,7 @@ def scan(store, files: list, kinds: list[str]) -> pl.LazyFrame:
 
 def refresh(store) -> int:
     """Bring the index up to date with the live segments; returns the segments read."""
-    live = {_relative(store, path): path for source, _, path in store.live() if source in SOURCES}
+    live = {segment_name(store.events, path): path for source, _, path in store.live() if source in SOURCES}
     index = store.index(NAME).scan()
     covered = _covered(store, index)
     new = [path for rel, path in live.items() if rel not in covered]
@@ -63,7 +61,7 @@ def refresh(store) -> int:
     rows = (scan_segments([store.uri(p) for p in new], store.table.options, paths_as=SEGMENT)
             .filter(~pl.col("kind").is_in(BULK)).collect()
             .with_columns(pl.col(SEGMENT).str.extract(SEGMENT_PATH))) if new else pl.DataFrame()
-    marks = pl.DataFrame({SEGMENT: [_relative(store, p) for p in new]}, schema={SEGMENT: pl.String})
+    marks = pl.DataFrame({SEGMENT: [segment_name(store.events, p) for p in new]}, schema={SEGMENT: pl.String})
     if rows.width and rows.get_column(SEGMENT).null_count():
         raise OSError(f"{store.name}: a segment's path is not of the table's layout (source=/date=/file)")
     table = pl.concat([f for f in (kept, rows, marks) if f.width], how="diagonal_relaxed")
@@ -81,8 +79,3 @@ def _covered(store, index: pl.LazyFrame | None) -> set[str]:
         segments = index.filter(pl.col("kind").is_null()).select(SEGMENT).collect().get_column(SEGMENT)
         store.notable_covered = cached = version, set(segments.to_list())
     return cached[1]
-
-
-def _relative(store, path) -> str:
-    """A segment's name in the index: its path below the events table, however the store names it."""
-    return PurePosixPath(path).relative_to(PurePosixPath(store.events)).as_posix()

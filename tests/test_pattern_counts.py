@@ -1,0 +1,130 @@
+"""The patterns' kept baseline (queries/pattern_counts.py): what it answers is what counting the events
+again answers over the same whole hours, whether it counts every segment, some, ones compaction
+replaced, or a store it cannot write to; and it counts each segment once per set of masks."""
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from observe.ingest import ingest_inputs
+from observe.reader import input_files
+from observe.simulate import generate
+from observe.store import Store
+from observe.store.layout import segment_name
+from observe.store.table import IndexTable
+from queries import pattern_counts
+from queries.engine import engine
+from queries.patterns import compare, load_config, masked_counts
+from queries.search import Match
+
+START = datetime(2026, 11, 20, tzinfo=timezone.utc)
+
+
+@pytest.fixture()
+def store(fleet_store: Store) -> Store:
+    return fleet_store
+
+
+@pytest.fixture()
+def counted(monkeypatch) -> list[int]:
+    """How many segments each count read."""
+    seen: list[int] = []
+    count = pattern_counts._count
+
+    def spy(store, files, config):
+        seen.append(len(files))
+        return count(store, files, config)
+
+    monkeypatch.setattr(pattern_counts, "_count", spy)
+    return seen
+
+
+def _ask(store: Store, start: datetime, span: timedelta, end: datetime) -> tuple[pl.DataFrame, pl.DataFrame, str | None]:
+    """(patterns from the kept baseline, patterns from the events counted again over the same hours, why not kept)."""
+    match = Match(since=start - span, until=end, ordered=False, marked=store.marks_current())
+    pieces, baseline_span, why = pattern_counts.pieces(store, engine("polars"), match, start, span)
+    found = compare(pieces, window_span=end - start, baseline_span=baseline_span, min_count=1, min_ratio=1.5)
+    since = pattern_counts.on_the_hour(start - span)
+    assert baseline_span == start - since
+    whole = replace(match, since=since)
+    events = whole.events(whole.rows(store, whole.files(store)))
+    direct = compare([masked_counts(events, start=start)], window_span=end - start, baseline_span=start - since,
+                     min_count=1, min_ratio=1.5)
+    return found, direct, why
+
+
+def _window(store: Store) -> tuple[datetime, timedelta, datetime]:
+    last = store.scan().select(pl.col("ts").max()).collect().item()
+    return last - timedelta(minutes=50), timedelta(hours=3, minutes=20), last + timedelta(seconds=1)
+
+
+def test_the_kept_baseline_answers_as_the_events_counted_again(store: Store, counted: list[int]) -> None:
+    start, span, end = _window(store)
+    assert store.marks_current()
+    found, direct, why = _ask(store, start, span, end)
+    assert why is None and direct.height >= 3 and set(direct.get_column("status")) == {"new", "frequent"}
+    assert_frame_equal(found, direct)
+    assert counted[-1] > 0
+    again, _, _ = _ask(store, start, span, end)
+    assert counted[-1] == 0  # every segment the baseline needs is counted already
+    assert_frame_equal(again, direct)
+
+
+def test_new_and_compacted_segments_are_counted_once(store: Store, tmp_path: Path, counted: list[int]) -> None:
+    start, span, end = _window(store)
+    _ask(store, start, span, end)
+    more = tmp_path / "more"
+    generate(more, nodes=4, hours=2, seed=6, start=START.replace(hour=1))
+    ingest_inputs([(f, {}) for f in input_files([str(more)])], store)
+    found, direct, _ = _ask(store, start, span, end)
+    assert_frame_equal(found, direct)
+    assert 0 < counted[-1] < len(store.live())  # only the new segments
+    store.compactor.compact_many(store.partitions(), min_segments=1)
+    assert pattern_counts.refresh(store)[0] > 0  # what replaced counted segments, counted for the next call
+    kept = store.index(pattern_counts.NAME).scan().collect().get_column(pattern_counts.SEGMENT).unique()
+    assert set(kept) <= {segment_name(store.events, f) for _, _, f in store.live()}  # the replaced ones' rows dropped
+    found, direct, _ = _ask(store, start, span, end)
+    assert counted[-1] == 0
+    assert_frame_equal(found, direct)
+    assert pattern_counts.refresh(store) == (0, None)
+
+
+def test_other_masks_count_again(store: Store, tmp_path: Path, monkeypatch, counted: list[int]) -> None:
+    start, span, end = _window(store)
+    _ask(store, start, span, end)
+    before = pattern_counts.fingerprint(load_config())
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "patterns.toml").write_text('[[mask]]\nname = "words of gpu"\npattern = "gpu[0-9]+"\n')
+    monkeypatch.setenv("OBSERVE_RULES", str(rules))
+    assert pattern_counts.fingerprint(load_config()) != before
+    found, direct, _ = _ask(store, start, span, end)
+    assert counted[-1] > 0
+    assert_frame_equal(found, direct)
+
+
+def test_a_store_it_cannot_write_to_gets_its_answer_and_the_reason(store: Store, monkeypatch, counted: list[int]) -> None:
+    def refused(self, df):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(IndexTable, "overwrite", refused)
+    start, span, end = _window(store)
+    found, direct, why = _ask(store, start, span, end)
+    assert_frame_equal(found, direct)
+    assert "could not be kept (PermissionError" in why
+    _ask(store, start, span, end)
+    assert counted[-1] == counted[-2] > 0  # nothing kept: counted again
+
+
+def test_a_search_of_some_nodes_counts_its_own(store: Store, counted: list[int]) -> None:
+    start, span, end = _window(store)
+    match = Match(since=start - span, until=end, nodes=["node001"], ordered=False, marked=True)
+    pieces, baseline_span, why = pattern_counts.pieces(store, engine("polars"), match, start, span)
+    assert (baseline_span, why, counted) == (span, None, [])
+    events = match.events(match.rows(store, match.files(store)))
+    assert_frame_equal(pieces[0], masked_counts(events, start=start), check_row_order=False)
