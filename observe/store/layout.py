@@ -141,10 +141,13 @@ def scan_segments(paths: Iterable[Path | str], storage_options: dict[str, str] |
                            include_file_paths=paths_as)
 
 
-def segment_name(events: Path | PurePosixPath, path: Path | PurePosixPath | str) -> str:
+def segment_name(events: Path | PurePosixPath | str, path: Path | PurePosixPath | str) -> str:
     """A live segment's name in the derived tables: its path below the events table ``events``
     (``source=…/date=…/file``), however the store names it."""
-    return PurePosixPath(path).relative_to(PurePosixPath(events)).as_posix()
+    root, text = f"{str(events).rstrip('/')}/", str(path)
+    if not text.startswith(root):  # by text: a path's parts cost 70 µs, and explain names 500 segments
+        raise ValueError(f"{text} is not a segment of {root}")
+    return text[len(root):]
 
 
 @cache
