@@ -16,6 +16,7 @@ cannot write to (another user's, read-only credentials) still gets its answer, c
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
 from functools import partial
@@ -44,19 +45,20 @@ def on_the_hour(ts: datetime) -> datetime:
     return ts.replace(minute=0, second=0, microsecond=0)
 
 
-def pieces(store: Store, run: Engine, match: Match, start: datetime,
-           span: timedelta) -> tuple[list[pl.DataFrame], timedelta, str | None]:
+def pieces(store: Store, run: Engine, match: Match, start: datetime, span: timedelta,
+           counting: Callable[[int], None] = lambda segments: None) -> tuple[list[pl.DataFrame], timedelta, str | None]:
     """:func:`~queries.patterns.masked_counts`' pieces of the window from ``start`` and the ``span``
     before it that ``match`` (from ``start - span``) finds, the baseline's span, and why its counts could
     not be kept (None when they were, or needed no counting). Its whole hours come from the index where
     they can: the copy marks current and every node asked for (the index counts all of them); then the
-    baseline starts on the hour at or before ``start - span``."""
+    baseline starts on the hour at or before ``start - span``. ``counting`` is told how many segments
+    are counted first, when any are."""
     counted = partial(masked_counts, start=start)
     if not match.marked or match.copies or match.undated or match.nodes or match.kinds or match.job or match.grep:
         return [run.by_node(store, match, counted, Order(("masked",)))], span, None
     since, until = on_the_hour(start - span), on_the_hour(start)
     rest = run.by_node(store, replace(match, since=until), counted, Order(("masked",)))
-    kept, why = baseline(store, match.sources, since, until)
+    kept, why = baseline(store, match.sources, since, until, counting=counting)
     return [_like(kept, rest), rest], start - since, why
 
 
@@ -66,8 +68,8 @@ def _like(kept: pl.DataFrame, piece: pl.DataFrame) -> pl.DataFrame:
                         for c, t in piece.schema.items()])
 
 
-def baseline(store: Store, sources: list[str] | None, since: datetime, until: datetime,
-             config: Config | None = None) -> tuple[pl.DataFrame, str | None]:
+def baseline(store: Store, sources: list[str] | None, since: datetime, until: datetime, config: Config | None = None,
+             counting: Callable[[int], None] = lambda segments: None) -> tuple[pl.DataFrame, str | None]:
     """Per masked message, its rows from ``since`` to ``until`` (both on the hour) in the live segments
     of ``sources`` (all without): ``masked``, ``baseline_count``, and the first and last hour's bounds
     ``_b_first`` and ``_b_last``; and why the segments it counted could not be kept (None if kept)."""
@@ -75,6 +77,8 @@ def baseline(store: Store, sources: list[str] | None, since: datetime, until: da
     index, covered = _index(store, config)
     wanted = {segment_name(store.events, f): f for f in store.files(sources, since, until - timedelta(microseconds=1))}
     new = [f for name, f in wanted.items() if name not in covered]
+    if new:
+        counting(len(new))
     counted = _count(store, new, config)
     why = _keep(store, index, counted) if new else None
     kept = [index.filter(pl.col(SEGMENT).is_in(list(wanted))).collect()] if index is not None else []

@@ -346,7 +346,11 @@ def patterns_cmd(
         if all_:
             pieces = [run.by_node(st, match, masked_counts, Order(("masked",)))]
         else:
-            pieces, span, why = pattern_counts.pieces(st, run, match, start, span)
+            def counting(segments: int) -> None:
+                if err.is_terminal:  # a wait of seconds on a week of a fleet, the first time
+                    err.print(f"counting the baseline's messages in {segments} segment(s) (kept for the next call)")
+
+            pieces, span, why = pattern_counts.pieces(st, run, match, start, span, counting)
             if why:
                 err.print(f"{why}: each call counts them again", markup=False, highlight=False)
     except EngineError as exc:
