@@ -58,7 +58,7 @@ def pieces(store: Store, run: Engine, match: Match, start: datetime, span: timed
         return [run.by_node(store, match, counted, Order(("masked",)))], span, None
     since, until = on_the_hour(start - span), on_the_hour(start)
     rest = run.by_node(store, replace(match, since=until), counted, Order(("masked",)))
-    kept, why = baseline(store, match.sources, since, until, counting=counting)
+    kept, why = baseline(store, run, match.sources, since, until, counting=counting)
     return [_like(kept, rest), rest], start - since, why
 
 
@@ -68,18 +68,20 @@ def _like(kept: pl.DataFrame, piece: pl.DataFrame) -> pl.DataFrame:
                         for c, t in piece.schema.items()])
 
 
-def baseline(store: Store, sources: list[str] | None, since: datetime, until: datetime, config: Config | None = None,
+def baseline(store: Store, run: Engine, sources: list[str] | None, since: datetime, until: datetime,
+             config: Config | None = None,
              counting: Callable[[int], None] = lambda segments: None) -> tuple[pl.DataFrame, str | None]:
     """Per masked message, its rows from ``since`` to ``until`` (both on the hour) in the live segments
     of ``sources`` (all without): ``masked``, ``baseline_count``, and the first and last hour's bounds
-    ``_b_first`` and ``_b_last``; and why the segments it counted could not be kept (None if kept)."""
+    ``_b_first`` and ``_b_last``; and why the segments it counted could not be kept (None if kept). The
+    segments not counted yet are counted where ``run`` reads shares of files (on Ray, all at once)."""
     config = config or load_config()
     index, covered = _index(store, config)
     wanted = {segment_name(store.events, f): f for f in store.files(sources, since, until - timedelta(microseconds=1))}
     new = [f for name, f in wanted.items() if name not in covered]
     if new:
         counting(len(new))
-    counted = _count(store, new, config)
+    counted = _counted(store, run, new, config)
     why = _keep(store, index, counted) if new else None
     kept = [index.filter(pl.col(SEGMENT).is_in(list(wanted))).collect()] if index is not None else []
     rows = pl.concat([*kept, counted], how="vertical_relaxed").filter(pl.col("hour") >= since, pl.col("hour") < until)
@@ -89,7 +91,7 @@ def baseline(store: Store, sources: list[str] | None, since: datetime, until: da
             .sort("masked")), why
 
 
-def refresh(store: Store) -> tuple[int, str | None]:
+def refresh(store: Store, run: Engine) -> tuple[int, str | None]:
     """Count the live segments of the partitions the index counts (those a compaction wrote in place of
     counted ones), so that the next call finds them counted; returns the segments counted and why they
     could not be kept (None if kept). Nothing before a ``patterns`` call has made the index: a store no
@@ -99,7 +101,7 @@ def refresh(store: Store) -> tuple[int, str | None]:
     days = {name.rsplit("/", 1)[0] for name in covered}
     names = {segment_name(store.events, f): f for _, _, f in store.live()}
     new = [f for name, f in names.items() if name.rsplit("/", 1)[0] in days and name not in covered]
-    return len(new), _keep(store, index, _count(store, new, config)) if new else None
+    return len(new), _keep(store, index, _counted(store, run, new, config)) if new else None
 
 
 def _index(store: Store, config: Config) -> tuple[pl.LazyFrame | None, set[str]]:
@@ -110,6 +112,11 @@ def _index(store: Store, config: Config) -> tuple[pl.LazyFrame | None, set[str]]
         return None, set()
     index = index.filter(pl.col("masks") == fingerprint(config))
     return index, set(index.filter(pl.col("hour").is_null()).select(SEGMENT).collect().get_column(SEGMENT).to_list())
+
+
+def _counted(store: Store, run: Engine, files: list, config: Config) -> pl.DataFrame:
+    """:func:`_count` of ``files``, in the shares ``run`` reads."""
+    return pl.concat([pl.DataFrame(schema=COLUMNS), *run.map_files(store, files, _count, config)], how="diagonal_relaxed")
 
 
 def _count(store: Store, files: list, config: Config) -> pl.DataFrame:

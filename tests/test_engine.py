@@ -3,6 +3,7 @@ engine gives, frame for frame, on the same generated store; Ray Data counts the 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -148,4 +149,5 @@ def test_the_cli_prints_the_same_on_either_engine(store: Store) -> None:
                  ["patterns", *window, "--baseline", "3d", "--format", "json", "--limit", "0"],
                  ["patterns", "--since", "8d", "--all", "--format", "json", "--limit", "0"]):
         here = run(*args)
+        shutil.rmtree(store.root / "index" / "patterns", ignore_errors=True)  # Ray's tasks count the baseline again
         assert run(*args, "--engine", "ray") == here and here.count("\n") > 1

@@ -34,13 +34,13 @@ def store(fleet_store: Store) -> Store:
 def counted(monkeypatch) -> list[int]:
     """How many segments each count read."""
     seen: list[int] = []
-    count = pattern_counts._count
+    count = pattern_counts._counted
 
-    def spy(store, files, config):
+    def spy(store, run, files, config):
         seen.append(len(files))
-        return count(store, files, config)
+        return count(store, run, files, config)
 
-    monkeypatch.setattr(pattern_counts, "_count", spy)
+    monkeypatch.setattr(pattern_counts, "_counted", spy)
     return seen
 
 
@@ -85,13 +85,13 @@ def test_new_and_compacted_segments_are_counted_once(store: Store, tmp_path: Pat
     assert_frame_equal(found, direct)
     assert 0 < counted[-1] < len(store.live())  # only the new segments
     store.compactor.compact_many(store.partitions(), min_segments=1)
-    assert pattern_counts.refresh(store)[0] > 0  # what replaced counted segments, counted for the next call
+    assert pattern_counts.refresh(store, engine("polars"))[0] > 0  # what replaced counted segments, counted for the next call
     kept = store.index(pattern_counts.NAME).scan().collect().get_column(pattern_counts.SEGMENT).unique()
     assert set(kept) <= {segment_name(store.events, f) for _, _, f in store.live()}  # the replaced ones' rows dropped
     found, direct, _ = _ask(store, start, span, end)
     assert counted[-1] == 0
     assert_frame_equal(found, direct)
-    assert pattern_counts.refresh(store) == (0, None)
+    assert pattern_counts.refresh(store, engine("polars")) == (0, None)
 
 
 def test_other_masks_count_again(store: Store, tmp_path: Path, monkeypatch, counted: list[int]) -> None:

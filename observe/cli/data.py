@@ -273,7 +273,7 @@ def compact_cmd(
         merged = sum(n for n, _ in s.compactor.compact_many(parts, progress=said, pool=run.pool(), wait_s=COMPACT_WAIT_S,
                                                                 threads=threads))
         indexed = notable.refresh(s)  # before the vacuum, which then deletes the index's replaced file too
-        counted, why = pattern_counts.refresh(s)
+        counted, why = pattern_counts.refresh(s, run)
         gone = s.upkeep.vacuum(grace_s)
     except (StoreBusy, EngineError) as exc:
         fail(str(exc))
