@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from functools import partial
 
 import polars as pl
@@ -41,8 +41,10 @@ def fingerprint(config: Config) -> str:
 
 
 def on_the_hour(ts: datetime) -> datetime:
-    """``ts`` rounded down to its hour: where a kept baseline can start or end."""
-    return ts.replace(minute=0, second=0, microsecond=0)
+    """``ts`` rounded down to its UTC hour (the index's; a zone half an hour off UTC has other hours):
+    where a kept baseline can start or end. A time without a zone is UTC's."""
+    utc = ts.astimezone(timezone.utc) if ts.tzinfo else ts.replace(tzinfo=timezone.utc)
+    return utc.replace(minute=0, second=0, microsecond=0)
 
 
 def pieces(store: Store, run: Engine, match: Match, start: datetime, span: timedelta,

@@ -128,3 +128,14 @@ def test_a_search_of_some_nodes_counts_its_own(store: Store, counted: list[int])
     assert (baseline_span, why, counted) == (span, None, [])
     events = match.events(match.rows(store, match.files(store)))
     assert_frame_equal(pieces[0], masked_counts(events, start=start), check_row_order=False)
+
+
+def test_a_window_given_in_a_zone_half_an_hour_off_utc_takes_utc_hours(store: Store) -> None:
+    """The index's hours are UTC's: a start at 12:20+05:30 (06:50 UTC) has its baseline's kept hours end at 06:00 UTC,
+    not at 12:00+05:30 (06:30 UTC), whose hour of the index holds the window's first ten minutes."""
+    india = timezone(timedelta(hours=5, minutes=30))
+    assert pattern_counts.on_the_hour(datetime(2026, 11, 20, 12, 20, tzinfo=india)) == datetime(2026, 11, 20, 6, tzinfo=timezone.utc)
+    start, span, end = _window(store)
+    start = start.replace(minute=20).astimezone(india)  # 20 past a UTC hour and 50 past a local one
+    found, direct, _ = _ask(store, start, span, end)
+    assert_frame_equal(found, direct)
