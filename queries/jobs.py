@@ -148,7 +148,7 @@ def write_index(store: Store) -> int:
     """
     table = runs(store.scan(sources=["slurm"]).filter(pl.col("kind").is_in(RUN_KINDS)))
     store.make_dirs(store.root / "index")
-    store.index("jobs").overwrite(table)
+    store.index("jobs").overwrite(table, ("job_id", "start", "end"))
     return table.height
 
 

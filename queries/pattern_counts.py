@@ -32,6 +32,8 @@ from queries.search import Match
 NAME = "patterns"
 SEGMENT = "_segment"  # the live segment (path below the events table) a row counts
 HOUR = timedelta(hours=1)
+DATE = "date"  # the index's partition, a segment's day: a call writes anew only the days it counted
+STATS = (DATE, SEGMENT, "hour")  # what the index's log keeps statistics of: never a masked message, which users write
 COLUMNS = {SEGMENT: pl.String, "hour": pl.Datetime("us", "UTC"), "masked": pl.String, "n": pl.UInt32, "masks": pl.String}
 
 
@@ -75,45 +77,74 @@ def baseline(store: Store, run: Engine, sources: list[str] | None, since: dateti
              counting: Callable[[int], None] = lambda segments: None) -> tuple[pl.DataFrame, str | None]:
     """Per masked message, its rows from ``since`` to ``until`` (both on the hour) in the live segments
     of ``sources`` (all without): ``masked``, ``baseline_count``, and the first and last hour's bounds
-    ``_b_first`` and ``_b_last``; and why the segments it counted could not be kept (None if kept). The
-    segments not counted yet are counted where ``run`` reads shares of files (on Ray, all at once)."""
+    ``_b_first`` and ``_b_last``; and why the index could not be read or kept (None if it was). The
+    segments not counted yet are counted where ``run`` reads shares of files (on Ray, all at once), and
+    their days of the index written anew."""
     config = config or load_config()
-    index, covered = _index(store, config)
     wanted = {segment_name(store.events, f): f for f in store.files(sources, since, until - timedelta(microseconds=1))}
+    rows, why = _rows(store, config, {_day(name) for name in wanted})
+    covered = set(rows.filter(pl.col("hour").is_null()).get_column(SEGMENT)) if rows is not None else set()
     new = [f for name, f in wanted.items() if name not in covered]
     if new:
         counting(len(new))
     counted = _counted(store, run, new, config)
-    why = _keep(store, index, counted) if new else None
-    kept = [index.filter(pl.col(SEGMENT).is_in(list(wanted))).collect()] if index is not None else []
-    rows = pl.concat([*kept, counted], how="vertical_relaxed").filter(pl.col("hour") >= since, pl.col("hour") < until)
-    return (rows.group_by("masked").agg(pl.col("n").sum().cast(pl.UInt32).alias("baseline_count"),
-                                       pl.col("hour").min().alias("_b_first"),
-                                       (pl.col("hour").max() + HOUR).alias("_b_last"))
+    if new:
+        why = _keep(store, rows, counted, {_day(segment_name(store.events, f)) for f in new}) or why
+    kept = [rows.filter(pl.col(SEGMENT).is_in(list(wanted)))] if rows is not None else []
+    hours = pl.concat([*kept, counted], how="vertical_relaxed").filter(pl.col("hour") >= since, pl.col("hour") < until)
+    return (hours.group_by("masked").agg(pl.col("n").sum().cast(pl.UInt32).alias("baseline_count"),
+                                        pl.col("hour").min().alias("_b_first"),
+                                        (pl.col("hour").max() + HOUR).alias("_b_last"))
             .sort("masked")), why
 
 
 def refresh(store: Store, run: Engine) -> tuple[int, str | None]:
-    """Count the live segments of the partitions the index counts (those a compaction wrote in place of
-    counted ones), so that the next call finds them counted; returns the segments counted and why they
-    could not be kept (None if kept). Nothing before a ``patterns`` call has made the index: a store no
-    one asks for patterns costs nothing."""
+    """Bring the days the index counts up to date with the live segments: count the segments a compaction
+    wrote in place of counted ones, drop the rows of segments no longer live (whole days, after
+    retention), so that the next call finds its days counted; returns the segments counted and why the
+    index could not be read or kept (None if it was). Nothing before a ``patterns`` call has made the
+    index: a store no one asks for patterns costs nothing."""
     config = load_config()
-    index, covered = _index(store, config)
-    days = {name.rsplit("/", 1)[0] for name in covered}
+    markers, why = _rows(store, config, None, markers=True)
+    if markers is None:
+        return 0, why
+    covered = set(markers.get_column(SEGMENT))
     names = {segment_name(store.events, f): f for _, _, f in store.live()}
-    new = [f for name, f in names.items() if name.rsplit("/", 1)[0] in days and name not in covered]
-    return len(new), _keep(store, index, _counted(store, run, new, config)) if new else None
+    new = [f for name, f in names.items() if _day(name) in {_day(c) for c in covered} and name not in covered]
+    touched = {_day(segment_name(store.events, f)) for f in new} | {_day(c) for c in covered - set(names)}
+    if not touched:
+        return 0, why
+    rows, why = _rows(store, config, touched)
+    return len(new), _keep(store, rows, _counted(store, run, new, config), touched) or why
 
 
-def _index(store: Store, config: Config) -> tuple[pl.LazyFrame | None, set[str]]:
-    """The index's rows counted with ``config``'s masks, and the segments they cover (None, nothing: no
-    index, or one of another layout, which the next write replaces)."""
-    index = store.index(NAME).scan()
-    if index is None or set(index.collect_schema().names()) != set(COLUMNS):
-        return None, set()
-    index = index.filter(pl.col("masks") == fingerprint(config))
-    return index, set(index.filter(pl.col("hour").is_null()).select(SEGMENT).collect().get_column(SEGMENT).to_list())
+def _day(name: str) -> str:
+    """A segment's day (``source=S/date=D/file``): the index's partition."""
+    return name.split("/")[1].removeprefix("date=")
+
+
+def _rows(store: Store, config: Config, days: set[str] | None,
+          markers: bool = False) -> tuple[pl.DataFrame | None, str | None]:
+    """The index's rows of ``days`` (all without) counted with ``config``'s masks (its rows without an hour
+    alone, the segments it covers, with ``markers``); None where there is no index of this layout
+    (partitioned by day), or one that cannot be read (damaged: a file gone or cut short), then with why:
+    the next write replaces it whole."""
+    from deltalake.exceptions import DeltaError
+
+    table = store.index(NAME)
+    try:
+        version, files = table.snapshot()
+        if version < 0 or not files or not all(f.startswith(f"{DATE}=") for f in files):
+            return None, None
+        index = table.scan(None if days is None else [f"{DATE}={d}" for d in days])
+        if index is None:
+            return pl.DataFrame(schema=COLUMNS), None
+        mine = index.filter(pl.col("masks") == fingerprint(config))
+        read = mine.filter(pl.col("hour").is_null()).select(SEGMENT) if markers else mine.select(list(COLUMNS))
+        return read.collect().cast({c: t for c, t in COLUMNS.items() if c in read.collect_schema().names()}), None
+    except (OSError, DeltaError, pl.exceptions.PolarsError) as exc:
+        return None, (f"{store.name}: the baseline's kept counts could not be read ({type(exc).__name__}: "
+                      f"{str(exc).splitlines()[0][:200] if str(exc) else ''}); counted from the segments")
 
 
 def _counted(store: Store, run: Engine, files: list, config: Config) -> pl.DataFrame:
@@ -141,17 +172,24 @@ def _count(store: Store, files: list, config: Config) -> pl.DataFrame:
     return pl.concat([*parts, segments.with_columns(mark)], how="diagonal_relaxed")
 
 
-def _keep(store: Store, index: pl.LazyFrame | None, counted: pl.DataFrame) -> str | None:
-    """Write the index anew: its rows of segments still live, and ``counted``. Where the store cannot be
-    written to, nothing is kept (the next call counts again: a stale index is slower, never wrong) and
-    the reason is returned."""
+def _keep(store: Store, rows: pl.DataFrame | None, counted: pl.DataFrame, days: set[str]) -> str | None:
+    """Write ``days`` of the index anew: the rows of ``rows`` (the index's, of those days at least) of
+    segments still live, and ``counted``; the other days are not touched. Without ``rows`` (no index
+    to go on) the index is written whole, of ``counted`` alone. Where the store cannot be written to,
+    nothing is kept (the next call counts again: a stale index is slower, never wrong) and the reason is
+    returned."""
     from deltalake.exceptions import DeltaError
 
     live = [segment_name(store.events, path) for _, _, path in store.live()]
-    kept = index.filter(pl.col(SEGMENT).is_in(live)).collect().cast(COLUMNS) if index is not None else counted.clear()
+    kept = rows.filter(pl.col(SEGMENT).is_in(live)) if rows is not None else counted.clear()
+    out = (pl.concat([kept, counted]).with_columns(pl.col(SEGMENT).str.extract(r"^[^/]+/date=([^/]+)/").alias(DATE))
+           .filter(pl.col(DATE).is_in(list(days))).sort(SEGMENT, "hour", "masked", nulls_last=True))
     try:
         store.make_dirs(store.root / "index")
-        store.index(NAME).overwrite(pl.concat([kept, counted]).sort(SEGMENT, "hour", "masked", nulls_last=True))
-    except (OSError, DeltaError) as exc:
+        if rows is None:
+            store.index(NAME).overwrite(out, STATS, partition=DATE)
+        else:
+            store.index(NAME).replace(out, STATS, DATE, days)
+    except (OSError, ValueError, DeltaError) as exc:
         return f"{store.name}: the baseline's counts could not be kept ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
     return None

@@ -2,6 +2,7 @@
 index covers every segment, some, or ones compacted away since."""
 from __future__ import annotations
 
+import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -74,3 +75,29 @@ def test_a_read_of_plain_lines_does_not_use_the_index(store: Store) -> None:
     assert notable.wanted(["gpu_xid"])
     mixed = ["log", "gpu_xid"]
     assert _searched(store, mixed).equals(_direct(store, mixed))
+
+
+def _last_stats(root: Path) -> set[str]:
+    """The columns the table's last commit keeps statistics of."""
+    import json
+
+    last = sorted((root / "_delta_log").glob("*.json"))[-1]
+    adds = [json.loads(line)["add"] for line in last.read_text().splitlines() if '"add"' in line]
+    return {c for a in adds for c in json.loads(a["stats"]).get("maxValues", {})}
+
+
+def test_the_index_log_keeps_no_text_a_user_wrote(store: Store) -> None:
+    """delta-rs keeps every column's min and max in each commit: a forged Xid with a long tail was copied into every
+    commit after it. A table written before keeps statistics of the index's own columns from its next write."""
+    from deltalake import write_deltalake
+
+    table = store.index(notable.NAME)
+    assert _last_stats(table.root) <= set(notable.STATS)
+    rows = table.scan().collect()
+    shutil.rmtree(table.root)
+    write_deltalake(table.uri, rows.to_arrow())  # as observe wrote it before
+    assert "message" in _last_stats(table.root)
+    table = Store(store.root).index(notable.NAME)
+    table.overwrite(rows, notable.STATS)
+    assert _last_stats(table.root) <= set(notable.STATS)
+    assert table._table().metadata().configuration["delta.dataSkippingStatsColumns"] == ",".join(notable.STATS)

@@ -109,10 +109,10 @@ def test_other_masks_count_again(store: Store, tmp_path: Path, monkeypatch, coun
 
 
 def test_a_store_it_cannot_write_to_gets_its_answer_and_the_reason(store: Store, monkeypatch, counted: list[int]) -> None:
-    def refused(self, df):
+    def refused(self, df, stats, **how):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(IndexTable, "overwrite", refused)
+    monkeypatch.setattr(IndexTable, "_write", refused)
     start, span, end = _window(store)
     found, direct, why = _ask(store, start, span, end)
     assert_frame_equal(found, direct)
@@ -139,3 +139,82 @@ def test_a_window_given_in_a_zone_half_an_hour_off_utc_takes_utc_hours(store: St
     start = start.replace(minute=20).astimezone(india)  # 20 past a UTC hour and 50 past a local one
     found, direct, _ = _ask(store, start, span, end)
     assert_frame_equal(found, direct)
+
+
+def _days(store: Store) -> dict[str, set[str]]:
+    """The index's files by day."""
+    _, files = store.index(pattern_counts.NAME).snapshot()
+    out: dict[str, set[str]] = {}
+    for f in files:
+        out.setdefault(f.split("/")[0], set()).add(f)
+    return out
+
+
+def _stats_columns(root: Path) -> set[str]:
+    """Every column the table's log holds statistics of."""
+    import json
+
+    seen: set[str] = set()
+    for commit in sorted((root / "_delta_log").glob("*.json")):
+        for line in commit.read_text().splitlines():
+            add = json.loads(line).get("add")
+            if add and add.get("stats"):
+                stats = json.loads(add["stats"])
+                seen |= set(stats.get("minValues", {})) | set(stats.get("maxValues", {}))
+    return seen
+
+
+@pytest.fixture()
+def two_days(tmp_path: Path) -> Store:
+    """Four simulated nodes from 22:00 to 02:00: two days' partitions."""
+    manifest = generate(tmp_path / "logs", nodes=4, hours=4, seed=7, start=START.replace(hour=22))
+    st = Store(tmp_path / "store")
+    ingest_inputs([(str(f.path), {"source": f.format, "node": f.node, "job": f.job}) for f in manifest.files], st)
+    return st
+
+
+def test_a_call_writes_anew_only_the_days_it_counted(two_days: Store, tmp_path: Path, counted: list[int]) -> None:
+    store = two_days
+    start, span, end = _window(store)
+    span = end - START.replace(hour=22)  # the whole of both days
+    _ask(store, start, span, end)
+    before = _days(store)
+    assert set(before) == {"date=2026-11-20", "date=2026-11-21"}
+    more = tmp_path / "more"
+    generate(more, nodes=2, hours=1, seed=8, start=START.replace(day=21, hour=0))  # the second day only
+    ingest_inputs([(f, {}) for f in input_files([str(more)])], store)
+    found, direct, why = _ask(store, start, span, end)
+    assert why is None and counted[-1] > 0
+    assert_frame_equal(found, direct)
+    after = _days(store)
+    assert after["date=2026-11-20"] == before["date=2026-11-20"]  # the first day's file: not read, not written
+    assert after["date=2026-11-21"] != before["date=2026-11-21"]
+    assert _stats_columns(store.root / "index" / pattern_counts.NAME) <= set(pattern_counts.STATS)  # no user text
+    store.table.delete_before("2026-11-21")  # retention: the first day goes
+    assert pattern_counts.refresh(store, engine("polars")) == (0, None)
+    assert set(_days(store)) == {"date=2026-11-21"}
+
+
+def test_a_damaged_index_is_counted_again_and_says_so(store: Store, counted: list[int]) -> None:
+    start, span, end = _window(store)
+    _ask(store, start, span, end)
+    for f in (store.root / "index" / pattern_counts.NAME).rglob("*.parquet"):
+        f.unlink()  # an operator's find -delete, a restore that missed them
+    found, direct, why = _ask(store, start, span, end)
+    assert_frame_equal(found, direct)
+    assert "could not be read (FileNotFoundError" in why and counted[-1] > 0
+    again, _, why = _ask(store, start, span, end)  # written anew whole: read again as kept
+    assert why is None and counted[-1] == 0
+    assert_frame_equal(again, direct)
+
+
+def test_a_time_given_in_another_zone_reads_the_utc_days_it_falls_in(two_days: Store) -> None:
+    """Partitions are UTC days: 05:00+05:30 on the 21st is 23:30 UTC on the 20th (attack-28 r6)."""
+    from queries.search import search
+
+    india, newfoundland = timezone(timedelta(hours=5, minutes=30)), timezone(-timedelta(hours=3, minutes=30))
+    since, until = datetime(2026, 11, 21, 5, tzinfo=india), datetime(2026, 11, 20, 21, 30, tzinfo=newfoundland)
+    assert {d for _, d, _ in two_days._files(None, since, until, False)} == {"2026-11-20", "2026-11-21"}
+    found = search(two_days, since=since, until=until).select(pl.len()).collect().item()
+    utc = search(two_days, since=since.astimezone(timezone.utc), until=until.astimezone(timezone.utc))
+    assert found == utc.select(pl.len()).collect().item() > 0

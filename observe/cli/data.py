@@ -279,7 +279,7 @@ def compact_cmd(
         fail(str(exc))
     out.print(f"compacted {merged} segment(s); deleted {gone} file(s) replaced over {grace} ago or never committed")
     out.print(f"notable index: {indexed} segment(s) read")
-    if counted:
+    if counted or why:
         out.print(f"patterns' baseline: {counted} segment(s) counted" + (f"; {why}" if why else ""), markup=False,
                   highlight=False)
     from queries import jobs

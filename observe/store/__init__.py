@@ -32,7 +32,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
@@ -62,6 +62,11 @@ __all__ = ["LegacyLayout", "Partition", "SegmentWriter", "Store", "StoreBusy", "
 # lock files of a store in an object store: on this host, root's own (see the module's docstring)
 REMOTE_LOCKS = Path("~/.cache/observe/locks")
 
+
+
+def utc_day(t: datetime) -> str:
+    """The partition (a UTC day, YYYY-MM-DD) a time falls in, whatever zone it is given in (naive: UTC)."""
+    return (t.astimezone(timezone.utc) if t.tzinfo else t).strftime("%Y-%m-%d")
 
 class Store:
     """A store rooted at a local directory (created on first write) or at a prefix of an object store.
@@ -269,8 +274,7 @@ class Store:
     def _files(self, sources: Iterable[str] | None, since: datetime | None, until: datetime | None,
                undated: bool) -> list[tuple[str, str, Path]]:
         wanted = set(sources) if sources else None
-        lo = since.strftime("%Y-%m-%d") if since else None
-        hi = until.strftime("%Y-%m-%d") if until else None
+        lo, hi = (utc_day(t) if t else None for t in (since, until))
         out = []
         for source, day, f in self.live():
             if wanted is not None and source not in wanted:

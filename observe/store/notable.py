@@ -25,6 +25,7 @@ BULK = ("log", "unparsed")  # the kinds the index leaves out: almost every row
 SOURCES = ("slurm", "syslog", "kernel", "gpu", "health")  # the sources it covers: all but jobs' output (nccl)
 SEGMENT = "_segment"  # which live segment (path below the events table) a row is of
 SEGMENT_PATH = r"(source=[^/]+/date=[^/]+/[^/]+)$"  # that path, the end of a segment's path or URL
+STATS = ("kind", SEGMENT)  # the columns the index's log keeps statistics of: never text a user wrote
 
 
 def wanted(kinds: list[str] | None) -> bool:
@@ -65,7 +66,7 @@ def refresh(store) -> int:
     if rows.width and rows.get_column(SEGMENT).null_count():
         raise OSError(f"{store.name}: a segment's path is not of the table's layout (source=/date=/file)")
     table = pl.concat([f for f in (kept, rows, marks) if f.width], how="diagonal_relaxed")
-    store.index(NAME).overwrite(table.sort("kind", "file_id", "offset", nulls_last=True))  # a file's lines together
+    store.index(NAME).overwrite(table.sort("kind", "file_id", "offset", nulls_last=True), STATS)  # a file's lines together
     return len(new)
 
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from functools import cache
 from pathlib import Path, PurePosixPath
@@ -33,6 +34,7 @@ SETTLED_NS = 2 * 10**9  # a log directory changed this recently is listed again
 INDEX_LEVEL = 3  # a derived table's zstd level (delta-rs writes snappy otherwise: the notable index 1.7x larger)
 INDEX_GROUP_ROWS = 65_536  # its row groups: a read of a few kinds skips the others' (the index is sorted by kind)
 TABLE_NAME, TABLE_DESCRIPTION = "observe_events", "observe's events (observe schema for the columns)"
+PARTITION_VALUE = re.compile(r"\d{4}-\d{2}-\d{2}|unknown")  # a store's dates: what a derived table is partitioned by
 PRIVATE_UMASK = 0o027  # delta-rs creates the log's files with 0666 less the umask: the store's 0640 / 0750
 
 
@@ -307,21 +309,47 @@ class EventTable(Table):
 
 
 class IndexTable(Table):
-    """A small table the store derives from its events (the job index), rewritten whole each time."""
+    """A small table the store derives from its events (the job index, the notable index), rewritten
+    whole or a partition at a time. Its log keeps statistics of the ``stats`` columns alone: delta-rs
+    writes every column's minimum and maximum into each commit, so a long line a user logged would be
+    copied into every commit after it (a megabyte each, kept for the log's retention). No time travel
+    is asked of a derived table: its log is kept a day."""
 
-    def overwrite(self, df: pl.DataFrame) -> None:
-        """Replace the table's rows with ``df`` in one commit (creating it the first time)."""
+    def overwrite(self, df: pl.DataFrame, stats: tuple[str, ...], partition: str | None = None) -> None:
+        """Replace the table's rows with ``df`` in one commit (creating it the first time, or again
+        with ``df``'s columns and partitioned by ``partition`` where it was otherwise)."""
+        self._write(df, stats, mode="overwrite", schema_mode="overwrite", partition_by=[partition] if partition else None)
+
+    def replace(self, df: pl.DataFrame, stats: tuple[str, ...], partition: str, values: Iterable[str]) -> None:
+        """Replace the rows of the partitions ``partition`` = each of ``values`` with ``df`` (which holds
+        that column) in one commit; the other partitions stay as they are. Values are a store's partition
+        names (checked: they go into the commit's predicate)."""
+        values = sorted(set(values))
+        if not values or not all(PARTITION_VALUE.fullmatch(v) for v in values):
+            raise ValueError(f"{self.uri}: not partition names: {values}")
+        where = f"{partition} IN ({', '.join(repr(v) for v in values)})"
+        self._write(df, stats, mode="overwrite", partition_by=[partition], predicate=where)
+
+    def _write(self, df: pl.DataFrame, stats: tuple[str, ...], **how) -> None:
         from deltalake import WriterProperties, write_deltalake
 
         table = df.to_arrow()
         packed = WriterProperties(compression="ZSTD", compression_level=INDEX_LEVEL, max_row_group_size=INDEX_GROUP_ROWS)
+        properties = {**self._properties(), "delta.dataSkippingStatsColumns": ",".join(stats),
+                      "delta.logRetentionDuration": "interval 1 days"}
         with self._writing(), self.creating():  # the first write creates the table
+            dt = self._table()
+            if dt is not None and any(dt.metadata().configuration.get(k) != v for k, v in properties.items()):
+                dt.alter.set_table_properties(properties)  # a table written before these properties
             self._committing(lambda: write_deltalake(
-                self.uri, table, mode="overwrite", schema_mode="overwrite", storage_options=self.options,
-                configuration=self._properties(), writer_properties=packed))
+                self.uri, table, storage_options=self.options, configuration=properties, writer_properties=packed, **how))
 
-    def scan(self) -> pl.LazyFrame | None:
-        """The rows; None while there is no table."""
+    def scan(self, partitions: Iterable[str] | None = None) -> pl.LazyFrame | None:
+        """The rows (of the partitions named ``column=value`` alone, with ``partitions``); None while
+        there is no table (or no file of those partitions). Partition columns are not in the files."""
         version, rels = self.snapshot()
+        if partitions is not None:
+            prefixes = tuple(f"{p}/" for p in partitions)
+            rels = [rel for rel in rels if rel.startswith(prefixes)]
         return (pl.scan_parquet([f"{self.uri}/{rel}" for rel in rels], storage_options=self.options)
                 if version >= 0 and rels else None)
