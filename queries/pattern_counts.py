@@ -163,10 +163,10 @@ def _count(store: Store, files: list, config: Config) -> pl.DataFrame:
     for f in files:
         rows = store.events_in([f], kept=True).filter(pl.col("ts").is_not_null())
         counts = (rows.group_by(pl.col("ts").dt.truncate("1h").alias("hour"), pl.col("message").fill_null(""))
-                  .agg(pl.len().alias("n")).collect())
+                  .agg(pl.len().alias("n")).collect(engine="streaming"))
         fresh = counts.select(pl.col("message").unique()).join(seen, on="message", how="anti")
         seen = pl.concat([seen, fresh.with_columns(masked(pl.col("message"), config).alias("masked"))])
-        parts.append(counts.join(seen, on="message").group_by("hour", "masked").agg(pl.col("n").sum())
+        parts.append(counts.join(seen, on="message").group_by("hour", "masked").agg(pl.col("n").sum()).sort("hour", "masked")
                      .select(pl.lit(segment_name(store.events, f)).alias(SEGMENT), "hour", "masked", "n", mark).cast(COLUMNS))
     segments = pl.DataFrame({SEGMENT: [segment_name(store.events, f) for f in files]}, schema={SEGMENT: pl.String})
     return pl.concat([*parts, segments.with_columns(mark)], how="diagonal_relaxed")
@@ -180,10 +180,11 @@ def _keep(store: Store, rows: pl.DataFrame | None, counted: pl.DataFrame, days: 
     returned."""
     from deltalake.exceptions import DeltaError
 
+    day = pl.col(SEGMENT).str.extract(r"^[^/]+/date=([^/]+)/").alias(DATE)
     live = [segment_name(store.events, path) for _, _, path in store.live()]
-    kept = rows.filter(pl.col(SEGMENT).is_in(live)) if rows is not None else counted.clear()
-    out = (pl.concat([kept, counted]).with_columns(pl.col(SEGMENT).str.extract(r"^[^/]+/date=([^/]+)/").alias(DATE))
-           .filter(pl.col(DATE).is_in(list(days))).sort(SEGMENT, "hour", "masked", nulls_last=True))
+    kept = [rows.filter(pl.col(SEGMENT).is_in(live)).with_columns(day).filter(pl.col(DATE).is_in(list(days)))
+            ] if rows is not None else []
+    out = pl.concat([*kept, counted.with_columns(day)])  # a segment's rows together, by hour and message
     try:
         store.make_dirs(store.root / "index")
         if rows is None:
