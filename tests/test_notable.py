@@ -101,3 +101,14 @@ def test_the_index_log_keeps_no_text_a_user_wrote(store: Store) -> None:
     table.overwrite(rows, notable.STATS)
     assert _last_stats(table.root) <= set(notable.STATS)
     assert table._table().metadata().configuration["delta.dataSkippingStatsColumns"] == ",".join(notable.STATS)
+
+
+def test_a_damaged_index_is_read_around_and_written_anew(store: Store) -> None:
+    """A file of the index gone (an operator's find -delete, a restore that missed it): reads go to the segments,
+    and the next refresh writes the index anew from them (it failed every read and refresh before)."""
+    for f in (store.root / "index" / notable.NAME).glob("*.parquet"):
+        f.unlink()
+    assert _searched(store, KINDS).equals(_direct(store, KINDS))
+    assert notable.refresh(store) == len(_indexed(store))
+    assert notable._covered(store, store.index(notable.NAME).scan()) == _indexed(store)
+    assert _searched(store, KINDS).equals(_direct(store, KINDS))

@@ -36,8 +36,7 @@ def wanted(kinds: list[str] | None) -> bool:
 def scan(store, files: list, kinds: list[str]) -> pl.LazyFrame:
     """The rows of ``kinds`` in ``files`` (live segments), in the stored layout: from the index for the
     segments it covers, from the segments for the rest."""
-    index = store.index(NAME).scan()
-    covered = _covered(store, index)
+    index, covered = _index(store)
     rel = {f: segment_name(store.events, f) for f in files}
     inside = [r for r in rel.values() if r in covered]
     outside = [f for f, r in rel.items() if r not in covered]
@@ -52,8 +51,7 @@ def scan(store, files: list, kinds: list[str]) -> pl.LazyFrame:
 def refresh(store) -> int:
     """Bring the index up to date with the live segments; returns the segments read."""
     live = {segment_name(store.events, path): path for source, _, path in store.live() if source in SOURCES}
-    index = store.index(NAME).scan()
-    covered = _covered(store, index)
+    index, covered = _index(store)
     new = [path for rel, path in live.items() if rel not in covered]
     if not new and covered <= set(live):
         return 0
@@ -68,6 +66,19 @@ def refresh(store) -> int:
     table = pl.concat([f for f in (kept, rows, marks) if f.width], how="diagonal_relaxed")
     store.index(NAME).overwrite(table.sort("kind", "file_id", "offset", nulls_last=True), STATS)  # a file's lines together
     return len(new)
+
+
+def _index(store) -> tuple[pl.LazyFrame | None, set[str]]:
+    """The index and the segments it covers; (None, nothing) where there is none, or it cannot be read (a
+    file gone or cut short, a damaged log): then every read goes to the segments, and the next refresh
+    writes it anew from them."""
+    from deltalake.exceptions import DeltaError
+
+    try:
+        index = store.index(NAME).scan()
+        return index, _covered(store, index)
+    except (OSError, DeltaError, pl.exceptions.PolarsError):
+        return None, set()
 
 
 def _covered(store, index: pl.LazyFrame | None) -> set[str]:
