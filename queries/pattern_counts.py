@@ -3,10 +3,11 @@
 ``patterns`` compares a short window with a long baseline (two hours against seven days): counting a
 fleet's week of messages again on every call is 11 million rows read and grouped, and 380,000
 distinct strings masked, for a few thousand numbers that change only as the store does. Kept in the
-derived table ``index/patterns``, a segment is counted once: a call reads the segments the index does
-not cover yet (new since the last call, or rewritten: compacted, re-marked), adds them, and drops the
-rows of segments no longer live, as the notable index does. Rows are whole hours (UTC), so a baseline
-read from here starts on the hour; the hour before the window is read from the segments with it.
+derived table ``index/patterns``, partitioned by day, a segment is counted once: a call counts the
+segments of its baseline's days the index does not cover yet (new since the last call, or rewritten:
+compacted, re-marked) and writes those days anew, without the rows of segments no longer live, as the
+notable index does. Rows are whole UTC hours, so a baseline read from here starts on the hour (see
+:func:`pieces`); the hour before the window is read from the segments with it.
 
 Counted as a search with current copy marks reads them: dated rows, each record once (``copy_of``
 empty), every node. A count is only as good as the masks it was made with, so each row carries the
@@ -52,13 +53,19 @@ def on_the_hour(ts: datetime) -> datetime:
 def pieces(store: Store, run: Engine, match: Match, start: datetime, span: timedelta,
            counting: Callable[[int], None] = lambda segments: None) -> tuple[list[pl.DataFrame], timedelta, str | None]:
     """:func:`~queries.patterns.masked_counts`' pieces of the window from ``start`` and the ``span``
-    before it that ``match`` (from ``start - span``) finds, the baseline's span, and why its counts could
-    not be kept (None when they were, or needed no counting). Its whole hours come from the index where
-    they can: the copy marks current and every node asked for (the index counts all of them); then the
-    baseline starts on the hour at or before ``start - span``. ``counting`` is told how many segments
-    are counted first, when any are."""
+    before it that ``match`` (from ``start - span``) finds, the baseline's span, and why its kept counts
+    could not be read or kept (None when they were, or none were needed).
+
+    A baseline of a day or more takes its whole UTC hours from the index, where the copy marks are
+    current and every node is asked for (the index counts all of them); it then starts on the hour at
+    or before ``start - span`` (at most an hour, a twenty-fourth, more than asked: a rate's estimate
+    the same; reading the part hour instead costs a scan of its day, within whose files rows are not in
+    time order), and the hour before the window is read from the segments with it. A shorter baseline
+    is read from the segments: at most two days'. ``counting`` is told how many segments are counted
+    first, when any are."""
     counted = partial(masked_counts, start=start)
-    if not match.marked or match.copies or match.undated or match.nodes or match.kinds or match.job or match.grep:
+    if (span < timedelta(days=1) or not match.marked or match.copies or match.undated or match.nodes or match.kinds
+            or match.job or match.grep):
         return [run.by_node(store, match, counted, Order(("masked",)))], span, None
     since, until = on_the_hour(start - span), on_the_hour(start)
     rest = run.by_node(store, replace(match, since=until), counted, Order(("masked",)))

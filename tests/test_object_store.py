@@ -100,7 +100,7 @@ def test_every_reading_command_gives_what_it_gives_on_a_local_store(stores: tupl
         assert strip(there.stdout) == strip(here.stdout), args
     last = Store(local).scan().select(pl.col("ts").max()).collect().item()
     window = ["patterns", "--since", (last - timedelta(minutes=50)).isoformat(), "--until",
-              (last + timedelta(seconds=1)).isoformat(), "--baseline", "3h", "--format", "json", "--limit", "0"]
+              (last + timedelta(seconds=1)).isoformat(), "--baseline", "1d", "--format", "json", "--limit", "0"]
     counted = observe(*window, "--store", remote)  # the baseline counted, and kept on the server
     assert counted.stdout == observe(*window, "--store", local).stdout and counted.stdout.count("\n") >= 1, counted
     assert not counted.stderr and Store(remote).index(pattern_counts.NAME).scan() is not None

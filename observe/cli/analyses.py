@@ -315,9 +315,9 @@ def patterns_cmd(
     templates the way Drain does; a template is new when the baseline never had it, frequent when
     its rate is --min-ratio times the baseline's.
 
-    The baseline's counts are kept in the store as they are made (index/patterns): the first call
-    over a week of a fleet counts it, later ones read what is kept and count only what is new. It then
-    starts on the hour at or before its span's start; with --node, it is counted each time.
+    A baseline of a day or more is counted per UTC hour and kept in the store (index/patterns): the
+    first call over a week of a fleet counts it, later ones count only what is new. It then starts on
+    the hour at or before its span's start; with --node, it is counted each time.
 
     \b
     Example: observe patterns --since 2h --baseline 7d --node 'gpu[001-064]'
