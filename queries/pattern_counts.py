@@ -26,6 +26,7 @@ import polars as pl
 
 from observe.store import Store
 from observe.store.layout import segment_name
+from observe.store.table import partition_of
 from queries.engine import Engine, Order
 from queries.patterns import Config, load_config, masked, masked_counts
 from queries.search import Match
@@ -91,12 +92,12 @@ def baseline(store: Store, run: Engine, sources: list[str] | None, since: dateti
     wanted = {segment_name(store.events, f): f for f in store.files(sources, since, until - timedelta(microseconds=1))}
     rows, why = _rows(store, config, {_day(name) for name in wanted})
     covered = set(rows.filter(pl.col("hour").is_null()).get_column(SEGMENT)) if rows is not None else set()
-    new = [f for name, f in wanted.items() if name not in covered]
+    new = {name: f for name, f in wanted.items() if name not in covered}
     if new:
         counting(len(new))
-    counted = _counted(store, run, new, config)
+    counted = _counted(store, run, list(new.values()), config)
     if new:
-        why = _keep(store, rows, counted, {_day(segment_name(store.events, f)) for f in new}) or why
+        why = _keep(store, rows, counted, {_day(name) for name in new}) or why
     kept = [rows.filter(pl.col(SEGMENT).is_in(list(wanted)))] if rows is not None else []
     hours = pl.concat([*kept, counted], how="vertical_relaxed").filter(pl.col("hour") >= since, pl.col("hour") < until)
     return (hours.group_by("masked").agg(pl.col("n").sum().cast(pl.UInt32).alias("baseline_count"),
@@ -116,18 +117,19 @@ def refresh(store: Store, run: Engine) -> tuple[int, str | None]:
     if markers is None:
         return 0, why
     covered = set(markers.get_column(SEGMENT))
+    counted_days = {_day(name) for name in covered}
     names = {segment_name(store.events, f): f for _, _, f in store.live()}
-    new = [f for name, f in names.items() if _day(name) in {_day(c) for c in covered} and name not in covered]
-    touched = {_day(segment_name(store.events, f)) for f in new} | {_day(c) for c in covered - set(names)}
+    new = {name: f for name, f in names.items() if _day(name) in counted_days and name not in covered}
+    touched = {_day(name) for name in new} | {_day(name) for name in covered - set(names)}
     if not touched:
         return 0, why
     rows, why = _rows(store, config, touched)
-    return len(new), _keep(store, rows, _counted(store, run, new, config), touched) or why
+    return len(new), _keep(store, rows, _counted(store, run, list(new.values()), config), touched) or why
 
 
 def _day(name: str) -> str:
     """A segment's day (``source=S/date=D/file``): the index's partition."""
-    return name.split("/")[1].removeprefix("date=")
+    return partition_of(name)["date"]
 
 
 def _rows(store: Store, config: Config, days: set[str] | None,
@@ -147,8 +149,8 @@ def _rows(store: Store, config: Config, days: set[str] | None,
         if index is None:
             return pl.DataFrame(schema=COLUMNS), None
         mine = index.filter(pl.col("masks") == fingerprint(config))
-        read = mine.filter(pl.col("hour").is_null()).select(SEGMENT) if markers else mine.select(list(COLUMNS))
-        return read.collect().cast({c: t for c, t in COLUMNS.items() if c in read.collect_schema().names()}), None
+        read = (mine.filter(pl.col("hour").is_null()).select(SEGMENT) if markers else mine.select(list(COLUMNS))).collect()
+        return read.cast({c: COLUMNS[c] for c in read.columns}), None
     except (OSError, DeltaError, pl.exceptions.PolarsError) as exc:
         return None, (f"{store.name}: the baseline's kept counts could not be read ({type(exc).__name__}: "
                       f"{str(exc).splitlines()[0][:200] if str(exc) else ''}); counted from the segments")

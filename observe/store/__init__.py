@@ -63,10 +63,10 @@ __all__ = ["LegacyLayout", "Partition", "SegmentWriter", "Store", "StoreBusy", "
 REMOTE_LOCKS = Path("~/.cache/observe/locks")
 
 
-
 def utc_day(t: datetime) -> str:
     """The partition (a UTC day, YYYY-MM-DD) a time falls in, whatever zone it is given in (naive: UTC)."""
     return (t.astimezone(timezone.utc) if t.tzinfo else t).strftime("%Y-%m-%d")
+
 
 class Store:
     """A store rooted at a local directory (created on first write) or at a prefix of an object store.
