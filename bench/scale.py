@@ -49,6 +49,7 @@ FLAKY_SHARE, FLAKY_KEEP, BASE_KEEP = 50, 800, 150  # 1 node in 50 flaky; per mil
 OLD_LAYOUT = "7dd8c53"  # the last commit before the Delta table
 GREP = "(?i)fallen off the bus|uncorrectable|nvrm: xid"
 GPUS_PER_NODE = 8
+WRITE_GROUPS = 32  # copies written at once (512 nodes' day, about 4 million events)
 
 
 def build(dir_: Path, nodes: int, days: int) -> dict:
@@ -73,8 +74,9 @@ def build(dir_: Path, nodes: int, days: int) -> dict:
     store, groups, fault_kinds = Store(dir_ / "store"), nodes // GROUP, load_causes().kinds()
     for d in range(days):
         thin = d < days - 1  # the last day keeps every fault: its failed jobs are explained below
-        copies = [_copy(templates[(d + g) % TEMPLATES], d, g, groups, fault_kinds if thin else []) for g in range(groups)]
-        store.write(pl.concat(copies))
+        for first in range(0, groups, WRITE_GROUPS):  # a day of a large fleet in parts: memory stays bounded
+            store.write(pl.concat([_copy(templates[(d + g) % TEMPLATES], d, g, groups, fault_kinds if thin else [])
+                                   for g in range(first, min(groups, first + WRITE_GROUPS))]))
         print(f"  day {d + 1}/{days} written ({time.perf_counter() - began:.0f} s)", flush=True)
     store.compactor.compact_many(store.partitions(), min_segments=1)
     store.upkeep.vacuum(grace_s=0)

@@ -89,7 +89,10 @@ def baseline(store: Store, run: Engine, sources: list[str] | None, since: dateti
     segments not counted yet are counted where ``run`` reads shares of files (on Ray, all at once), and
     their days of the index written anew."""
     config = config or load_config()
-    wanted = {segment_name(store.events, f): f for f in store.files(sources, since, until - timedelta(microseconds=1))}
+    # every segment of the days the hours fall in (a counted day is counted whole: what refresh keeps)
+    days = store.files(sources, on_the_hour(since).replace(hour=0), on_the_hour(until - timedelta(microseconds=1)).replace(
+        hour=23, minute=59, second=59, microsecond=999999))
+    wanted = {segment_name(store.events, f): f for f in days}
     rows, why = _rows(store, config, {_day(name) for name in wanted})
     covered = set(rows.filter(pl.col("hour").is_null()).get_column(SEGMENT)) if rows is not None else set()
     new = {name: f for name, f in wanted.items() if name not in covered}

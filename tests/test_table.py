@@ -235,3 +235,45 @@ def test_a_store_from_before_the_table_converts_and_loses_nothing(tmp_path: Path
     assert not list(store.events.rglob("c-*.json")) and not list(store.events.rglob("c-0002-*.parquet"))
     with pytest.raises(ConvertError, match="already"):
         convert(store)
+
+
+def test_commits_give_each_files_time_range_and_readers_skip_by_it(tmp_path: Path) -> None:
+    """A commit gives its file's first and last time, widened to the log's whole milliseconds: observe
+    and DuckDB over the table read only the files a window can hold rows of, and count what they count
+    without the ranges (a row in the microseconds the widening covers included); a segment a collector
+    shipped has its range from its footer; a file without a time has none and is read as before."""
+    day = datetime(2026, 11, 20, tzinfo=timezone.utc)
+    early, late, edge = day.replace(hour=1), day.replace(hour=5), day.replace(hour=5, microsecond=123456)
+
+    def rows(*times: datetime | None) -> pl.DataFrame:
+        return conform(pl.DataFrame([{"ts": t, "node": "gpu001", "source": "syslog", "message": f"m{i}",
+                                      "file_id": f"f{i}{t}", "offset": 0} for i, t in enumerate(times)]))
+
+    store = Store(tmp_path / "store")
+    [first] = store.write(rows(early, early.replace(minute=30)))
+    [second] = store.write(rows(late, edge))
+    [undated] = store.write(rows(None))
+    [shipped] = store.write(rows(day.replace(hour=9)), deliver=True)
+    assert store.incoming.adopt() == 1
+    stats = {a["path"]: json.loads(a["stats"]) for line in (store.events / "_delta_log").glob("*.json")
+             for a in map(lambda t: json.loads(t).get("add"), line.read_text().splitlines()) if a}
+    assert stats[second.relative_to(store.events).as_posix()] == {
+        "numRecords": 2, "nullCount": {"ts": 0},
+        "minValues": {"ts": "2026-11-20T05:00:00.000Z"}, "maxValues": {"ts": "2026-11-20T05:00:00.124Z"}}
+    assert stats[undated.relative_to(store.events).as_posix()] == {"numRecords": 1, "nullCount": {"ts": 1}}
+    shipped_stats = stats[next(p for p in stats if p.endswith(shipped.name))]
+    assert shipped_stats["minValues"] == shipped_stats["maxValues"] == {"ts": "2026-11-20T09:00:00.000Z"}
+
+    assert store.files(since=day.replace(hour=4), until=day.replace(hour=6)) == [second]
+    assert store.files(until=day.replace(hour=2)) == [first]
+    assert len(store.files(since=day.replace(hour=2), until=day.replace(hour=23))) == 2  # second, shipped
+    later = {second, *store.files(since=day.replace(hour=8))}  # and the shipped one
+    assert set(store.files(since=edge.replace(microsecond=123999))) == set(store.files(since=edge)) == later
+    assert len(store.files(since=day, undated=True)) == 4
+    at_edge = store.scan(since=edge).filter(pl.col("ts") >= edge).select(pl.len()).collect().item()
+    events = DeltaTable(str(store.events)).to_pyarrow_dataset()  # noqa: F841 - DuckDB finds it by name
+    in_duckdb = duckdb.sql("SELECT count(*) FROM events WHERE ts >= TIMESTAMPTZ '2026-11-20 05:00:00.123456+00'").fetchall()[0][0]
+    assert at_edge == in_duckdb == 2  # the edge row and the shipped one
+    assert duckdb.sql("SELECT count(*) FROM events WHERE ts IS NULL").fetchall()[0][0] == 1
+    assert duckdb.sql("SELECT count(*) FROM events WHERE message LIKE 'm%'").fetchall()[0][0] == 6  # no statistics: read
+    assert _agree(store) == 6

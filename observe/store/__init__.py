@@ -32,7 +32,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
@@ -46,10 +46,10 @@ from observe.store.files import (DIR_MODE, FILE_MODE, UnsafeStore, atomic_file, 
                                  open_nofollow, regular_names, store_group, subdirs, write_atomic)
 from observe.store.incoming import Incoming
 from observe.store.inputs import InputLedger
-from observe.store.layout import (SEGMENT_ORDER, UNKNOWN_DATE, Partition, buffered_parts, no_records, scan_segments,
+from observe.store.layout import (SEGMENT_ORDER, Partition, buffered_parts, no_records, pruned, scan_segments,
                                   split_partitions, write_compacted, write_ingested)
 from observe.store.place import LocalPlace, Place, place_of
-from observe.store.table import EventTable, IndexTable, LegacyLayout
+from observe.store.table import EventTable, IndexTable, LegacyLayout, Written, written
 from observe.store.upkeep import Upkeep
 from observe.store.writer import BUFFER_BYTES, SEGMENT_ROWS, WRITE_THREADS, SegmentWriter
 
@@ -61,11 +61,6 @@ __all__ = ["LegacyLayout", "Partition", "SegmentWriter", "Store", "StoreBusy", "
 
 # lock files of a store in an object store: on this host, root's own (see the module's docstring)
 REMOTE_LOCKS = Path("~/.cache/observe/locks")
-
-
-def utc_day(t: datetime) -> str:
-    """The partition (a UTC day, YYYY-MM-DD) a time falls in, whatever zone it is given in (naive: UTC)."""
-    return (t.astimezone(timezone.utc) if t.tzinfo else t).strftime("%Y-%m-%d")
 
 
 class Store:
@@ -102,8 +97,9 @@ class Store:
         self._indexes: dict[str, IndexTable] = {}
         self._made: set[Path] = set()  # directories made or checked by this process
         self._parsed: tuple[int, list[tuple[str, str, Path]]] = (-1, [])  # live's, by table version
+        self._spanned: tuple[int, dict[Path, tuple[datetime, datetime]]] = (-1, {})  # the files' time ranges, by version
         self.notable_covered: tuple[int, set[str]] | None = None  # the notable index's segments, by its version
-        self._rows: dict[Path, int] = {}  # rows of the segments written and not yet committed (the commit's statistics)
+        self._rows: dict[Path, Written] = {}  # what the segments written and not yet committed hold (their commits' statistics)
         self._rows_lock = threading.Lock()
         self.ledger = InputLedger(self.place, self.inputs, self.make_dirs)
         self.incoming = Incoming(self)
@@ -198,22 +194,22 @@ class Store:
         return self.write_file(df, top / f"source={source}" / f"date={day}", f"{tag}-{uuid.uuid4().hex}.parquet",
                                 durable=durable)
 
-    def publish(self, temps: list[Path], commit: bool = True) -> list[tuple[Path, int]]:
+    def publish(self, temps: list[Path], commit: bool = True) -> list[tuple[Path, Written]]:
         """Make segments written with ``durable=False`` durable (:meth:`durable`) and, with ``commit``,
-        visible in one commit (else :meth:`commit` them later); the segments and their rows."""
+        visible in one commit (else :meth:`commit` them later); the segments and what they hold."""
         self.table.ensure()
         done = self.durable(temps)
         if commit:
             self.commit(done)
         return done
 
-    def commit(self, segments: list[tuple[Path, int]]) -> None:
-        """One commit adding durable segments (with their rows) to the table."""
+    def commit(self, segments: list[tuple[Path, Written]]) -> None:
+        """One commit adding durable segments (with what they hold) to the table."""
         self.table.append(segments)
 
-    def durable(self, temps: list[Path]) -> list[tuple[Path, int]]:
+    def durable(self, temps: list[Path]) -> list[tuple[Path, Written]]:
         """Segments written with ``durable=False`` durable under their final names (not committed: a
-        spool's segments, a compaction's outputs), with their rows."""
+        spool's segments, a compaction's outputs), with what they hold."""
         with self._rows_lock:
             rows = [self._rows.pop(t) for t in temps]
         return list(zip(self.place.durable(temps), rows))
@@ -231,7 +227,7 @@ class Store:
         with self.create(tmp) as f:
             (write_compacted if compacted else write_ingested)(df, f)
         with self._rows_lock:
-            self._rows[tmp] = df.height
+            self._rows[tmp] = written(df)
         return self.publish([tmp])[0][0] if durable else tmp
 
     def _creating(self) -> AbstractContextManager:
@@ -256,10 +252,10 @@ class Store:
     # -- reading -------------------------------------------------------------------------------
     def partitions(self, sources: Iterable[str] | None = None, since: datetime | None = None,
                    until: datetime | None = None, undated: bool = False) -> list[Partition]:
-        """Partitions that can hold events of ``sources`` between ``since`` and ``until`` (and,
-        with ``undated``, those of events without a time, which a time range otherwise leaves out)."""
+        """Partitions of ``sources`` whose days are between those of ``since`` and ``until`` (and, with
+        ``undated``, those of events without a time, which a time range otherwise leaves out)."""
         return sorted({Partition(source, day, self.events / f"source={source}" / f"date={day}")
-                       for source, day, _ in self._files(sources, since, until, undated)}, key=lambda p: p.path)
+                       for source, day, _ in pruned(self.live(), {}, sources, since, until, undated)}, key=lambda p: p.path)
 
     def segments(self, directory: Path) -> list[Path]:
         """The live segment files of one partition directory."""
@@ -268,24 +264,19 @@ class Store:
 
     def files(self, sources: Iterable[str] | None = None, since: datetime | None = None,
               until: datetime | None = None, undated: bool = False) -> list[Path]:
-        """Segment files to read for the given filters (partition pruning)."""
+        """Segment files to read for the given filters: by their partitions, then by the time range
+        their commits give."""
         return [f for _, _, f in self._files(sources, since, until, undated)]
 
     def _files(self, sources: Iterable[str] | None, since: datetime | None, until: datetime | None,
                undated: bool) -> list[tuple[str, str, Path]]:
-        wanted = set(sources) if sources else None
-        lo, hi = (utc_day(t) if t else None for t in (since, until))
-        out = []
-        for source, day, f in self.live():
-            if wanted is not None and source not in wanted:
-                continue
-            if day == UNKNOWN_DATE:
-                if (lo or hi) and not undated:
-                    continue
-            elif (lo and day < lo) or (hi and day > hi):
-                continue
-            out.append((source, day, f))
-        return out
+        live = self.live()
+        if since is None and until is None:
+            return pruned(live, {}, sources, since, until, undated)
+        version, spans = self.table.spans()
+        if self._spanned[0] != version:
+            self._spanned = version, {self.events / rel: span for rel, span in spans.items()}
+        return pruned(live, self._spanned[1], sources, since, until, undated)
 
     @contextmanager
     def lock(self, name: str, wait_s: float = 0.0, waiting: Callable[[], None] | None = None) -> Iterator[None]:
@@ -380,7 +371,7 @@ class Store:
 
 
 def rewrite(location: str, directory: Path, segs: list[Path], file_rows: int,
-            held: int | None = None) -> tuple[list[tuple[Path, int]], int]:
+            held: int | None = None) -> tuple[list[tuple[Path, Written]], int]:
     """A batch's compaction outputs written by a store opened at ``location`` (in a pool's worker)."""
     return Store(location).compactor.rewrite(directory, segs, file_rows, held)
 

@@ -17,12 +17,13 @@ from observe.schema import KEY, shaped
 from observe.store.copy_marks import bring_up_to_date
 from observe.store.compaction import COMPACT_FILE_ROWS, COMPACT_SLICE_BYTES, batches, file_slices, rows_in, settled
 from observe.store.layout import SEGMENT_ORDER, UNKNOWN_DATE, Partition, superseded_dropped
+from observe.store.table import Written
 from observe.store.writer import COMMIT_SEGMENTS
 
 if TYPE_CHECKING:
     from observe.store import Store
 
-Rewrite = Callable[[str, Path, list[Path], int, "int | None"], tuple[list[tuple[Path, int]], int]]
+Rewrite = Callable[[str, Path, list[Path], int, "int | None"], tuple[list[tuple[Path, Written]], int]]
 
 
 class Pool(Protocol):
@@ -98,13 +99,13 @@ class Compactor:
             bring_up_to_date(self.store, {(p.source, p.date) for p, _, _ in plans})
         return out
 
-    def _commit(self, plans: list, done: Iterator[tuple[list[tuple[Path, int]], int]],
+    def _commit(self, plans: list, done: Iterator[tuple[list[tuple[Path, Written]], int]],
                 progress: Callable[[Partition, tuple[int, int]], None] | None) -> list[tuple[int, int]]:
         """Commit the rewritten batches (``done``, in the plans' order) in commits of COMMIT_SEGMENTS outputs or
         more; (files replaced, rows written) of each partition."""
         out: list[tuple[int, int]] = []
         replaced: list[Path] = []
-        outputs: list[tuple[Path, int]] = []
+        outputs: list[tuple[Path, Written]] = []
         for partition, todo, _ in plans:
             written = 0
             for batch in todo:
@@ -162,9 +163,9 @@ class Compactor:
         return [[merge[i] for i in batch] for batch in todo], file_rows
 
     def rewrite(self, directory: Path, segs: list[Path], file_rows: int,
-                held: int | None = None) -> tuple[list[tuple[Path, int]], int]:
+                held: int | None = None) -> tuple[list[tuple[Path, Written]], int]:
         """Files of one partition merged into compacted files of about ``file_rows`` rows at most, durable
-        and not committed, with their rows; and all their rows. ``held``: the rows the files hold, where the
+        and not committed, with what they hold; and all their rows. ``held``: the rows the files hold, where the
         table's log says (a batch of no more than ``file_rows`` is one file, without a pass to cut it)."""
         scan = self.store.scan_files(segs)
         slices = [pl.lit(True)] if held is not None and held <= file_rows else file_slices(scan, file_rows)

@@ -15,7 +15,8 @@ import polars as pl
 
 from observe.store import Store
 from observe.store.files import open_nofollow, regular_names, subdirs
-from observe.store.layout import rows_of, scan_segments
+from observe.store.layout import parquet, scan_segments
+from observe.store.table import written_in
 
 
 class ConvertError(RuntimeError):
@@ -40,7 +41,7 @@ def convert(store: Store) -> tuple[int, int]:
         if _count(live) != before:
             raise ConvertError(f"{store.root}: {before} events before settling its compaction notes, "
                                f"{_count(live)} after; nothing converted")
-        store.table.append([(f, rows_of(f)) for f in live])
+        store.table.append([(f, written_in(parquet().read_metadata(f))) for f in live])
         (store.root / "index" / "jobs.parquet").unlink(missing_ok=True)  # the old job index: rewritten as a table
         after = store.scan(undated=True).select(pl.len()).collect().item()
     if after != before:

@@ -7,6 +7,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from observe.store.files import regular_names, subdirs
+from observe.store.table import written_in
 
 if TYPE_CHECKING:
     from observe.store import Store
@@ -36,7 +37,7 @@ class Incoming:
                 store.place.link(f, target)  # or linked by a run that crashed before its commit: the same bytes
                 new.append(target)
         store.place.sync_dir(store.events)
-        store.table.append([(f, store.footer(f).num_rows) for f in new])
+        store.table.append([(f, written_in(store.footer(f))) for f in new])
         for f in found:
             store.place.delete(f)
         return len(new)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta, timezone
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
@@ -84,11 +84,6 @@ def parquet():
     import pyarrow.parquet
 
     return pyarrow.parquet
-
-
-def rows_of(path: Path) -> int:
-    """A Parquet file's rows, from its footer."""
-    return parquet().read_metadata(path).num_rows
 
 
 def write_ingested(df: pl.DataFrame, f: BinaryIO) -> None:
@@ -204,6 +199,40 @@ def split_partitions(df: pl.DataFrame, order: pl.Series | None = None) -> dict[t
         start += n
         parts[(part.item(0, "source"), _day_name(key % (1 << 32) - (1 << 31)))] = part
     return parts
+
+
+def utc_day(t: datetime) -> str:
+    """The partition (a UTC day, YYYY-MM-DD) a time falls in, whatever zone it is given in (naive: UTC)."""
+    return (t.astimezone(timezone.utc) if t.tzinfo else t).strftime("%Y-%m-%d")
+
+
+def pruned(live: list[tuple[str, str, Path]], spans: dict[Path, tuple[datetime, datetime]],
+           sources: Iterable[str] | None, since: datetime | None, until: datetime | None,
+           undated: bool) -> list[tuple[str, str, Path]]:
+    """The live segments (source, date, path) that can hold events of ``sources`` between ``since`` and
+    ``until``: by their partitions, then by the time range their commits give (``spans``); undated
+    partitions only with ``undated`` where a time range is asked."""
+    wanted = set(sources) if sources else None
+    lo, hi = (utc_day(t) if t else None for t in (since, until))
+    since, until = (_utc(t) if t else None for t in (since, until))
+    out = []
+    for source, day, f in live:
+        if wanted is not None and source not in wanted:
+            continue
+        if day == UNKNOWN_DATE:
+            if (lo or hi) and not undated:
+                continue
+        elif (lo and day < lo) or (hi and day > hi):
+            continue
+        elif (span := spans.get(f)) and ((since and span[1] < since) or (until and span[0] > until)):
+            continue
+        out.append((source, day, f))
+    return out
+
+
+def _utc(t: datetime) -> datetime:
+    """``t`` comparable with the log's times (UTC; a naive time is UTC)."""
+    return t.astimezone(timezone.utc) if t.tzinfo else t.replace(tzinfo=timezone.utc)
 
 
 def _day_name(day: int) -> str:

@@ -18,8 +18,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from datetime import datetime, timedelta
 from functools import cache
 from pathlib import Path, PurePosixPath
+from typing import NamedTuple
 
 import polars as pl
 
@@ -40,6 +42,51 @@ PRIVATE_UMASK = 0o027  # delta-rs creates the log's files with 0666 less the uma
 
 class LegacyLayout(RuntimeError):
     """A store written before the Delta table: ``observe convert`` makes it one."""
+
+
+class Written(NamedTuple):
+    """A segment as its commit describes it: its rows and the range of their times, which readers
+    (observe's and every Delta engine's) skip the file by. ``first``/``last`` None: no row has a time,
+    or the range is not known; ``undated`` None: not known."""
+    rows: int
+    first: datetime | None = None
+    last: datetime | None = None
+    undated: int | None = None
+
+
+def written(df: pl.DataFrame) -> Written:
+    """What a segment of ``df``'s rows says in its commit."""
+    ts = df.get_column("ts")
+    return Written(df.height, ts.min(), ts.max(), ts.null_count())
+
+
+def written_in(footer) -> Written:
+    """What a segment's commit says, from its Parquet footer (a segment a collector shipped, or one
+    written before the table): the range from its row groups' ``ts`` statistics where every group has them."""
+    at = footer.schema.names.index("ts") if "ts" in footer.schema.names else None
+    stats = [footer.row_group(g).column(at).statistics for g in range(footer.num_row_groups)] if at is not None else []
+    if not stats or any(st is None or not st.has_min_max or not st.has_null_count for st in stats):
+        return Written(footer.num_rows)
+    return Written(footer.num_rows, min(st.min for st in stats), max(st.max for st in stats),
+                   sum(st.null_count for st in stats))
+
+
+def _stats(w: Written) -> str:
+    """An add action's statistics: the rows, which engines answer count(*) from, and the time range
+    at the log's millisecond precision, widened to whole milliseconds so that no reader skips a row."""
+    stats: dict = {"numRecords": w.rows}
+    if w.undated is not None:
+        stats["nullCount"] = {"ts": w.undated}
+    if w.first is not None and w.last is not None:
+        last = w.last + timedelta(microseconds=(-w.last.microsecond) % 1000)
+        stats["minValues"] = {"ts": _millis(w.first)}
+        stats["maxValues"] = {"ts": _millis(last)}
+    return json.dumps(stats)
+
+
+def _millis(t: datetime) -> str:
+    """``t`` (UTC) as the log writes a time: ISO 8601, milliseconds (truncated), ``Z``."""
+    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
 
 
 @cache
@@ -78,6 +125,7 @@ class Table:
         self.creating = creating  # held across processes while the table is created (the store's lock)
         self._dt = None
         self._snap: tuple[int, list[str]] | None = None  # the last snapshot, and the log's mtime then
+        self._spans: tuple[int, dict[str, tuple[datetime, datetime]]] = (-1, {})  # its files' time ranges, by version
         self._seen = -1
         self._columns_checked = False  # the table's schema lists every column the files hold (_add_columns)
         self._lock = threading.Lock()  # the writer's publisher thread commits while readers list
@@ -163,9 +211,18 @@ class Table:
             if dt is None:
                 return -1, []
             if self._snap is None or self._snap[0] != dt.version():
-                self._snap = dt.version(), _adds(dt).get_column("path").to_list()
+                adds = _adds(dt)
+                self._snap = dt.version(), adds.get_column("path").to_list()
+                self._spans = dt.version(), ({} if "min.ts" not in adds.columns else dict(
+                    (p, (lo, hi)) for p, lo, hi in adds.select("path", "min.ts", "max.ts").drop_nulls().iter_rows()))
             self._seen = seen
             return self._snap
+
+    def spans(self) -> tuple[int, dict[str, tuple[datetime, datetime]]]:
+        """The latest version and the time range (first, last) of each live file whose commit gives
+        one (a file committed before commits did, or without a dated row, has none)."""
+        self.snapshot()
+        return self._spans
 
     def drop_missing(self) -> list[str]:
         """One commit removing every live file that is no longer on disk (delta-rs's repair); which."""
@@ -202,6 +259,12 @@ class EventTable(Table):
             raise LegacyLayout(f"{self.root.parent}: a store written before observe kept a Delta table; "
                                f"convert it once with: observe convert --store {self.root.parent}")
 
+    def _properties(self) -> dict[str, str]:
+        """The table's properties: also that commits give statistics of ``ts`` alone (:func:`_stats`):
+        without it delta-rs's Arrow dataset reads a column without statistics as bounded by null, and
+        DuckDB over it found no row where ``copy_of IS NULL``."""
+        return {**super()._properties(), "delta.dataSkippingStatsColumns": "ts"}
+
     def ensure(self) -> None:
         """Create the (empty) table if there is none: before the first segment is made durable, so
         that a crash before the first commit cannot leave segments that look like an old store's."""
@@ -220,17 +283,18 @@ class EventTable(Table):
 
     def _add_columns(self, dt) -> None:
         """Add the columns observe's files hold that the table's schema does not list yet (a table
-        written by an older observe: ``copy_of``), so that engines reading the table see them; the
-        table's name, description and properties are set again (delta-rs's ALTER drops them). Once
-        per process: the columns never go away."""
+        written by an older observe: ``copy_of``), so that engines reading the table see them, and
+        set the table's properties where an older observe set others; the table's name and description
+        are set again (delta-rs's ALTER drops them). Once per process: neither goes away."""
         from deltalake import Schema
 
         if self._columns_checked:
             return
         have = {f.name for f in dt.schema().fields}
         missing = [f for f in Schema.from_arrow(table_schema()).fields if f.name not in have]
-        if missing:
-            dt.alter.add_columns(missing)
+        if missing or not self._properties().items() <= dt.metadata().configuration.items():
+            if missing:
+                dt.alter.add_columns(missing)
             dt.alter.set_table_name(TABLE_NAME)
             dt.alter.set_table_description(TABLE_DESCRIPTION)
             dt.alter.set_table_properties(self._properties())
@@ -261,13 +325,13 @@ class EventTable(Table):
         return out
 
     # -- writing -------------------------------------------------------------------------------
-    def append(self, files: list[tuple[Path, int]]) -> None:
-        """Commit new segment files (already durable under their final names), with their rows, as new data."""
-        self._commit([self._add(f, rows, True) for f, rows in files], [], True)
+    def append(self, files: list[tuple[Path, Written]]) -> None:
+        """Commit new segment files (already durable under their final names), with what they hold, as new data."""
+        self._commit([self._add(f, w, True) for f, w in files], [], True)
 
-    def replace(self, removed: list[Path], added: list[tuple[Path, int]]) -> None:
-        """Swap ``removed`` for ``added`` (with their rows) in one commit that changes no data (a compaction)."""
-        self._commit([self._add(f, rows, False) for f, rows in added], removed, False)
+    def replace(self, removed: list[Path], added: list[tuple[Path, Written]]) -> None:
+        """Swap ``removed`` for ``added`` (with what they hold) in one commit that changes no data (a compaction)."""
+        self._commit([self._add(f, w, False) for f, w in added], removed, False)
 
     def delete_before(self, day: str) -> None:
         """Remove every dated partition before ``day`` (YYYY-MM-DD) in one commit."""
@@ -280,13 +344,13 @@ class EventTable(Table):
         """Remove ``files`` (their data goes: retention) in one commit."""
         self._commit([], files, True)
 
-    def _add(self, path: Path | PurePosixPath, rows: int, data_change: bool):
-        """An add action; its statistics hold the row count, which engines answer count(*) from."""
+    def _add(self, path: Path | PurePosixPath, w: Written, data_change: bool):
+        """An add action, with the file's statistics (:func:`_stats`)."""
         from deltalake.transaction import AddAction
 
         rel = path.relative_to(self.root).as_posix()
         size, mtime = self.place.stat(path)
-        return AddAction(rel, size, partition_of(rel), mtime, data_change, json.dumps({"numRecords": rows}))
+        return AddAction(rel, size, partition_of(rel), mtime, data_change, _stats(w))
 
     def _commit(self, adds: list, removed: list[Path], data_change: bool) -> None:
         from deltalake.transaction import RemoveAction

@@ -14,6 +14,7 @@ from observe.store.layout import buffered_parts
 
 if TYPE_CHECKING:
     from observe.store import Store
+    from observe.store.table import Written
 
 
 SEGMENT_ROWS = 250_000  # a partition's waiting rows are written as a segment once there are this many
@@ -62,7 +63,7 @@ class SegmentWriter:
         self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="observe-writer")
         self.pending: deque[Future] = deque()
         self.unpublished: list[Path] = []  # segments written, published PUBLISH_SEGMENTS at a time
-        self.uncommitted: list[tuple[Path, int]] = []  # durable, not yet committed (the publisher's alone)
+        self.uncommitted: list[tuple[Path, Written]] = []  # durable, not yet committed (the publisher's alone)
         self.lock = threading.Lock()
         # publishing waits on the disk: a thread of its own, so that writes (and parsing) go on
         self.publisher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="observe-publish")
