@@ -7,6 +7,7 @@ table, run on hard links to the same segments); and what a 10,000-GPU year would
     python bench/scale.py --nodes 128 --days 7   # a quick run (its own store)
     python bench/scale.py --no-old               # without the old layout's explain
     python bench/scale.py --nodes 256 --days 28 --build-only   # a 53M-event store for bench/latency.py, ~10 min
+    (a build stopped midway goes on where it stopped when run again: its state is in --dir's progress.json)
 
 The store is built from observe.simulate's clusters, not from real logs (our own generator: the
 figures are a regression bar, not a claim about a real fleet's data). Each of a few 16-node
@@ -59,24 +60,34 @@ def build(dir_: Path, nodes: int, days: int) -> dict:
     from queries import jobs
     from queries.causes import load_causes
 
-    end = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    progress = dir_ / "progress.json"  # a build stopped midway goes on from there: its templates, the parts written
+    state = json.loads(progress.read_text()) if progress.exists() else None
+    end = (datetime.fromisoformat(state["end"]) if state else
+           datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0))
     start = end - timedelta(days=days)
     began = time.perf_counter()
     templates, failed = [], []
     for t in range(TEMPLATES):
         place = dir_ / "templates" / str(t)
-        manifest = generate(place / "logs", nodes=GROUP, hours=24, seed=t, start=start)
-        ingest_inputs([(str(f.path), {"source": f.format, "node": f.node, "job": f.job}) for f in manifest.files],
-                      Store(place / "store"))
+        if state is None:
+            manifest = generate(place / "logs", nodes=GROUP, hours=24, seed=t, start=start)
+            ingest_inputs([(str(f.path), {"source": f.format, "node": f.node, "job": f.job}) for f in manifest.files],
+                          Store(place / "store"))
+            failed.append([(inc["job_id"], inc["type"], inc["ts"]) for inc in manifest.incidents])
         templates.append(Store(place / "store").scan(undated=True).collect())
-        failed.append([(inc["job_id"], inc["type"], inc["ts"]) for inc in manifest.incidents])
-        print(f"  template {t}: {templates[-1].height:,} events, {len(failed[-1])} failed jobs", flush=True)
+        print(f"  template {t}: {templates[-1].height:,} events", flush=True)
+    state = state or {"end": end.isoformat(), "failed": failed, "written": 0}
+    failed = state["failed"]
     store, groups, fault_kinds = Store(dir_ / "store"), nodes // GROUP, load_causes().kinds()
+    part = 0
     for d in range(days):
         thin = d < days - 1  # the last day keeps every fault: its failed jobs are explained below
         for first in range(0, groups, WRITE_GROUPS):  # a day of a large fleet in parts: memory stays bounded
-            store.write(pl.concat([_copy(templates[(d + g) % TEMPLATES], d, g, groups, fault_kinds if thin else [])
-                                   for g in range(first, min(groups, first + WRITE_GROUPS))]))
+            if part >= state["written"]:
+                store.write(pl.concat([_copy(templates[(d + g) % TEMPLATES], d, g, groups, fault_kinds if thin else [])
+                                       for g in range(first, min(groups, first + WRITE_GROUPS))]))
+                progress.write_text(json.dumps({**state, "written": part + 1}))
+            part += 1
         print(f"  day {d + 1}/{days} written ({time.perf_counter() - began:.0f} s)", flush=True)
     store.compactor.compact_many(store.partitions(), min_segments=1)
     store.upkeep.vacuum(grace_s=0)

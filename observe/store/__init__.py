@@ -97,7 +97,8 @@ class Store:
         self._indexes: dict[str, IndexTable] = {}
         self._made: set[Path] = set()  # directories made or checked by this process
         self._parsed: tuple[int, list[tuple[str, str, Path]]] = (-1, [])  # live's, by table version
-        self._spanned: tuple[int, dict[Path, tuple[datetime, datetime]]] = (-1, {})  # the files' time ranges, by version
+        self._rels: list[str] = []  # the live files' relative paths, in live's order
+        self._spanned: tuple[tuple[int, int], dict[Path, tuple[int, int]]] = ((-1, -1), {})  # their time ranges (us), by versions
         self.notable_covered: tuple[int, set[str]] | None = None  # the notable index's segments, by its version
         self._rows: dict[Path, Written] = {}  # what the segments written and not yet committed hold (their commits' statistics)
         self._rows_lock = threading.Lock()
@@ -244,9 +245,10 @@ class Store:
         """The live segments as (source, date, path), in path order, parsed once per table version."""
         version, rels = self.table.snapshot()
         if self._parsed[0] != version or version < 0:
-            parts = [rel.split("/", 2) for rel in sorted(rels)]
+            self._rels = sorted(rels)
+            parts = [rel.split("/", 2) for rel in self._rels]
             self._parsed = version, [(source.removeprefix("source="), day.removeprefix("date="), self.events / rel)
-                                     for rel, (source, day, _) in zip(sorted(rels), parts)]
+                                     for rel, (source, day, _) in zip(self._rels, parts)]
         return self._parsed[1]
 
     # -- reading -------------------------------------------------------------------------------
@@ -274,8 +276,8 @@ class Store:
         if since is None and until is None:
             return pruned(live, {}, sources, since, until, undated)
         version, spans = self.table.spans()
-        if self._spanned[0] != version:
-            self._spanned = version, {self.events / rel: span for rel, span in spans.items()}
+        if self._spanned[0] != (version, self._parsed[0]):
+            self._spanned = (version, self._parsed[0]), {f: spans[rel] for rel, (_, _, f) in zip(self._rels, live) if rel in spans}
         return pruned(live, self._spanned[1], sources, since, until, undated)
 
     @contextmanager

@@ -68,6 +68,7 @@ WRITE_BATCH_ROWS = 64 * 1024  # rows the Parquet encoder takes at a time (its de
 
 
 UNKNOWN_DATE = "unknown"
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 @cache
@@ -206,15 +207,15 @@ def utc_day(t: datetime) -> str:
     return (t.astimezone(timezone.utc) if t.tzinfo else t).strftime("%Y-%m-%d")
 
 
-def pruned(live: list[tuple[str, str, Path]], spans: dict[Path, tuple[datetime, datetime]],
+def pruned(live: list[tuple[str, str, Path]], spans: dict[Path, tuple[int, int]],
            sources: Iterable[str] | None, since: datetime | None, until: datetime | None,
            undated: bool) -> list[tuple[str, str, Path]]:
     """The live segments (source, date, path) that can hold events of ``sources`` between ``since`` and
-    ``until``: by their partitions, then by the time range their commits give (``spans``); undated
-    partitions only with ``undated`` where a time range is asked."""
+    ``until``: by their partitions, then by the time range their commits give (``spans``: first and
+    last, microseconds since the epoch); undated partitions only with ``undated`` where a time range is asked."""
     wanted = set(sources) if sources else None
     lo, hi = (utc_day(t) if t else None for t in (since, until))
-    since, until = (_utc(t) if t else None for t in (since, until))
+    since, until = (_micros(t) if t else None for t in (since, until))
     out = []
     for source, day, f in live:
         if wanted is not None and source not in wanted:
@@ -224,15 +225,16 @@ def pruned(live: list[tuple[str, str, Path]], spans: dict[Path, tuple[datetime, 
                 continue
         elif (lo and day < lo) or (hi and day > hi):
             continue
-        elif (span := spans.get(f)) and ((since and span[1] < since) or (until and span[0] > until)):
+        elif (span := spans.get(f)) and ((since is not None and span[1] < since) or (until is not None and span[0] > until)):
             continue
         out.append((source, day, f))
     return out
 
 
-def _utc(t: datetime) -> datetime:
-    """``t`` comparable with the log's times (UTC; a naive time is UTC)."""
-    return t.astimezone(timezone.utc) if t.tzinfo else t.replace(tzinfo=timezone.utc)
+def _micros(t: datetime) -> int:
+    """``t`` in microseconds since the epoch, as the log's times are compared (a naive time is UTC's)."""
+    t = t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+    return (t - EPOCH) // timedelta(microseconds=1)
 
 
 def _day_name(day: int) -> str:

@@ -125,7 +125,8 @@ class Table:
         self.creating = creating  # held across processes while the table is created (the store's lock)
         self._dt = None
         self._snap: tuple[int, list[str]] | None = None  # the last snapshot, and the log's mtime then
-        self._spans: tuple[int, dict[str, tuple[datetime, datetime]]] = (-1, {})  # its files' time ranges, by version
+        self._ranges: tuple[int, pl.DataFrame | None] = (-1, None)  # the snapshot's files' time ranges, as commits give them
+        self._spans: tuple[int, dict[str, tuple[int, int]]] = (-1, {})  # the same by file, made when asked for
         self._seen = -1
         self._columns_checked = False  # the table's schema lists every column the files hold (_add_columns)
         self._lock = threading.Lock()  # the writer's publisher thread commits while readers list
@@ -213,15 +214,21 @@ class Table:
             if self._snap is None or self._snap[0] != dt.version():
                 adds = _adds(dt)
                 self._snap = dt.version(), adds.get_column("path").to_list()
-                self._spans = dt.version(), ({} if "min.ts" not in adds.columns else dict(
-                    (p, (lo, hi)) for p, lo, hi in adds.select("path", "min.ts", "max.ts").drop_nulls().iter_rows()))
+                self._ranges = dt.version(), (adds.select("path", "min.ts", "max.ts").drop_nulls()
+                                              if "min.ts" in adds.columns else None)
             self._seen = seen
             return self._snap
 
-    def spans(self) -> tuple[int, dict[str, tuple[datetime, datetime]]]:
-        """The latest version and the time range (first, last) of each live file whose commit gives
-        one (a file committed before commits did, or without a dated row, has none)."""
+    def spans(self) -> tuple[int, dict[str, tuple[int, int]]]:
+        """The latest version and the time range of each live file whose commit gives one (a file
+        committed before commits did, or without a dated row, has none): its first and last time in
+        microseconds since the epoch (made once a version, and only for a reader that asks)."""
         self.snapshot()
+        version, ranges = self._ranges
+        if self._spans[0] != version:
+            found = {} if ranges is None else dict(zip(ranges.get_column("path").to_list(), zip(
+                ranges.get_column("min.ts").dt.epoch("us").to_list(), ranges.get_column("max.ts").dt.epoch("us").to_list())))
+            self._spans = version, found
         return self._spans
 
     def drop_missing(self) -> list[str]:
