@@ -183,7 +183,7 @@ def _written(done, tmp: Path) -> int:
         assert day == "unknown" or "1970-01-01" <= day < "2200-01-01", day
         _sane_times(part)
         temps.append(spool.write_partition(source, day, part, tag="b1", durable=False))
-    return sum(rows for _, rows in spool.durable(temps))
+    return sum(w.rows for _, w in spool.durable(temps))
 
 
 @pytest.mark.parametrize("source", sorted(STAMPED))

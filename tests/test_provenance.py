@@ -17,6 +17,7 @@ from observe.health.recovery import fault_cleared
 from observe.ingest import ingest
 from observe.schema import conform
 from observe.store import Store
+from observe.store.table import Written
 
 USER = 1001  # an ordinary account's uid (no such user need exist)
 
@@ -159,7 +160,7 @@ def test_segments_from_before_routes_read_with_no_route(tmp_path: Path) -> None:
     (seg,) = Store(tmp_path / "store").files()
     old = seg.with_name("old-" + seg.name)
     pl.read_parquet(seg).drop("route").with_columns(pl.col("offset") + 1).write_parquet(old)
-    Store(tmp_path / "store").table.append([(old, 1)])
+    Store(tmp_path / "store").table.append([(old, Written(1))])  # as an older observe committed it: no time range
     both = Store(tmp_path / "store").scan().collect().sort("offset")
     assert both.get_column("route").to_list() == ["system_file", None]
     assert both.select(provenance.trusted()).to_series().to_list() == [True, False]
