@@ -4,19 +4,18 @@ errors, recovered link flaps, monitoring agents' register reads and other alarmi
 and a line logged whatever happens explains little of a failure."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import polars as pl
 
 from observe import provenance
 from observe.store import Store
+from observe.store.layout import EPOCH, period, utc_day
 from queries import jobs
 from queries.causes import Causes
 from queries.search import search
 
-DAY = re.compile(r"\d{4}-\d\d-\d\d")  # a dated partition's name
 SCHEMA = {"node": pl.String, "kind": pl.String, "code": pl.Int32, "cause_id": pl.UInt32, "trusted": pl.Boolean,
           "succeeded": pl.UInt32, "hours_share": pl.Float64}
 FLEET = {"kind": pl.String, "code": pl.Int32, "cause_id": pl.UInt32, "trusted": pl.Boolean, "fleet": pl.UInt32,
@@ -52,8 +51,8 @@ def succeeded_with(store: Store, nodes: list[str], kinds: list[str], since: date
     seen = causes.annotate(seen).select("node", *EVENT, "ts", "_sure")
     if seen.is_empty():
         return none
-    days = sorted(p.date for p in store.partitions(since=since, until=until) if DAY.fullmatch(p.date))
-    covered = max(since, datetime.fromisoformat(days[0]).replace(tzinfo=since.tzinfo)) if days else since
+    first = _first_day(store, since, until)
+    covered = max(since, first.replace(tzinfo=since.tzinfo)) if first else since
     completed = jobs.completed_on_nodes(store)
     ok = (completed.filter(pl.col("start") >= since, pl.col("end") <= until).sort("start").collect()
           if completed is not None else pl.DataFrame(schema={"node": pl.String, "job_id": pl.String,
@@ -63,6 +62,15 @@ def succeeded_with(store: Store, nodes: list[str], kinds: list[str], since: date
              for sure, lines in ((False, seen), (True, seen.filter(pl.col("_sure"))))]
     return BaseRates(pl.concat([p[0] for p in parts]).select(list(SCHEMA)).cast(SCHEMA),
                      pl.concat([p[1] for p in parts]).select(list(FLEET)).cast(FLEET))
+
+
+def _first_day(store: Store, since: datetime, until: datetime) -> datetime | None:
+    """The start of the UTC day the store's first event between ``since`` and ``until`` falls in (by
+    its files' commits; a file committed before they gave ranges: its partition's start), or None."""
+    spans = store.spans()
+    starts = [spans[f][0] if f in spans else period(f.parent.name.removeprefix("date="))[0]
+              for f in store.files(since=since, until=until)]
+    return datetime.fromisoformat(utc_day(EPOCH + timedelta(microseconds=min(starts)))) if starts else None
 
 
 def _rates(seen: pl.DataFrame, ok: pl.DataFrame, nodes: list[str], covered: datetime, until: datetime, fleet_nodes: int,

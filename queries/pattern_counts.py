@@ -3,9 +3,9 @@
 ``patterns`` compares a short window with a long baseline (two hours against seven days): counting a
 fleet's week of messages again on every call is 11 million rows read and grouped, and 380,000
 distinct strings masked, for a few thousand numbers that change only as the store does. Kept in the
-derived table ``index/patterns``, partitioned by day, a segment is counted once: a call counts the
-segments of its baseline's days the index does not cover yet (new since the last call, or rewritten:
-compacted, re-marked) and writes those days anew, without the rows of segments no longer live, as the
+derived table ``index/patterns``, partitioned by day (a segment's: the UTC day of its first event), a
+segment is counted once: a call counts the segments of its baseline's days the index does not cover
+yet (new since the last call, or rewritten: compacted, re-marked) and writes those days anew, without the rows of segments no longer live, as the
 notable index does. Rows are whole UTC hours, so a baseline read from here starts on the hour (see
 :func:`pieces`); the hour before the window is read from the segments with it.
 
@@ -25,8 +25,7 @@ from functools import partial
 import polars as pl
 
 from observe.store import Store
-from observe.store.layout import segment_name
-from observe.store.table import partition_of
+from observe.store.layout import EPOCH, segment_name, utc_day
 from queries.engine import Engine, Order
 from queries.patterns import Config, load_config, masked, masked_counts
 from queries.search import Match
@@ -34,7 +33,7 @@ from queries.search import Match
 NAME = "patterns"
 SEGMENT = "_segment"  # the live segment (path below the events table) a row counts
 HOUR = timedelta(hours=1)
-DATE = "date"  # the index's partition, a segment's day: a call writes anew only the days it counted
+DATE = "date"  # the index's partition, a segment's day (:func:`_days`): a call writes anew only the days it counted
 STATS = (DATE, SEGMENT, "hour")  # what the index's log keeps statistics of: never a masked message, which users write
 COLUMNS = {SEGMENT: pl.String, "hour": pl.Datetime("us", "UTC"), "masked": pl.String, "n": pl.UInt32, "masks": pl.String}
 
@@ -93,14 +92,15 @@ def baseline(store: Store, run: Engine, sources: list[str] | None, since: dateti
     days = store.files(sources, on_the_hour(since).replace(hour=0), on_the_hour(until - timedelta(microseconds=1)).replace(
         hour=23, minute=59, second=59, microsecond=999999))
     wanted = {segment_name(store.events, f): f for f in days}
-    rows, why = _rows(store, config, {_day(name) for name in wanted})
+    day = _days(store)
+    rows, why = _rows(store, config, {day[name] for name in wanted})
     covered = set(rows.filter(pl.col("hour").is_null()).get_column(SEGMENT)) if rows is not None else set()
     new = {name: f for name, f in wanted.items() if name not in covered}
     if new:
         counting(len(new))
     counted = _counted(store, run, list(new.values()), config)
     if new:
-        why = _keep(store, rows, counted, {_day(name) for name in new}) or why
+        why = _keep(store, rows, counted, {day[name] for name in new}, day) or why
     kept = [rows.filter(pl.col(SEGMENT).is_in(list(wanted)))] if rows is not None else []
     hours = pl.concat([*kept, counted], how="vertical_relaxed").filter(pl.col("hour") >= since, pl.col("hour") < until)
     return (hours.group_by("masked").agg(pl.col("n").sum().cast(pl.UInt32).alias("baseline_count"),
@@ -119,26 +119,29 @@ def refresh(store: Store, run: Engine) -> tuple[int, str | None]:
     markers, why = _rows(store, config, None, markers=True)
     if markers is None:
         return 0, why
-    covered = set(markers.get_column(SEGMENT))
-    counted_days = {_day(name) for name in covered}
+    covered = dict(markers.select(SEGMENT, DATE).iter_rows())
+    day = _days(store)
     names = {segment_name(store.events, f): f for _, _, f in store.live()}
-    new = {name: f for name, f in names.items() if _day(name) in counted_days and name not in covered}
-    touched = {_day(name) for name in new} | {_day(name) for name in covered - set(names)}
+    new = {name: f for name, f in names.items() if day[name] in set(covered.values()) and name not in covered}
+    touched = {day[name] for name in new} | {covered[name] for name in covered.keys() - names.keys()}
     if not touched:
         return 0, why
     rows, why = _rows(store, config, touched)
-    return len(new), _keep(store, rows, _counted(store, run, list(new.values()), config), touched) or why
+    return len(new), _keep(store, rows, _counted(store, run, list(new.values()), config), touched, day) or why
 
 
-def _day(name: str) -> str:
-    """A segment's day (``source=S/date=D/file``): the index's partition."""
-    return partition_of(name)["date"]
+def _days(store: Store) -> dict[str, str]:
+    """Each live segment's day, the index's partition it is counted in: the UTC day of its first event
+    (its commit's range), else its partition's name (undated; or committed by an observe before ranges)."""
+    spans = store.spans()
+    return {segment_name(store.events, f): utc_day(EPOCH + timedelta(microseconds=spans[f][0])) if f in spans else name
+            for _, name, f in store.live()}
 
 
 def _rows(store: Store, config: Config, days: set[str] | None,
           markers: bool = False) -> tuple[pl.DataFrame | None, str | None]:
     """The index's rows of ``days`` (all without) counted with ``config``'s masks (its rows without an hour
-    alone, the segments it covers, with ``markers``); None where there is no index of this layout
+    alone: the segments it covers, and the day each is counted in, with ``markers``); None where there is no index of this layout
     (partitioned by day), or one that cannot be read (damaged: a file gone or cut short), then with why:
     the next write replaces it whole."""
     from deltalake.exceptions import DeltaError
@@ -148,12 +151,13 @@ def _rows(store: Store, config: Config, days: set[str] | None,
         version, files = table.snapshot()
         if version < 0 or not files or not all(f.startswith(f"{DATE}=") for f in files):
             return None, None
-        index = table.scan(None if days is None else [f"{DATE}={d}" for d in days])
+        index = table.scan(None if days is None else [f"{DATE}={d}" for d in days], paths_as="_path")
         if index is None:
-            return pl.DataFrame(schema=COLUMNS), None
+            return pl.DataFrame(schema={SEGMENT: pl.String, DATE: pl.String} if markers else COLUMNS), None
         mine = index.filter(pl.col("masks") == fingerprint(config))
-        read = (mine.filter(pl.col("hour").is_null()).select(SEGMENT) if markers else mine.select(list(COLUMNS))).collect()
-        return read.cast({c: COLUMNS[c] for c in read.columns}), None
+        day = pl.col("_path").str.extract(f"/{DATE}=([^/]+)/").alias(DATE)
+        read = (mine.filter(pl.col("hour").is_null()).select(SEGMENT, day) if markers else mine.select(list(COLUMNS))).collect()
+        return read.cast({c: COLUMNS.get(c, pl.String) for c in read.columns}), None
     except (OSError, DeltaError, pl.exceptions.PolarsError) as exc:
         return None, (f"{store.name}: the baseline's kept counts could not be read ({type(exc).__name__}: "
                       f"{str(exc).splitlines()[0][:200] if str(exc) else ''}); counted from the segments")
@@ -184,7 +188,7 @@ def _count(store: Store, files: list, config: Config) -> pl.DataFrame:
     return pl.concat([*parts, segments.with_columns(mark)], how="diagonal_relaxed")
 
 
-def _keep(store: Store, rows: pl.DataFrame | None, counted: pl.DataFrame, days: set[str]) -> str | None:
+def _keep(store: Store, rows: pl.DataFrame | None, counted: pl.DataFrame, days: set[str], day: dict[str, str]) -> str | None:
     """Write ``days`` of the index anew: the rows of ``rows`` (the index's, of those days at least) of
     segments still live, and ``counted``; the other days are not touched. Without ``rows`` (no index
     to go on) the index is written whole, of ``counted`` alone. Where the store cannot be written to,
@@ -192,11 +196,9 @@ def _keep(store: Store, rows: pl.DataFrame | None, counted: pl.DataFrame, days: 
     returned."""
     from deltalake.exceptions import DeltaError
 
-    day = pl.col(SEGMENT).str.extract(r"^[^/]+/date=([^/]+)/").alias(DATE)
-    live = [segment_name(store.events, path) for _, _, path in store.live()]
-    kept = [rows.filter(pl.col(SEGMENT).is_in(live)).with_columns(day).filter(pl.col(DATE).is_in(list(days)))
-            ] if rows is not None else []
-    out = pl.concat([*kept, counted.with_columns(day)])  # a segment's rows together, by hour and message
+    of = pl.col(SEGMENT).replace_strict(day, default=None, return_dtype=pl.String).alias(DATE)  # None: no longer live
+    kept = [rows.with_columns(of).filter(pl.col(DATE).is_in(list(days)))] if rows is not None else []
+    out = pl.concat([*kept, counted.with_columns(of)])  # a segment's rows together, by hour and message
     try:
         store.make_dirs(store.root / "index")
         if rows is None:

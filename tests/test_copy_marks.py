@@ -107,9 +107,9 @@ def test_a_copy_pair_across_midnight_is_marked_when_only_the_later_day_is_ingest
     """A record the syslog stamped 23:59:59 and dmesg dates 00:00:00.6 the next day: the second run adds
     to the later day only, yet the first day's syslog row becomes the copy."""
     store = across_midnight(tmp_path, 10_000.6, MIDNIGHT - timedelta(seconds=1), "syslog")
-    days = pl.scan_delta(str(store / "events")).select("date", "copy_of").collect().sort("date")
-    assert days.get_column("date").to_list() == ["2026-11-19", "2026-11-20"]
-    assert days.get_column("copy_of").is_null().to_list() == [False, True]
+    rows = pl.scan_delta(str(store / "events")).select("ts", "file_id", "copy_of").collect().sort("ts")
+    assert rows.get_column("file_id").n_unique() == 2 and rows.get_column("ts").dt.day().to_list() == [19, 20]
+    assert rows.get_column("copy_of").is_null().to_list() == [False, True]
     assert agree(store) == {"duckdb": 1, "polars": 1, "rows": 2}
 
 
@@ -220,7 +220,8 @@ def test_repair_that_sets_the_kept_rows_file_aside_makes_its_copy_the_record(tmp
     """A damaged dmesg segment: an ingest meanwhile stores its records and says why it could not mark; repair
     sets the segment aside and the syslog's copy is the record."""
     store = midnight_pair(tmp_path)
-    [kept] = (store / "events").glob("source=kernel/date=2026-11-19/*.parquet")
+    [kept] = [f for f in (store / "events").glob("source=kernel/date=2026-11/*.parquet")
+              if pl.read_parquet(f).get_column("ts").min() < MIDNIGHT]
     kept.write_bytes(kept.read_bytes()[:100])
     (tmp_path / "more").write_text(f"{stamp(MIDNIGHT + timedelta(seconds=60))} gpu001 kernel: {LINK}\n")
     result = runner.invoke(app, ["ingest", str(tmp_path / "more"), "--year", "2026", "--store", str(store)])
@@ -231,14 +232,14 @@ def test_repair_that_sets_the_kept_rows_file_aside_makes_its_copy_the_record(tmp
 
 
 def test_a_pass_rewrites_a_bounded_number_of_rows_and_leaves_the_rest_due(tmp_path: Path, monkeypatch) -> None:
-    """Three days' syslog rows, each day's file turned into copies by one later dmesg. An ingest rewrites at most a
+    """Three months' syslog rows, each month's file turned into copies by one later dmesg. An ingest rewrites at most a
     few times the rows it stored (here none: a user's few lines must not have root rewrite every user's files);
     what is left is due, and each later pass (a compaction's: at least one file) takes up to its budget (here one
     row: one file) until none is."""
     from observe.store import copy_marks
 
-    boot = datetime(2026, 11, 17, tzinfo=timezone.utc)
-    kernel_logs(tmp_path / "logs", boot, [(86_400.0 * day + 3600, XID) for day in range(3)])
+    boot = datetime(2026, 8, 17, tzinfo=timezone.utc)
+    kernel_logs(tmp_path / "logs", boot, [(86_400.0 * 31 * month + 3600, XID) for month in range(3)])
     store = tmp_path / "store"
     ingest(store, str(tmp_path / "logs" / "syslog"), "--year", "2026")
     monkeypatch.setattr(copy_marks, "REWRITE_ROWS", 1)

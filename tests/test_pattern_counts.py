@@ -185,20 +185,21 @@ def test_a_call_writes_anew_only_the_days_it_counted(two_days: Store, tmp_path: 
     start, span, end = _window(store)
     _ask(store, start, span, end)
     before = _days(store)
-    assert set(before) == {"date=2026-11-20", "date=2026-11-21"}
+    assert set(before) == {"date=2026-11-02", "date=2026-11-20", "date=2026-11-21"}  # a segment's first day: dmesg's boot
     more = tmp_path / "more"
-    generate(more, nodes=2, hours=1, seed=8, start=START.replace(day=21, hour=0))  # the second day only
+    generate(more, nodes=2, hours=1, seed=8, start=START.replace(day=21, hour=0), first_node=5)  # the second day only
     ingest_inputs([(f, {}) for f in input_files([str(more)])], store)
     found, direct, why = _ask(store, start, span, end)
     assert why is None and counted[-1] > 0
     assert_frame_equal(found, direct)
     after = _days(store)
+    assert after["date=2026-11-02"] == before["date=2026-11-02"]
     assert after["date=2026-11-20"] == before["date=2026-11-20"]  # the first day's file: not read, not written
     assert after["date=2026-11-21"] != before["date=2026-11-21"]
     assert _stats_columns(store.root / "index" / pattern_counts.NAME) <= set(pattern_counts.STATS)  # no user text
-    store.table.delete_before("2026-11-21")  # retention: the first day goes
-    assert pattern_counts.refresh(store, engine("polars")) == (0, None)
-    assert set(_days(store)) == {"date=2026-11-21"}
+    store.upkeep.expire("2026-11-21")  # retention: the first day goes (the files holding both days are cut)
+    assert pattern_counts.refresh(store, engine("polars"))[1] is None
+    assert set(_days(store)) == {"date=2026-11-21"}  # the cut files start on the 21st
 
 
 def test_a_damaged_index_is_counted_again_and_says_so(store: Store, counted: list[int]) -> None:
@@ -215,12 +216,12 @@ def test_a_damaged_index_is_counted_again_and_says_so(store: Store, counted: lis
 
 
 def test_a_time_given_in_another_zone_reads_the_utc_days_it_falls_in(two_days: Store) -> None:
-    """Partitions are UTC days: 05:00+05:30 on the 21st is 23:30 UTC on the 20th (attack-28 r6)."""
+    """Partitions are UTC months, files' ranges UTC times: 05:00+05:30 on the 21st is 23:30 UTC on the 20th (attack-28 r6)."""
     from queries.search import search
 
     india, newfoundland = timezone(timedelta(hours=5, minutes=30)), timezone(-timedelta(hours=3, minutes=30))
     since, until = datetime(2026, 11, 21, 5, tzinfo=india), datetime(2026, 11, 20, 21, 30, tzinfo=newfoundland)
-    assert {d for _, d, _ in two_days._files(None, since, until, False)} == {"2026-11-20", "2026-11-21"}
+    assert {d for _, d, _ in two_days._files(None, since, until, False)} == {"2026-11"}
     found = search(two_days, since=since, until=until).select(pl.len()).collect().item()
     utc = search(two_days, since=since.astimezone(timezone.utc), until=until.astimezone(timezone.utc))
     assert found == utc.select(pl.len()).collect().item() > 0

@@ -340,7 +340,7 @@ def test_writer_keeps_chunks_within_its_budget_and_writes_each_partition_once(st
         n = 2_000  # every chunk touches three days
         chunk = pl.DataFrame({"raw": [f"unit {unit} line {i} " + "x" * 40 for i in range(n)], "offset": range(n)})
         sent.append(conform(chunk.with_columns(
-            (pl.lit(day, dtype=pl.Datetime("us", "UTC")) + pl.duration(days=pl.col("offset") % 3)).alias("ts"),
+            (pl.lit(day, dtype=pl.Datetime("us", "UTC")) + pl.duration(days=pl.col("offset") % 3 * 31)).alias("ts"),
             pl.lit("syslog").alias("source"), pl.lit("log").alias("kind"), pl.col("raw").alias("message"),
             pl.lit(f"f{unit}").alias("file_id"))))
     tight = store.writer(max_rows=10_000_000, budget_bytes=2_500)
@@ -348,7 +348,7 @@ def test_writer_keeps_chunks_within_its_budget_and_writes_each_partition_once(st
         tight.add_parts(buffered_parts(events), 1_000)
         assert sum(tight.held.values()) <= 2_500
     tight.close()
-    assert tight.segments == 2 * 3  # the budget filled after the 3rd and the 6th chunk: all three days each time
+    assert tight.segments == 2 * 3  # the budget filled after the 3rd and the 6th chunk: all three months each time
     expected = pl.concat(sent).sort("file_id", "offset")
     assert _rows(store).sort("file_id", "offset").equals(expected)
     roomy = Store(store.root.parent / "roomy").writer(max_rows=10_000_000)

@@ -298,7 +298,7 @@ def retention_cmd(
     lines) whose file was written before then; their files are deleted after the grace period, as
     compaction's are. The store keeps the cutoff: a later ingest of old files stores none of it again."""
     from observe.store import StoreBusy
-    from observe.store.layout import UNKNOWN_DATE
+    from observe.store.layout import period
 
     try:
         span = parse_span(keep)
@@ -310,9 +310,11 @@ def retention_cmd(
     except StoreBusy as exc:
         fail(f"{exc} (a compaction is running: try again when it is done)")
     for p in dropped:
-        undated = " (its files written before the cutoff)" if p.date == UNKNOWN_DATE else ""
-        out.print(f"{'would drop' if dry_run else 'dropped'} {p.source}/{p.date}{undated}")
-    out.print(f"{len(dropped)} partition(s) before {cutoff} {'would be ' if dry_run else ''}dropped")
+        times = period(p.date)
+        how = (" (its files written before the cutoff)" if times is None else
+               f" (its events before {cutoff})" if times[1] > period(cutoff)[0] else "")
+        out.print(f"{'would drop' if dry_run else 'dropped'} {p.source}/{p.date}{how}")
+    out.print(f"{len(dropped)} partition(s) with events before {cutoff} {'would be ' if dry_run else ''}dropped or cut")
 
 
 @command("convert")

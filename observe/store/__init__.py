@@ -1,5 +1,5 @@
 """The event store: a Delta Lake table of Parquet segments,
-``<root>/events/source=<s>/date=<YYYY-MM-DD|unknown>/<segment>.parquet`` and ``<root>/events/_delta_log``,
+``<root>/events/source=<s>/date=<YYYY-MM|unknown>/<segment>.parquet`` (a UTC month; days in stores written before) and ``<root>/events/_delta_log``,
 in a local or shared directory or in an object store (:mod:`observe.store.place`).
 
 Every write is a new uniquely named segment written to a hidden temporary name, fsync'd and renamed
@@ -254,7 +254,7 @@ class Store:
     # -- reading -------------------------------------------------------------------------------
     def partitions(self, sources: Iterable[str] | None = None, since: datetime | None = None,
                    until: datetime | None = None, undated: bool = False) -> list[Partition]:
-        """Partitions of ``sources`` whose days are between those of ``since`` and ``until`` (and, with
+        """Partitions of ``sources`` whose months (or days) meet those of ``since`` and ``until`` (and, with
         ``undated``, those of events without a time, which a time range otherwise leaves out)."""
         return sorted({Partition(source, day, self.events / f"source={source}" / f"date={day}")
                        for source, day, _ in pruned(self.live(), {}, sources, since, until, undated)}, key=lambda p: p.path)
@@ -272,13 +272,16 @@ class Store:
 
     def _files(self, sources: Iterable[str] | None, since: datetime | None, until: datetime | None,
                undated: bool) -> list[tuple[str, str, Path]]:
+        return pruned(self.live(), {} if since is None and until is None else self.spans(), sources, since, until, undated)
+
+    def spans(self) -> dict[Path, tuple[int, int]]:
+        """The live files' time ranges (first and last event, microseconds since the epoch) as their
+        commits give them; a file with no dated row, or committed by an observe before ranges, has none."""
         live = self.live()
-        if since is None and until is None:
-            return pruned(live, {}, sources, since, until, undated)
         version, spans = self.table.spans()
         if self._spanned[0] != (version, self._parsed[0]):
             self._spanned = (version, self._parsed[0]), {f: spans[rel] for rel, (_, _, f) in zip(self._rels, live) if rel in spans}
-        return pruned(live, self._spanned[1], sources, since, until, undated)
+        return self._spanned[1]
 
     @contextmanager
     def lock(self, name: str, wait_s: float = 0.0, waiting: Callable[[], None] | None = None) -> Iterator[None]:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 import polars as pl
 
 from observe.schema import KEY, shaped
-from observe.store.copy_marks import bring_up_to_date
+from observe.store.copy_marks import bring_up_to_date, removed
 from observe.store.compaction import COMPACT_FILE_ROWS, COMPACT_SLICE_BYTES, batches, file_slices, rows_in, settled
 from observe.store.layout import SEGMENT_ORDER, UNKNOWN_DATE, Partition, superseded_dropped
 from observe.store.table import Written
@@ -88,6 +88,7 @@ class Compactor:
             work = [batch for _, todo, _ in plans for batch in todo]
             sizes = [slice_rows for _, todo, slice_rows in plans for _ in todo]
             held = [sum(rows[s] for s in batch) if all(rows.get(s) for s in batch) else None for batch in work]
+            merged = removed(self.store, [s for batch in work for s in batch])  # where duplicates may go
             here = ThreadPoolExecutor(max(1, threads)) if pool is None else None
             try:
                 done = (here.map(self.rewrite, dirs, work, sizes, held) if here is not None
@@ -96,7 +97,7 @@ class Compactor:
             finally:
                 if here is not None:  # after a failed batch, the ones not started are not
                     here.shutdown(cancel_futures=True)
-            bring_up_to_date(self.store, {(p.source, p.date) for p, _, _ in plans})
+            bring_up_to_date(self.store, merged)
         return out
 
     def _commit(self, plans: list, done: Iterator[tuple[list[tuple[Path, Written]], int]],

@@ -7,41 +7,48 @@ kept row's input for each copy, and ``count(*) WHERE copy_of IS NULL`` is observ
 
 A new input can change what older rows are (a dmesg that arrives after its syslog wins over the
 syslog's rows, which were kept until then; a row can join two clusters), so marks are brought up to
-date after the table changes: every partition that got new data since the version last marked
-(``<root>/copies.json``), and whatever a caller names (compaction's, whose dropped duplicates change
-an input's count), is read with its neighbours (the days on either side, and the source's rows
-without a time, which a kernel uptime stamp ties to dated copies); the rows of those partitions, and
-the neighbours' rows in a cluster with them, take their marks; a file whose marks change is
-rewritten and swapped for the old one in one commit that changes no data, as compaction swaps files.
-A store that never had marks (an older observe's) is marked whole the first time.
+date after the table changes. What changed is a set of windows, a source and a time range: each file
+added since the version last marked (``<root>/copies.json``) gives its own (its commit's range),
+and callers name theirs (compaction's merged files, whose dropped duplicates change an input's count;
+retention's first day kept). The files of the source that meet a window are marked (their rows take
+their marks), read with those within a day of them and the source's rows without a time (which a
+kernel uptime stamp ties to dated copies); the neighbours' rows change only in a cluster with a
+marked row. A file whose marks change is rewritten and swapped for the old one in one commit that
+changes no data, as compaction swaps files. A store that never had marks (an older observe's) is
+marked whole the first time.
+
+Windows, not partitions: a partition is a month (:mod:`observe.store.layout`), and an ingest every few
+minutes that read its month again would read a fleet's month each time.
 
 Runs under the store's compaction lock (only its holder removes files). A cluster that chains over
-more than a day is marked from the days read: real copies never do, a user's own job output can
-(its lines then count differently outside observe; docs/security.md, attack-24).
+more than a day beyond the files read is marked from what was read: real copies never do, a user's
+own job output can (its lines then count differently outside observe; docs/security.md, attack-24).
 """
 from __future__ import annotations
 
 import json
-import uuid
+from bisect import bisect_left
 from collections.abc import Iterable
 from itertools import accumulate
-from datetime import date, timedelta
 from pathlib import Path
 
 import polars as pl
 
 from observe.copies import KEY, STREAM, UPTIME, marks, near_another_input
-from observe.store.layout import UNKNOWN_DATE
+from observe.store.layout import DAY_US, fresh_name, period
 from observe.store.table import partition_of
 
-MARKED = "copies.json"  # the table version whose changes are marked, and the partitions still due
+MARKED = "copies.json"  # the table version whose changes are marked, and the windows still due
 REWRITE_ROWS = 2_000_000  # rows one pass rewrites at most (at least one file); the rest stays due for the next
+NEAR_US = DAY_US  # a marked file is read with its source's files this close in time
+
+# A source and a time range, microseconds since the epoch, both ends in; (source, None, None): its rows without a time
+Window = tuple[str, "int | None", "int | None"]
 
 
-def bring_up_to_date(store, also: Iterable[tuple[str, str]] = (), budget: int | None = None) -> int:
-    """Mark the partitions changed since the last marked version, those a pass left due, and ``also``
-    ((source, date) pairs); the caller holds the store's compaction lock. Returns how many files were
-    rewritten.
+def bring_up_to_date(store, also: Iterable[Window] = (), budget: int | None = None) -> int:
+    """Mark the files added since the last marked version, the windows a pass left due, and ``also``;
+    the caller holds the store's compaction lock. Returns how many files were rewritten.
 
     A pass rewrites at most ``budget`` rows (an ingest's: a few times what it stored), else
     REWRITE_ROWS and at least one file (compaction, retention, repair: what makes progress). Lines
@@ -53,25 +60,44 @@ def bring_up_to_date(store, also: Iterable[tuple[str, str]] = (), budget: int | 
         return 0
     last, due = _state(store)
     added = None if last is None or last > version else store.table.added(last, version)
-    changed = ({(p["source"], p["date"]) for p in map(partition_of, rels)} if added is None
-               else {(p["source"], p["date"]) for p in map(partition_of, added)})
+    changed = ({window(rel, None) for rel in rels} if added is None
+               else {window(rel, span) for rel, span in added.items()})
     rewritten, left = mark(store, changed | due | set(also), REWRITE_ROWS if budget is None else budget, budget is None)
-    store.place.put(store.root / MARKED, json.dumps({"version": version, "due": sorted(left)}).encode())
+    state = {"version": version, "due": sorted(left, key=lambda w: (w[0], w[1] is not None, w[1] or 0, w[2] or 0))}
+    store.place.put(store.root / MARKED, json.dumps(state).encode())
     return rewritten
 
 
-def mark(store, touched: set[tuple[str, str]], budget: int, one: bool) -> tuple[int, set[tuple[str, str]]]:
-    """Set ``copy_of`` in the rows of the ``touched`` partitions (and their neighbours' rows that
-    share a cluster with them); the files whose marks change are swapped in one commit, until
-    ``budget`` rows were rewritten (the first file whatever its rows, with ``one``). Returns the files
-    rewritten and the partitions left due."""
-    live = store.live()
-    scope = sorted(((source, day, f) for source, day, f in live if _near(source, day, touched)),
-                   key=lambda s: s[1] == UNKNOWN_DATE)  # the files without times last
+def window(rel: str, span: tuple[int, int] | None) -> Window:
+    """The window of a file (``source=S/date=P/name`` below the table): its time range where its commit
+    gives one, else its partition's (all of a day or a month; none for the undated one)."""
+    part = partition_of(rel)
+    return (part["source"], *(span or period(part["date"]) or (None, None)))
+
+
+def removed(store, files: Iterable[Path], spans: dict[Path, tuple[int, int]] | None = None) -> set[Window]:
+    """What removing ``files`` (live until then: ``spans`` as :meth:`Store.spans` gave them before)
+    leaves to mark: their windows (:func:`window`) and NEAR_US on either side, where the rows that
+    were copies of theirs are (a copy is in no cluster with what is left: it is marked as its file's)."""
+    spans = store.spans() if spans is None else spans
+    out = set()
+    for f in files:
+        source, lo, hi = window(f.relative_to(store.events).as_posix(), spans.get(f))
+        out.add((source, None, None) if lo is None else (source, lo - NEAR_US, hi + NEAR_US))
+    return out
+
+
+def mark(store, touched: set[Window], budget: int, one: bool) -> tuple[int, set[Window]]:
+    """Set ``copy_of`` in the rows of the files that meet the ``touched`` windows (and their neighbours'
+    rows that share a cluster with them); the files whose marks change are swapped in one commit,
+    until ``budget`` rows were rewritten (the first file whatever its rows, with ``one``). Returns the
+    files rewritten and the windows left due."""
+    spans = store.spans()
+    own, scope = _scope(store.live(), spans, touched)
     if not touched or not scope:
         return 0, set()
     files = [f for _, _, f in scope]
-    undated = [f for _, day, f in scope if day == UNKNOWN_DATE]
+    undated = [f for _, name, f in scope if period(name) is None]
     rows = dict((store.events / rel, n) for rel, _, n, _ in store.table.files())
     starts = dict(zip(files, accumulate((rows[f] for f in files), initial=0)))  # each file's first _row
     scan = store.scan_files(files).with_row_index("_row")
@@ -88,51 +114,70 @@ def mark(store, touched: set[tuple[str, str]], budget: int, one: bool) -> tuple[
     full = scan.filter(pl.col("_row").is_in(some)).select("_row", "ts", *KEY, "attrs", "route", "file_id",
                                                           "copy_of").collect(engine="streaming")
     found = marks(full.lazy()).collect()
-    # where marks change: the rows of the touched partitions, and the rows of clusters one of them is in
+    # where marks change: the rows of the touched files, and the rows of clusters one of them is in
     first = pl.Series([starts[f] for f in files], dtype=pl.Int64)
     base = (pl.concat([full.select("_row", "copy_of"), marked]).unique("_row")
             .with_columns((pl.lit(first).search_sorted(pl.col("_row").cast(pl.Int64), side="right") - 1).alias("_file"))
             .join(found, on="_row", how="left", suffix="_want"))
-    own = pl.col("_file").is_in([i for i, (source, day, _) in enumerate(scope) if (source, day) in touched])
-    hit = base.filter(own & pl.col("_c").is_not_null()).get_column("_c").unique().implode()
-    want = pl.when(own | pl.col("_c").is_in(hit)).then(pl.col("copy_of_want")).otherwise(pl.col("copy_of"))
+    mine = pl.col("_file").is_in([i for i, (_, _, f) in enumerate(scope) if f in own])
+    hit = base.filter(mine & pl.col("_c").is_not_null()).get_column("_c").unique().implode()
+    want = pl.when(mine | pl.col("_c").is_in(hit)).then(pl.col("copy_of_want")).otherwise(pl.col("copy_of"))
     changed = base.filter(pl.col("copy_of").ne_missing(want)).select("_file", "_row", want.alias("_want"))
     replaced, temps, left, spent = [], [], set(), 0
-    for (i,), mine in sorted(changed.partition_by("_file", as_dict=True).items()):
+    for (i,), found_here in sorted(changed.partition_by("_file", as_dict=True).items()):
         old = files[i]
         if spent + rows[old] > budget and (spent or not one):
-            left.add(scope[i][:2])
+            left.add(window(old.relative_to(store.events).as_posix(), spans.get(old)))
             continue
         spent += rows[old]
         lo = starts[old]
         df = store.scan_files([old]).collect()
-        copy_of = df.get_column("copy_of").scatter(mine.get_column("_row") - lo, mine.get_column("_want"))
-        temps.append(store.write_file(df.with_columns(copy_of), old.parent, _renamed(old.name),
+        copy_of = df.get_column("copy_of").scatter(found_here.get_column("_row") - lo, found_here.get_column("_want"))
+        temps.append(store.write_file(df.with_columns(copy_of), old.parent, fresh_name(old.name),
                                       compacted=old.name.startswith("c-"), durable=False))
         replaced.append(old)
     store.table.replace(replaced, store.durable(temps))
     return len(replaced), left
 
 
-def _near(source: str, day: str, touched: set[tuple[str, str]]) -> bool:
-    """Whether a partition is read to mark ``touched``: one of them, a day next to one of its
-    source's, its source's rows without a time, or any of its source's days when those were touched."""
-    days = {d for s, d in touched if s == source}
-    if not days:
-        return False
-    if day == UNKNOWN_DATE or UNKNOWN_DATE in days or day in days:
-        return True
-    d = date.fromisoformat(day)
-    return (d - timedelta(days=1)).isoformat() in days or (d + timedelta(days=1)).isoformat() in days
+def _scope(live: list[tuple[str, str, Path]], spans: dict[Path, tuple[int, int]],
+           touched: set[Window]) -> tuple[set[Path], list[tuple[str, str, Path]]]:
+    """The files whose rows are marked (of a touched window's source: meeting one of its times, or
+    without a time where those were touched) and the files read to mark them (those, their source's
+    files within NEAR_US of one, its files without a time; every file of the source where its rows
+    without a time were touched), the undated last."""
+    ranged = [(source, name, f, spans.get(f) or period(name)) for source, name, f in live]
+    asked: dict[str, list[tuple[int, int]]] = {}
+    for source, lo, hi in touched:
+        asked.setdefault(source, []).append((-1, 1 << 62) if lo is None or hi is None else (lo, hi))
+    whole = {source for source, lo, _ in touched if lo is None}
+    times = {source: _merged(ranges) for source, ranges in asked.items()}
+    own = {f for source, _, f, r in ranged if source in times and (_meets(times[source], r) if r else source in whole)}
+    near: dict[str, list[tuple[int, int]]] = {}
+    for source, _, f, r in ranged:
+        if f in own and r:
+            near.setdefault(source, []).append((r[0] - NEAR_US, r[1] + NEAR_US))
+    around = {source: _merged(ranges) for source, ranges in near.items()}
+    scope = [(source, name, f) for source, name, f, r in ranged
+             if f in own or (source in times and (r is None or _meets(around.get(source, []), r)))]
+    return own, sorted(scope, key=lambda s: period(s[1]) is None)
 
 
-def _renamed(name: str) -> str:
-    """A new unique name for a file rewritten with new marks, of the same kind (and, for a compacted
-    file, the same place in name order)."""
-    parts = Path(name).stem.split("-")
-    if parts[0] == "c" and len(parts) == 4:
-        return f"c-{parts[1]}-{uuid.uuid4().hex[:8]}-{parts[3]}.parquet"
-    return f"{parts[0]}-{uuid.uuid4().hex}.parquet"
+def _merged(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``ranges`` (both ends in) as sorted, disjoint ranges covering the same times."""
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(ranges):
+        if out and lo <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def _meets(merged: list[tuple[int, int]], r: tuple[int, int]) -> bool:
+    """Whether the range ``r`` (both ends in) meets one of the sorted, disjoint ``merged``."""
+    i = bisect_left(merged, (r[0],)) - 1  # the last range starting before r, then the ones after
+    return any(lo <= r[1] and r[0] <= hi for lo, hi in merged[max(i, 0):i + 2])
 
 
 def current(store) -> bool:
@@ -140,13 +185,17 @@ def current(store) -> bool:
     (a reader may then count ``copy_of IS NULL`` instead of deciding again)."""
     version, _ = store.table.snapshot()
     last, due = _state(store)
-    return version >= 0 and last is not None and last <= version and not due and store.table.added(last, version) == []
+    return version >= 0 and last is not None and last <= version and not due and store.table.added(last, version) == {}
 
 
-def _state(store) -> tuple[int | None, set[tuple[str, str]]]:
-    """The version last marked (None: never, or a damaged record: mark everything) and the partitions due."""
+def _state(store) -> tuple[int | None, set[Window]]:
+    """The version last marked (None: never, or a damaged record: mark everything) and the windows due
+    (an older observe's due partitions as their days')."""
     try:
         state = json.loads(store.place.read_bytes(store.root / MARKED))
-        return int(state["version"]), {(str(s), str(d)) for s, d in state.get("due", [])}
-    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        due = {(str(w[0]), *((w[1], w[2]) if len(w) == 3 else (period(str(w[1])) or (None, None)))) for w in state.get("due", [])}
+        if not all(lo is None or (isinstance(lo, int) and isinstance(hi, int)) for _, lo, hi in due):
+            raise ValueError("a window's times are not integers")
+        return int(state["version"]), due
+    except (FileNotFoundError, ValueError, KeyError, TypeError, IndexError):
         return None, set()

@@ -26,6 +26,7 @@ from typing import NamedTuple
 import polars as pl
 
 from observe.schema import arrow_schema
+from observe.store.layout import EPOCH, PARTITION_NAME, UNKNOWN_DATE
 from observe.store.place import LocalPlace, Place
 
 PARTITION_BY = ["source", "date"]
@@ -36,7 +37,7 @@ SETTLED_NS = 2 * 10**9  # a log directory changed this recently is listed again
 INDEX_LEVEL = 3  # a derived table's zstd level (delta-rs writes snappy otherwise: the notable index 1.7x larger)
 INDEX_GROUP_ROWS = 65_536  # its row groups: a read of a few kinds skips the others' (the index is sorted by kind)
 TABLE_NAME, TABLE_DESCRIPTION = "observe_events", "observe's events (observe schema for the columns)"
-PARTITION_VALUE = re.compile(r"\d{4}-\d{2}-\d{2}|unknown")  # a store's dates: what a derived table is partitioned by
+PARTITION_VALUE = re.compile(rf"{PARTITION_NAME.pattern}|{UNKNOWN_DATE}")  # a store's dates: what a derived table is partitioned by
 PRIVATE_UMASK = 0o027  # delta-rs creates the log's files with 0666 less the umask: the store's 0640 / 0750
 
 
@@ -84,6 +85,16 @@ def _stats(w: Written) -> str:
     return json.dumps(stats)
 
 
+def _span(stats: str | None) -> tuple[int, int] | None:
+    """The time range (microseconds since the epoch) an add action's statistics give, or None."""
+    try:
+        values = json.loads(stats or "{}")
+        first, last = values["minValues"]["ts"], values["maxValues"]["ts"]
+        return tuple((datetime.fromisoformat(t) - EPOCH) // timedelta(microseconds=1) for t in (first, last))
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 def _millis(t: datetime) -> str:
     """``t`` (UTC) as the log writes a time: ISO 8601, milliseconds (truncated), ``Z``."""
     return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
@@ -96,7 +107,8 @@ def table_schema():
     import pyarrow as pa
 
     return arrow_schema().append(pa.field("date", pa.string(), metadata={
-        "description": "partition: the event's UTC day (YYYY-MM-DD), or unknown when it has no time"}))
+        "description": "partition: the event's UTC month (YYYY-MM; a day, YYYY-MM-DD, in stores written before), "
+                       "or unknown when it has no time"}))
 
 
 def partition_of(rel: str) -> dict[str, str]:
@@ -315,11 +327,12 @@ class EventTable(Table):
                 return []
             return _adds(dt).select("path", "size_bytes", "num_records", "modification_time").rows()
 
-    def added(self, after: int, upto: int) -> list[str] | None:
+    def added(self, after: int, upto: int) -> dict[str, tuple[int, int] | None] | None:
         """Files the commits after version ``after`` up to ``upto`` added as new data (a compaction's
-        outputs are no new data); None when the log no longer holds one of those commits (cleaned
-        up: count again from a :meth:`snapshot`)."""
-        out: list[str] = []
+        outputs are no new data), each with its time range where its commit gives one (as
+        :meth:`spans`); None when the log no longer holds one of those commits (cleaned up: count
+        again from a :meth:`snapshot`)."""
+        out: dict[str, tuple[int, int] | None] = {}
         for v in range(after + 1, upto + 1):
             try:
                 text = self.place.read_bytes(self.root / LOG_DIR / f"{v:020d}.json").decode()
@@ -328,7 +341,7 @@ class EventTable(Table):
             for line in filter(None, text.splitlines()):
                 add = json.loads(line).get("add")
                 if add and add.get("dataChange"):
-                    out.append(add["path"])
+                    out[add["path"]] = _span(add.get("stats"))
         return out
 
     # -- writing -------------------------------------------------------------------------------
@@ -340,16 +353,10 @@ class EventTable(Table):
         """Swap ``removed`` for ``added`` (with what they hold) in one commit that changes no data (a compaction)."""
         self._commit([self._add(f, w, False) for f, w in added], removed, False)
 
-    def delete_before(self, day: str) -> None:
-        """Remove every dated partition before ``day`` (YYYY-MM-DD) in one commit."""
-        with self._writing():
-            dt = self._table()
-            if dt is not None:
-                dt.delete(f"date < '{day}' AND date <> 'unknown'")  # day: checked as a date by the caller
-
-    def remove(self, files: list[Path]) -> None:
-        """Remove ``files`` (their data goes: retention) in one commit."""
-        self._commit([], files, True)
+    def remove(self, files: list[Path], kept: list[tuple[Path, Written]] = ()) -> None:
+        """Remove ``files`` (their data goes: retention) in one commit, adding ``kept`` (with what they
+        hold): files rewritten with some of the removed ones' rows, which are no new data."""
+        self._commit([self._add(f, w, False) for f, w in kept], files, True)
 
     def _add(self, path: Path | PurePosixPath, w: Written, data_change: bool):
         """An add action, with the file's statistics (:func:`_stats`)."""
@@ -415,12 +422,13 @@ class IndexTable(Table):
             self._committing(lambda: write_deltalake(
                 self.uri, table, storage_options=self.options, configuration=properties, writer_properties=packed, **how))
 
-    def scan(self, partitions: Iterable[str] | None = None) -> pl.LazyFrame | None:
+    def scan(self, partitions: Iterable[str] | None = None, paths_as: str | None = None) -> pl.LazyFrame | None:
         """The rows (of the partitions named ``column=value`` alone, with ``partitions``); None while
-        there is no table (or no file of those partitions). Partition columns are not in the files."""
+        there is no table (or no file of those partitions). Partition columns are not in the files: with
+        ``paths_as``, a column of that name holds each row's file."""
         version, rels = self.snapshot()
         if partitions is not None:
             prefixes = tuple(f"{p}/" for p in partitions)
             rels = [rel for rel in rels if rel.startswith(prefixes)]
-        return (pl.scan_parquet([f"{self.uri}/{rel}" for rel in rels], storage_options=self.options)
-                if version >= 0 and rels else None)
+        return (pl.scan_parquet([f"{self.uri}/{rel}" for rel in rels], storage_options=self.options,
+                                include_file_paths=paths_as) if version >= 0 and rels else None)

@@ -7,9 +7,11 @@ from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
+import polars as pl
+
 from observe.store.compaction import COMPACT_GRACE_S
-from observe.store.copy_marks import bring_up_to_date
-from observe.store.layout import UNKNOWN_DATE, Partition
+from observe.store.copy_marks import bring_up_to_date, removed
+from observe.store.layout import DAY_US, UNKNOWN_DATE, Partition, fresh_name, period
 from observe.store.table import LOG_DIR, partition_of
 
 if TYPE_CHECKING:
@@ -42,36 +44,64 @@ class Upkeep:
         return [d.name for d in (index.iterdir() if index.is_dir() else ()) if (d / LOG_DIR).is_dir()]
 
     def expire(self, before: str, dry_run: bool = False) -> list[Partition]:
-        """Delete every dated partition older than ``before`` (``YYYY-MM-DD``, UTC), and the files of
-        undated partitions (job output's lines without a time) last written before it: such a line's
-        age is its file's, and a file is rewritten only while it is small (:func:`settled`), so a
-        store's undated part is bounded like the rest. Returns the partitions touched.
+        """Delete every event older than ``before`` (``YYYY-MM-DD``, UTC): the dated partitions that
+        end by then go whole, the files of the month it falls in that end before it too, and a file
+        there that holds both is rewritten with its events from the cutoff on; and the files of undated
+        partitions (job output's lines without a time) last written before it: such a line's age is
+        its file's, and a file is rewritten only while it is small (:func:`settled`), so a store's
+        undated part is bounded like the rest. Returns the partitions touched.
 
-        Dated partitions go in one commit, undated files in a second (readers stop seeing each at
-        once); their files are deleted by the next vacuum after the grace period, as compaction's are.
-        The first day kept is marked again (:mod:`observe.store.copy_marks`): a copy there of a record
-        the last day dropped kept is the record now.
+        One commit (readers stop seeing it all at once); the files are deleted by the next vacuum after
+        the grace period, as compaction's are. The first day kept is marked again
+        (:mod:`observe.store.copy_marks`): a copy there of a record the last day dropped kept is the
+        record now.
         """
         cutoff = datetime.strptime(before, "%Y-%m-%d").replace(tzinfo=timezone.utc)  # a date, nothing else
-        parts = self.store.partitions()
-        dated = [p for p in parts if p.date != UNKNOWN_DATE and p.date < before]
+        if dry_run:
+            gone, cut = self._expired(cutoff)
+            return self._partitions(gone + cut)
+        with self.store.lock("compact"):  # a compaction removing the same files would conflict
+            gone, cut = self._expired(cutoff)
+            kept = [self._trimmed(f, cutoff) for f in cut]
+            self.store.table.remove(gone + cut, self.store.durable([f for f in kept if f is not None]))
+            self.store.place.put(self.store.root / RETENTION, json.dumps({"before": cutoff.isoformat()}).encode())
+            self.cutoff = cutoff
+            # a record kept on the last day dropped may have its copy on the first day kept
+            start = period(before)[0]
+            bring_up_to_date(self.store, {(p.source, start, start + DAY_US - 1) for p in self._partitions(gone + cut)
+                                          if p.date != UNKNOWN_DATE})
+        if gone or cut:
+            self.vacuum()
+        return self._partitions(gone + cut)
+
+    def _expired(self, cutoff: datetime) -> tuple[list[Path], list[Path]]:
+        """The live files retention removes before ``cutoff`` (:meth:`expire`), and those it rewrites:
+        the dated ones holding events on both sides of it (or whose commit gives no range)."""
+        at, spans = period(cutoff.strftime("%Y-%m-%d"))[0], self.store.spans()
         written = int(cutoff.timestamp() * 1000)
-        stale = [self.store.events / rel for rel, _, _, mtime in self.store.table.files()
-                 if rel.split("/")[1] == f"date={UNKNOWN_DATE}" and mtime < written]
-        undated = [p for p in parts if p.date == UNKNOWN_DATE and any(f.parent == p.path for f in stale)]
-        if not dry_run:
-            with self.store.lock("compact"):  # a compaction removing the same files would conflict
-                if dated:
-                    self.store.table.delete_before(before)
-                if stale:
-                    self.store.table.remove(stale)
-                self.store.place.put(self.store.root / RETENTION, json.dumps({"before": cutoff.isoformat()}).encode())
-                self.cutoff = cutoff
-                # a record kept on the last day dropped may have its copy on the first day kept
-                bring_up_to_date(self.store, {(p.source, before) for p in dated})
-            if dated or stale:
-                self.vacuum()
-        return dated + undated
+        mtimes = {self.store.events / rel: mtime for rel, _, _, mtime in self.store.table.files()}
+        gone, cut = [], []
+        for _, name, f in self.store.live():
+            times, span = period(name), spans.get(f)
+            if times is None:
+                if mtimes.get(f, written) < written:
+                    gone.append(f)
+            elif times[1] <= at or (times[0] < at and span is not None and span[1] < at):
+                gone.append(f)
+            elif times[0] < at and (span is None or span[0] < at):
+                cut.append(f)
+        return gone, cut
+
+    def _trimmed(self, f: Path, cutoff: datetime) -> Path | None:
+        """``f`` rewritten with its events from ``cutoff`` on (durable=False), or None where none are."""
+        df = self.store.scan_files([f]).filter(pl.col("ts") >= cutoff).collect()
+        return (self.store.write_file(df, f.parent, fresh_name(f.name), compacted=f.name.startswith("c-"), durable=False)
+                if df.height else None)
+
+    def _partitions(self, files: list[Path]) -> list[Partition]:
+        """The partitions ``files`` are in, in path order."""
+        named = {f.parent: partition_of(f.relative_to(self.store.events).as_posix()) for f in files}
+        return [Partition(p["source"], p["date"], path) for path, p in sorted(named.items())]
 
     def expired_before(self) -> datetime | None:
         """The cutoff of the store's last retention (:meth:`expire`), read once: ingest does not
@@ -88,7 +118,7 @@ class Upkeep:
         person to look at) or gone, and drop them from the table in one commit; which they were.
         Their partitions' copy marks are brought up to date (a copy of a record they kept is kept now)."""
         with self.store.lock("compact"):
-            aside = []
+            spans, aside = self.store.spans(), []  # the dropped files' times, while they are live
             for f in self.damaged():
                 target = self.store.root / "damaged" / f.relative_to(self.store.events)
                 self.store.make_dirs(target.parent)
@@ -96,8 +126,7 @@ class Upkeep:
                 aside.append(f)
             dropped = {self.store.events / rel for rel in self.store.table.drop_missing()} | set(aside)
             # the copies of the records those files kept are the records now
-            parts = (partition_of(f.relative_to(self.store.events).as_posix()) for f in dropped)
-            bring_up_to_date(self.store, {(p["source"], p["date"]) for p in parts})
+            bring_up_to_date(self.store, removed(self.store, dropped, spans))
             return sorted(dropped)
 
     def damaged(self) -> list[Path]:
