@@ -52,7 +52,7 @@ def test_what_the_store_creates_is_its_owner_and_group_s_alone(tmp_path: Path, m
         store.write(_events("Xid 79"))
         store.write(_events("Xid 48"))
         store.compactor.compact(store.partitions()[0], min_segments=1)
-        store.table.delete_before("2100-01-01")  # a commit as retention makes it (its files stay for the grace)
+        store.upkeep.expire("2100-01-01")  # a commit as retention makes it (its files stay for the grace)
         with store.lock("ingest"):
             pass
     finally:
