@@ -26,6 +26,7 @@ import polars as pl
 
 from observe.store import Store
 from observe.store.layout import EPOCH, segment_name, utc_day
+from observe.store.table import partition_of
 from queries.engine import Engine, Order
 from queries.patterns import Config, load_config, masked, masked_counts
 from queries.search import Match
@@ -92,15 +93,15 @@ def baseline(store: Store, run: Engine, sources: list[str] | None, since: dateti
     days = store.files(sources, on_the_hour(since).replace(hour=0), on_the_hour(until - timedelta(microseconds=1)).replace(
         hour=23, minute=59, second=59, microsecond=999999))
     wanted = {segment_name(store.events, f): f for f in days}
-    day = _days(store)
-    rows, why = _rows(store, config, {day[name] for name in wanted})
+    day = _day_of(store)
+    rows, why = _rows(store, config, {day(name) for name in wanted})
     covered = set(rows.filter(pl.col("hour").is_null()).get_column(SEGMENT)) if rows is not None else set()
     new = {name: f for name, f in wanted.items() if name not in covered}
     if new:
         counting(len(new))
     counted = _counted(store, run, list(new.values()), config)
     if new:
-        why = _keep(store, rows, counted, {day[name] for name in new}, day) or why
+        why = _keep(store, rows, counted, {day(name) for name in new}, day) or why
     kept = [rows.filter(pl.col(SEGMENT).is_in(list(wanted)))] if rows is not None else []
     hours = pl.concat([*kept, counted], how="vertical_relaxed").filter(pl.col("hour") >= since, pl.col("hour") < until)
     return (hours.group_by("masked").agg(pl.col("n").sum().cast(pl.UInt32).alias("baseline_count"),
@@ -120,22 +121,23 @@ def refresh(store: Store, run: Engine) -> tuple[int, str | None]:
     if markers is None:
         return 0, why
     covered = dict(markers.select(SEGMENT, DATE).iter_rows())
-    day = _days(store)
+    day = _day_of(store)
     names = {segment_name(store.events, f): f for _, _, f in store.live()}
-    new = {name: f for name, f in names.items() if day[name] in set(covered.values()) and name not in covered}
-    touched = {day[name] for name in new} | {covered[name] for name in covered.keys() - names.keys()}
+    new = {name: f for name, f in names.items() if day(name) in set(covered.values()) and name not in covered}
+    touched = {day(name) for name in new} | {covered[name] for name in covered.keys() - names.keys()}
     if not touched:
         return 0, why
     rows, why = _rows(store, config, touched)
     return len(new), _keep(store, rows, _counted(store, run, list(new.values()), config), touched, day) or why
 
 
-def _days(store: Store) -> dict[str, str]:
-    """Each live segment's day, the index's partition it is counted in: the UTC day of its first event
-    (its commit's range), else its partition's name (undated; or committed by an observe before ranges)."""
-    spans = store.spans()
-    return {segment_name(store.events, f): utc_day(EPOCH + timedelta(microseconds=spans[f][0])) if f in spans else name
-            for _, name, f in store.live()}
+def _day_of(store: Store) -> Callable[[str], str]:
+    """A segment's day, the index's partition it is counted in: the UTC day of its first event (its
+    commit's range), else its partition's name (undated; committed by an observe before ranges; or
+    gone since the table was listed: the next call drops its rows)."""
+    spans = {segment_name(store.events, f): span[0] for f, span in store.spans().items()}
+    return lambda name: (utc_day(EPOCH + timedelta(microseconds=spans[name])) if name in spans
+                         else partition_of(name)["date"])
 
 
 def _rows(store: Store, config: Config, days: set[str] | None,
@@ -188,7 +190,8 @@ def _count(store: Store, files: list, config: Config) -> pl.DataFrame:
     return pl.concat([*parts, segments.with_columns(mark)], how="diagonal_relaxed")
 
 
-def _keep(store: Store, rows: pl.DataFrame | None, counted: pl.DataFrame, days: set[str], day: dict[str, str]) -> str | None:
+def _keep(store: Store, rows: pl.DataFrame | None, counted: pl.DataFrame, days: set[str],
+          day: Callable[[str], str]) -> str | None:
     """Write ``days`` of the index anew: the rows of ``rows`` (the index's, of those days at least) of
     segments still live, and ``counted``; the other days are not touched. Without ``rows`` (no index
     to go on) the index is written whole, of ``counted`` alone. Where the store cannot be written to,
@@ -196,9 +199,10 @@ def _keep(store: Store, rows: pl.DataFrame | None, counted: pl.DataFrame, days: 
     returned."""
     from deltalake.exceptions import DeltaError
 
-    of = pl.col(SEGMENT).replace_strict(day, default=None, return_dtype=pl.String).alias(DATE)  # None: no longer live
+    live = {name: day(name) for name in (segment_name(store.events, f) for _, _, f in store.live())}
+    of = pl.col(SEGMENT).replace_strict(live, default=None, return_dtype=pl.String).alias(DATE)  # None: no longer live
     kept = [rows.with_columns(of).filter(pl.col(DATE).is_in(list(days)))] if rows is not None else []
-    out = pl.concat([*kept, counted.with_columns(of)])  # a segment's rows together, by hour and message
+    out = pl.concat([*kept, counted.with_columns(of).drop_nulls(DATE)])  # a segment's rows together, by hour and message
     try:
         store.make_dirs(store.root / "index")
         if rows is None:

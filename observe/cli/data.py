@@ -205,7 +205,7 @@ def demo_cmd(
 
 @command("stats")
 def stats_cmd(store: StoreOpt = None) -> None:
-    """What the store holds, per source and day (segments, rows, bytes), and what collectors and
+    """What the store holds, per source and month (segments, rows, bytes), and what collectors and
     Slurm hooks delivered that `observe compact` has not committed yet."""
     s = existing_store(open_store(store))
     df = s.stats()
@@ -294,9 +294,11 @@ def retention_cmd(
     store: StoreOpt = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be dropped; drop nothing.")] = False,
 ) -> None:
-    """Drop partitions older than --keep, in one commit, and events without a time (job output's NCCL
-    lines) whose file was written before then; their files are deleted after the grace period, as
-    compaction's are. The store keeps the cutoff: a later ingest of old files stores none of it again."""
+    """Drop the events older than --keep (from the start of that UTC day): the months before it whole, the
+    files of its month that end before it, and the files holding events on both sides of it rewritten with
+    the later ones; and events without a time (job output's NCCL lines) whose file was written before
+    then; all in one commit. Dropped files are deleted after the grace period, as compaction's are. The
+    store keeps the cutoff: a later ingest of old files stores none of it again."""
     from observe.store import StoreBusy
     from observe.store.layout import period
 
