@@ -90,13 +90,21 @@ def test_retention_cuts_the_files_that_hold_both_sides_of_its_cutoff(tmp_path: P
     assert _count(Store(store.root)) == 0
 
 
-def test_copy_marks_read_the_files_near_what_changed_not_the_month(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A new kernel file of an hour on the 20th: the pass reads the kernel files within a day of it, not the
-    month's others (a fleet's ingest every few minutes would read its month each time)."""
+@pytest.mark.parametrize("new_times, read_also", [
+    ([datetime(2026, 11, 20, 10, tzinfo=timezone.utc), datetime(2026, 11, 20, 11, tzinfo=timezone.utc)], {"near"}),
+    # a user's input with a line on the 1st and one on the 30th: two short windows, not the month between
+    ([datetime(2026, 11, 1, tzinfo=timezone.utc), datetime(2026, 11, 30, 23, tzinfo=timezone.utc)], set()),
+    # lines without a time and no kernel uptime stamp: no dated row of the source can be their copy
+    ([None, None], set()),
+])
+def test_copy_marks_read_the_rows_near_what_changed_not_the_month(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  new_times: list, read_also: set[str]) -> None:
+    """A fleet's ingest every few minutes must not read its month each time (attack-30 r2): a pass reads the
+    source's files within a day of the new rows, and its files without a time."""
     from observe.store import copy_marks
 
     store = Store(tmp_path / "store")
-    far = _rows(_hours(datetime(2026, 11, 2, tzinfo=timezone.utc), 10, 1), "far", "kernel")
+    far = _rows(_hours(datetime(2026, 11, 8, tzinfo=timezone.utc), 10, 1), "far", "kernel")
     near = _rows(_hours(datetime(2026, 11, 19, 12, tzinfo=timezone.utc), 10, 1), "near", "kernel")
     other = _rows(_hours(datetime(2026, 11, 20, 10, tzinfo=timezone.utc), 3, 1), "other", "syslog")
     for df in (far, near, other):
@@ -111,8 +119,7 @@ def test_copy_marks_read_the_files_near_what_changed_not_the_month(tmp_path: Pat
         return scan_files(self, files, paths_as)
 
     monkeypatch.setattr(Store, "scan_files", recording)
-    new = _rows(_hours(datetime(2026, 11, 20, 10, tzinfo=timezone.utc), 2, 1), "new", "kernel")
-    store.write(new)
+    store.write(_rows(new_times, "new", "kernel"))
     with store.lock("compact"):
         copy_marks.bring_up_to_date(store)
-    assert {pl.read_parquet(f).item(0, "file_id") for f in read} == {"near", "new"}
+    assert {pl.read_parquet(f).item(0, "file_id") for f in read} == {"new"} | read_also

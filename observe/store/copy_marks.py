@@ -31,11 +31,12 @@ from bisect import bisect_left
 from collections.abc import Iterable
 from itertools import accumulate
 from pathlib import Path
+from typing import NamedTuple
 
 import polars as pl
 
 from observe.copies import KEY, STREAM, UPTIME, marks, near_another_input
-from observe.store.layout import DAY_US, fresh_name, period
+from observe.store.layout import DAY_US, UNKNOWN_DATE, fresh_name, period
 from observe.store.table import partition_of
 
 MARKED = "copies.json"  # the table version whose changes are marked, and the windows still due
@@ -60,8 +61,7 @@ def bring_up_to_date(store, also: Iterable[Window] = (), budget: int | None = No
         return 0
     last, due = _state(store)
     added = None if last is None or last > version else store.table.added(last, version)
-    changed = ({window(rel, None) for rel in rels} if added is None
-               else {window(rel, span) for rel, span in added.items()})
+    changed = {window(rel, None) for rel in rels} if added is None else _added(store, added)
     rewritten, left = mark(store, changed | due | set(also), REWRITE_ROWS if budget is None else budget, budget is None)
     state = {"version": version, "due": sorted(left, key=lambda w: (w[0], w[1] is not None, w[1] or 0, w[2] or 0))}
     store.place.put(store.root / MARKED, json.dumps(state).encode())
@@ -73,6 +73,20 @@ def window(rel: str, span: tuple[int, int] | None) -> Window:
     gives one, else its partition's (all of a day or a month; none for the undated one)."""
     part = partition_of(rel)
     return (part["source"], *(span or period(part["date"]) or (None, None)))
+
+
+def _added(store, added: dict[str, tuple[int, int] | None]) -> set[Window]:
+    """The windows of the files added: of each one still live, the times of its rows on each UTC day
+    it has rows on (a user's input with a line on the 1st and one on the 30th is two short windows,
+    not a month), and its rows without a time; of one gone since (compacted), its commit's range."""
+    live = {store.uri(f): (source, f) for source, _, f in store.live() if f.relative_to(store.events).as_posix() in added}
+    out = {window(rel, span) for rel, span in added.items() if store.uri(store.events / rel) not in live}
+    if live:
+        at = pl.col("ts").dt.epoch("us")
+        days = (store.scan_files([f for _, f in live.values()], paths_as="_p").group_by("_p", at // DAY_US)
+                .agg(at.min().alias("lo"), at.max().alias("hi")).collect(engine="streaming"))
+        out |= {(live[uri][0], lo, hi) for uri, _, lo, hi in days.iter_rows()}
+    return out
 
 
 def removed(store, files: Iterable[Path], spans: dict[Path, tuple[int, int]] | None = None) -> set[Window]:
@@ -88,51 +102,56 @@ def removed(store, files: Iterable[Path], spans: dict[Path, tuple[int, int]] | N
 
 
 def mark(store, touched: set[Window], budget: int, one: bool) -> tuple[int, set[Window]]:
-    """Set ``copy_of`` in the rows of the files that meet the ``touched`` windows (and their neighbours'
-    rows that share a cluster with them); the files whose marks change are swapped in one commit,
-    until ``budget`` rows were rewritten (the first file whatever its rows, with ``one``). Returns the
-    files rewritten and the windows left due."""
-    spans = store.spans()
-    own, scope = _scope(store.live(), spans, touched)
-    if not touched or not scope:
+    """Set ``copy_of`` in the rows of the ``touched`` windows (and in the rows near them that share a
+    cluster with one), reading their source's rows within NEAR_US of them and its rows without a time;
+    the files whose marks change are swapped in one commit, until ``budget`` rows were rewritten (the
+    first file whatever its rows, with ``one``). Returns the files rewritten and the windows left due."""
+    if not touched:
         return 0, set()
-    files = [f for _, _, f in scope]
-    undated = [f for _, name, f in scope if period(name) is None]
+    asked = _asked(store, touched)
+    groups = _scope(store.live(), store.spans(), asked)
+    files = [f for _, group in groups for f in group]
+    if not files:
+        return 0, set()
     rows = dict((store.events / rel, n) for rel, _, n, _ in store.table.files())
     starts = dict(zip(files, accumulate((rows[f] for f in files), initial=0)))  # each file's first _row
-    scan = store.scan_files(files).with_row_index("_row")
+    # each source's files, their rows numbered as in the whole scope, then only those near what changed
+    scans = [store.scan_files(group).with_row_index("_row", offset=starts[group[0]]).filter(asked[source].read)
+             for source, group in groups]
+    scan = pl.concat(scans)
+    mine = pl.any_horizontal([pl.col("source").eq(source) & asked[source].mine for source, _ in groups])
     # the rows that may be copies, from narrow columns (streamed: memory is the candidates', not the partitions')
     narrow = scan.select("_row", "ts", *STREAM, "file_id")
     candidates, marked = pl.collect_all([
         pl.concat([near_another_input(narrow).select("_row"),
-                   *([store.scan_files(undated).with_row_index("_row", offset=starts[undated[0]])
-                      .filter(UPTIME.fill_null(False)).select("_row")] if undated else [])]),
-        scan.filter(pl.col("copy_of").is_not_null()).select("_row", "copy_of")], engine="streaming")
+                   scan.filter(pl.col("ts").is_null() & UPTIME.fill_null(False)).select("_row")]),
+        scan.filter(pl.col("copy_of").is_not_null()).select("_row", "ts", "source", "copy_of", mine.alias("_mine"))],
+        engine="streaming")
     if not candidates.height and not marked.height:
         return 0, set()
     some = candidates.get_column("_row").implode()
-    full = scan.filter(pl.col("_row").is_in(some)).select("_row", "ts", *KEY, "attrs", "route", "file_id",
-                                                          "copy_of").collect(engine="streaming")
+    full = scan.filter(pl.col("_row").is_in(some)).select("_row", "ts", *KEY, "attrs", "route", "file_id", "copy_of",
+                                                          mine.alias("_mine")).collect(engine="streaming")
     found = marks(full.lazy()).collect()
-    # where marks change: the rows of the touched files, and the rows of clusters one of them is in
+    # where marks change: the rows of the touched windows, and the rows of clusters one of them is in
     first = pl.Series([starts[f] for f in files], dtype=pl.Int64)
-    base = (pl.concat([full.select("_row", "copy_of"), marked]).unique("_row")
+    base = (pl.concat([full.select("_row", "ts", "source", "copy_of", "_mine"), marked]).unique("_row")
             .with_columns((pl.lit(first).search_sorted(pl.col("_row").cast(pl.Int64), side="right") - 1).alias("_file"))
             .join(found, on="_row", how="left", suffix="_want"))
-    mine = pl.col("_file").is_in([i for i, (_, _, f) in enumerate(scope) if f in own])
-    hit = base.filter(mine & pl.col("_c").is_not_null()).get_column("_c").unique().implode()
-    want = pl.when(mine | pl.col("_c").is_in(hit)).then(pl.col("copy_of_want")).otherwise(pl.col("copy_of"))
-    changed = base.filter(pl.col("copy_of").ne_missing(want)).select("_file", "_row", want.alias("_want"))
+    hit = base.filter(pl.col("_mine") & pl.col("_c").is_not_null()).get_column("_c").unique().implode()
+    want = pl.when(pl.col("_mine") | pl.col("_c").is_in(hit)).then(pl.col("copy_of_want")).otherwise(pl.col("copy_of"))
+    changed = base.filter(pl.col("copy_of").ne_missing(want)).select("_file", "_row", "ts", "source", want.alias("_want"))
     replaced, temps, left, spent = [], [], set(), 0
-    for (i,), found_here in sorted(changed.partition_by("_file", as_dict=True).items()):
+    for (i,), here in sorted(changed.partition_by("_file", as_dict=True).items()):
         old = files[i]
         if spent + rows[old] > budget and (spent or not one):
-            left.add(window(old.relative_to(store.events).as_posix(), spans.get(old)))
+            at = here.get_column("ts").dt.epoch("us")
+            left.add((here.item(0, "source"), at.min(), at.max()))  # both None: rows without a time
             continue
         spent += rows[old]
         lo = starts[old]
         df = store.scan_files([old]).collect()
-        copy_of = df.get_column("copy_of").scatter(found_here.get_column("_row") - lo, found_here.get_column("_want"))
+        copy_of = df.get_column("copy_of").scatter(here.get_column("_row") - lo, here.get_column("_want"))
         temps.append(store.write_file(df.with_columns(copy_of), old.parent, fresh_name(old.name),
                                       compacted=old.name.startswith("c-"), durable=False))
         replaced.append(old)
@@ -140,27 +159,66 @@ def mark(store, touched: set[Window], budget: int, one: bool) -> tuple[int, set[
     return len(replaced), left
 
 
-def _scope(live: list[tuple[str, str, Path]], spans: dict[Path, tuple[int, int]],
-           touched: set[Window]) -> tuple[set[Path], list[tuple[str, str, Path]]]:
-    """The files whose rows are marked (of a touched window's source: meeting one of its times, or
-    without a time where those were touched) and the files read to mark them (those, their source's
-    files within NEAR_US of one, its files without a time; every file of the source where its rows
-    without a time were touched), the undated last."""
-    ranged = [(source, name, f, spans.get(f) or period(name)) for source, name, f in live]
-    asked: dict[str, list[tuple[int, int]]] = {}
+class _Asked(NamedTuple):
+    """What a pass asks of one source: the times it reads (``near``: its windows and NEAR_US on either
+    side; all of them where its rows without a time were touched and carry kernel uptime stamps, which
+    tie them to copies at any time), and as filters, the rows it reads (``read``: those, and the rows
+    without a time) and the rows it marks (``mine``: the windows', and the rows without a time where
+    those were touched)."""
+    near: list[tuple[int, int]]
+    read: pl.Expr
+    mine: pl.Expr
+
+
+def _asked(store, touched: set[Window]) -> dict[str, _Asked]:
+    """:class:`_Asked` of each source of the ``touched`` windows."""
+    by_source: dict[str, list[tuple[int, int]]] = {}
+    undated = set()
     for source, lo, hi in touched:
-        asked.setdefault(source, []).append((-1, 1 << 62) if lo is None or hi is None else (lo, hi))
-    whole = {source for source, lo, _ in touched if lo is None}
-    times = {source: _merged(ranges) for source, ranges in asked.items()}
-    own = {f for source, _, f, r in ranged if source in times and (_meets(times[source], r) if r else source in whole)}
-    near: dict[str, list[tuple[int, int]]] = {}
-    for source, _, f, r in ranged:
-        if f in own and r:
-            near.setdefault(source, []).append((r[0] - NEAR_US, r[1] + NEAR_US))
-    around = {source: _merged(ranges) for source, ranges in near.items()}
-    scope = [(source, name, f) for source, name, f, r in ranged
-             if f in own or (source in times and (r is None or _meets(around.get(source, []), r)))]
-    return own, sorted(scope, key=lambda s: period(s[1]) is None)
+        by_source.setdefault(source, [])
+        if lo is None or hi is None:
+            undated.add(source)
+        else:
+            by_source[source].append((lo, hi))
+    stamped = _stamped(store, undated)
+    out = {}
+    for source, ranges in by_source.items():
+        times = _merged(ranges)
+        near = [(-1, 1 << 62)] if source in stamped else _merged([(lo - NEAR_US, hi + NEAR_US) for lo, hi in times])
+        out[source] = _Asked(near, _within(near) | pl.col("ts").is_null(),
+                             _within(times) | (pl.col("ts").is_null() if source in undated else pl.lit(False)))
+    return out
+
+
+def _stamped(store, sources: set[str]) -> set[str]:
+    """Those of ``sources`` whose rows without a time include kernel uptime stamps (a dmesg read
+    without its boot time): only theirs tie to dated copies at any time."""
+    undated = [f for source, name, f in store.live() if source in sources and period(name) is None]
+    if not undated:
+        return set()
+    found = store.scan_files(undated).filter(pl.col("ts").is_null() & UPTIME.fill_null(False)).select("source").unique()
+    return set(found.collect(engine="streaming").get_column("source").to_list())
+
+
+def _within(ranges: list[tuple[int, int]]) -> pl.Expr:
+    """Rows whose time lies in one of the sorted, disjoint ``ranges`` (microseconds, both ends in)."""
+    if not ranges:
+        return pl.lit(False)
+    at = pl.col("ts").dt.epoch("us")
+    i = pl.lit(pl.Series([lo for lo, _ in ranges], dtype=pl.Int64)).search_sorted(at, side="right").cast(pl.Int64) - 1
+    end = pl.lit(pl.Series([hi for _, hi in ranges], dtype=pl.Int64)).gather(i.clip(0))
+    return ((i >= 0) & (at <= end)).fill_null(False)
+
+
+def _scope(live: list[tuple[str, str, Path]], spans: dict[Path, tuple[int, int]],
+           asked: dict[str, _Asked]) -> list[tuple[str, list[Path]]]:
+    """The files a pass reads, by source: those whose range meets what it reads of the source
+    (:class:`_Asked`), and all of the source's files without a time."""
+    groups: dict[str, list[Path]] = {}
+    for source, name, f in live:
+        if source in asked and ((r := spans.get(f) or period(name)) is None or _meets(asked[source].near, r)):
+            groups.setdefault(source, []).append(f)
+    return [(source, sorted(files, key=lambda f: f.parent.name == f"date={UNKNOWN_DATE}")) for source, files in groups.items()]
 
 
 def _merged(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
