@@ -15,7 +15,8 @@ import polars as pl
 
 from observe.schema import KEY, shaped
 from observe.store.copy_marks import bring_up_to_date, removed
-from observe.store.compaction import COMPACT_FILE_ROWS, COMPACT_SLICE_BYTES, batches, file_slices, rows_in, settled
+from observe.store.compaction import (COMPACT_FILE_ROWS, COMPACT_SLICE_BYTES, batches, file_slices, rows_in, settled,
+                                      tiered)
 from observe.store.layout import SEGMENT_ORDER, UNKNOWN_DATE, Partition, superseded_dropped
 from observe.store.table import Written
 from observe.store.writer import COMMIT_SEGMENTS
@@ -126,17 +127,17 @@ class Compactor:
     def _plan(self, partition: Partition, segs: list[Path], rows: dict[Path, int], min_segments: int,
               file_rows: int) -> tuple[list[list[Path]], int]:
         """What one partition's compaction rewrites, as batches of files each read once, and the rows
-        an output file holds at most: its ingest segments and the compacted files not :func:`settled`,
+        an output file holds at most: its ingest segments and the small compacted files they take (:meth:`_small`),
         with every file that shares a record with them (stored twice, or a last line stored while it
         was written), in one batch to be de-duplicated together. A dated partition is one batch (cut
         into time slices). Nothing when there is no ingest segment and fewer than ``min_segments``
         small files (a lone ingest segment is recompressed)."""
-        small = [s for s in segs if s.name.startswith("c-") and not settled(rows.get(s, 0), file_rows)]
         fresh = [s for s in segs if not s.name.startswith("c-")]
+        small = self._small(segs, fresh, rows, file_rows)
         if not fresh and len(small) < min_segments:
             return [], file_rows
         file_rows = min(file_rows, rows_in([self.store.footer(s) for s in fresh + small], COMPACT_SLICE_BYTES))
-        small = [s for s in small if not settled(rows.get(s, 0), file_rows)]
+        small = self._small(small, fresh, rows, file_rows)
         if not fresh and len(small) < min_segments:
             return [], file_rows
         chosen = set(fresh + small)
@@ -162,6 +163,12 @@ class Compactor:
             return [merge], file_rows
         todo = batches([rows.get(s, 0) for s in merge], [self.store.uri(s) in together for s in merge], file_rows)
         return [[merge[i] for i in batch] for batch in todo], file_rows
+
+    @staticmethod
+    def _small(segs: list[Path], fresh: list[Path], rows: dict[Path, int], file_rows: int) -> list[Path]:
+        """The compacted files of ``segs`` not :func:`settled` that a merge of ``fresh`` takes (:func:`tiered`)."""
+        small = [s for s in segs if s.name.startswith("c-") and not settled(rows.get(s, 0), file_rows)]
+        return [small[i] for i in sorted(tiered(sum(rows.get(s, 0) for s in fresh), [rows.get(s, 0) for s in small]))]
 
     def rewrite(self, directory: Path, segs: list[Path], file_rows: int,
                 held: int | None = None) -> tuple[list[tuple[Path, Written]], int]:
