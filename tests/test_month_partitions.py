@@ -123,3 +123,18 @@ def test_copy_marks_read_the_rows_near_what_changed_not_the_month(tmp_path: Path
     with store.lock("compact"):
         copy_marks.bring_up_to_date(store)
     assert {pl.read_parquet(f).item(0, "file_id") for f in read} == {"new"} | read_also
+
+
+def test_a_growing_months_compactions_rewrite_each_row_a_few_times(tmp_path: Path) -> None:
+    """Every compaction of a few new rows merged the month's last file whole (attack-30 r5: a user's line in
+    an old month rewrote half a file); merged as a binary counter carries, a row is rewritten about log2 times."""
+    store = Store(tmp_path / "store")
+    store.write(_rows(_hours(datetime(2026, 11, 1, tzinfo=timezone.utc), 1000, 0), "base"))
+    [part] = store.partitions()
+    assert store.compactor.compact(part, file_rows=100_000) == (1, 1000)
+    written = 0
+    for i in range(32):
+        store.write(_rows(_hours(datetime(2026, 11, 2, tzinfo=timezone.utc) + timedelta(hours=i), 10, 0), f"new{i}"))
+        written += store.compactor.compact(part, file_rows=100_000)[1]
+    assert written < 32 * 10 * 7 and _count(store) == 1000 + 32 * 10  # merging the last file whole: 32 * 1,000 and more
+    assert len(store.segments(part.path)) <= 7  # the counter's bits: about log2 of the new runs
