@@ -138,3 +138,21 @@ def test_a_growing_months_compactions_rewrite_each_row_a_few_times(tmp_path: Pat
         written += store.compactor.compact(part, file_rows=100_000)[1]
     assert written < 32 * 10 * 7 and _count(store) == 1000 + 32 * 10  # merging the last file whole: 32 * 1,000 and more
     assert len(store.segments(part.path)) <= 7  # the counter's bits: about log2 of the new runs
+
+
+def test_what_collectors_ship_from_before_the_retention_is_not_stored_again(tmp_path: Path) -> None:
+    """A collector knows no cutoff: the central commit leaves out what retention dropped, as ingest does
+    (attack-30 r3: a job output's line per month since 1990 made a partition each, bounded by nothing)."""
+    store = Store(tmp_path / "store")
+    store.write(_rows([datetime(2026, 11, 20, tzinfo=timezone.utc)], "there"))
+    assert store.upkeep.expire("2026-11-05") == []
+    old = _rows(_hours(datetime(1990, 1, 1, tzinfo=timezone.utc), 3, 24 * 40), "old")  # three months of 1990
+    both = _rows(_hours(datetime(2026, 11, 1, tzinfo=timezone.utc), 10, 24), "both")  # Nov 1 .. Nov 10
+    new = _rows([datetime(2026, 11, 21, tzinfo=timezone.utc)], "new")
+    for df in (old, both, new):
+        store.write(df, deliver=True)
+    assert store.incoming.adopt() == 2 and not store.incoming.shipped()
+    kept = store.scan().select("ts", "file_id").collect()
+    assert kept.get_column("ts").min() >= datetime(2026, 11, 5, tzinfo=timezone.utc)
+    assert sorted(kept.get_column("file_id").value_counts().rows()) == [("both", 6), ("new", 1), ("there", 1)]
+    assert sorted(p.date for p in store.partitions()) == ["2026-11"]

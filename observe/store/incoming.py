@@ -24,23 +24,32 @@ class Incoming:
         """Commit, in one commit, the segments collectors shipped (:mod:`observe.ship`): each is linked
         into the table's directory under its own name, committed, then unlinked from ``incoming``. A
         crash anywhere in between is finished by the next call (a name already live is not committed
-        twice). Returns the segments committed."""
+        twice). What retention dropped is not stored again, as ingest does not store it: a segment of
+        events before the store's cutoff is left out, and one holding both sides of it is written anew
+        with the later ones (a collector knows no cutoff: attack-30 r3). Returns the segments committed."""
         store = self.store
         found = self.shipped()
         if not found:
             return 0
-        live, new = {f for _, _, f in store.live()}, []
+        cutoff = store.upkeep.expired_before()
+        live, new, cut = {f for _, _, f in store.live()}, [], []
         for f in found:
             target = store.events / f.relative_to(self.directory)
-            if target not in live:
-                store.make_dirs(target.parent)
-                store.place.link(f, target)  # or linked by a run that crashed before its commit: the same bytes
-                new.append(target)
+            if target in live:
+                continue
+            held = written_in(store.footer(f))
+            if cutoff is not None and held.first is not None and held.first < cutoff:
+                if held.last is not None and held.last >= cutoff:
+                    cut.append(store.upkeep.trimmed(f, cutoff, target.parent))
+                continue
+            store.make_dirs(target.parent)
+            store.place.link(f, target)  # or linked by a run that crashed before its commit: the same bytes
+            new.append((target, held))
         store.place.sync_dir(store.events)
-        store.table.append([(f, written_in(store.footer(f))) for f in new])
+        store.table.append(new + store.durable([f for f in cut if f is not None]))
         for f in found:
             store.place.delete(f)
-        return len(new)
+        return len(new) + sum(f is not None for f in cut)
 
     def waiting(self) -> list[tuple[Path | PurePosixPath, int]]:
         """Segments delivered and not committed yet, with their modification times (ms)."""

@@ -62,7 +62,7 @@ class Upkeep:
             return self._partitions(gone + cut)
         with self.store.lock("compact"):  # a compaction removing the same files would conflict
             gone, cut = self._expired(cutoff)
-            kept = [self._trimmed(f, cutoff) for f in cut]
+            kept = [self.trimmed(f, cutoff, f.parent) for f in cut]
             self.store.table.remove(gone + cut, self.store.durable([f for f in kept if f is not None]))
             self.store.place.put(self.store.root / RETENTION, json.dumps({"before": cutoff.isoformat()}).encode())
             self.cutoff = cutoff
@@ -92,10 +92,11 @@ class Upkeep:
                 cut.append(f)
         return gone, cut
 
-    def _trimmed(self, f: Path, cutoff: datetime) -> Path | None:
-        """``f`` rewritten with its events from ``cutoff`` on (durable=False), or None where none are."""
+    def trimmed(self, f: Path, cutoff: datetime, directory: Path) -> Path | None:
+        """``f`` written anew in ``directory`` with its events from ``cutoff`` on (durable=False), or None
+        where it has none."""
         df = self.store.scan_files([f]).filter(pl.col("ts") >= cutoff).collect()
-        return (self.store.write_file(df, f.parent, fresh_name(f.name), compacted=f.name.startswith("c-"), durable=False)
+        return (self.store.write_file(df, directory, fresh_name(f.name), compacted=f.name.startswith("c-"), durable=False)
                 if df.height else None)
 
     def _partitions(self, files: list[Path]) -> list[Partition]:
