@@ -8,14 +8,15 @@ kept row's input for each copy, and ``count(*) WHERE copy_of IS NULL`` is observ
 A new input can change what older rows are (a dmesg that arrives after its syslog wins over the
 syslog's rows, which were kept until then; a row can join two clusters), so marks are brought up to
 date after the table changes. What changed is a set of windows, a source and a time range: each file
-added since the version last marked (``<root>/copies.json``) gives its own (its commit's range),
-and callers name theirs (compaction's merged files, whose dropped duplicates change an input's count;
-retention's first day kept). The files of the source that meet a window are marked (their rows take
-their marks), read with those within a day of them and the source's rows without a time (which a
-kernel uptime stamp ties to dated copies); the neighbours' rows change only in a cluster with a
-marked row. A file whose marks change is rewritten and swapped for the old one in one commit that
-changes no data, as compaction swaps files. A store that never had marks (an older observe's) is
-marked whole the first time.
+added since the version last marked (``<root>/copies.json``) gives the times of its rows on each day it
+has rows on, and callers name theirs (the files a compaction merged, whose dropped duplicates change an
+input's count, and those retention or repair dropped, each with a day on either side; retention's first
+day kept). The rows in a window take their marks, read with their source's rows within a day of them
+and its rows without a time (every dated row of the source where those carry kernel uptime stamps,
+which tie them to copies at any time); the other rows read change only in a cluster with a marked
+row. A file whose marks change is rewritten and swapped for the old one in one commit that changes no
+data, as compaction swaps files. A store that never had marks (an older observe's) is marked whole
+the first time.
 
 Windows, not partitions: a partition is a month (:mod:`observe.store.layout`), and an ingest every few
 minutes that read its month again would read a fleet's month each time.
