@@ -79,8 +79,8 @@ class Compactor:
         """
         with self.store.lock("compact", wait_s=wait_s):
             live: dict[tuple[str, str], list[Path]] = {}
-            for source, day, f in self.store.live():  # one listing: only this lock's holder removes files
-                live.setdefault((source, day), []).append(f)
+            for source, name, f in self.store.live():  # one listing: only this lock's holder removes files
+                live.setdefault((source, name), []).append(f)
             rows = {self.store.events / rel: n or 0 for rel, _, n, _ in self.store.table.files()}
             plans = [(p, *self._plan(p, live.get((p.source, p.date), []), rows, min_segments, file_rows))
                      for p in partitions]

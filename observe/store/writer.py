@@ -41,7 +41,7 @@ class SegmentWriter:
     ``budget_bytes``, every partition holding rows of the oldest chunk is written (freeing it); the
     rest at :meth:`flush` or :meth:`close`. So a run writes one segment per partition it touches,
     plus one per ``max_rows`` rows of a partition, plus, where its input is larger than the budget and
-    its days sparse (every chunk touching many days), one per partition each time the budget fills.
+    its months sparse (every chunk touching many months), one per partition each time the budget fills.
 
     Segments are written on ``threads`` background threads while the caller parses the next input
     (as many writes in flight) under hidden names, made durable PUBLISH_SEGMENTS at a time and
