@@ -5,13 +5,13 @@ and a line logged whatever happens explains little of a failure."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import polars as pl
 
 from observe import provenance
 from observe.store import Store
-from observe.store.layout import EPOCH, period, utc_day
+from observe.store.layout import day_of, period
 from queries import jobs
 from queries.causes import Causes
 from queries.search import search
@@ -70,7 +70,7 @@ def _first_day(store: Store, since: datetime, until: datetime) -> datetime | Non
     spans = store.spans()
     starts = [spans[f][0] if f in spans else period(f.parent.name.removeprefix("date="))[0]
               for f in store.files(since=since, until=until)]
-    return datetime.fromisoformat(utc_day(EPOCH + timedelta(microseconds=min(starts)))) if starts else None
+    return datetime.fromisoformat(day_of(min(starts))) if starts else None
 
 
 def _rates(seen: pl.DataFrame, ok: pl.DataFrame, nodes: list[str], covered: datetime, until: datetime, fleet_nodes: int,

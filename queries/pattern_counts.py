@@ -25,7 +25,7 @@ from functools import partial
 import polars as pl
 
 from observe.store import Store
-from observe.store.layout import EPOCH, segment_name, utc_day
+from observe.store.layout import day_of, segment_name
 from observe.store.table import partition_of
 from queries.engine import Engine, Order
 from queries.patterns import Config, load_config, masked, masked_counts
@@ -136,8 +136,7 @@ def _day_of(store: Store) -> Callable[[str], str]:
     commit's range), else its partition's name (undated; committed by an observe before ranges; or
     gone since the table was listed: the next call drops its rows)."""
     spans = {segment_name(store.events, f): span[0] for f, span in store.spans().items()}
-    return lambda name: (utc_day(EPOCH + timedelta(microseconds=spans[name])) if name in spans
-                         else partition_of(name)["date"])
+    return lambda name: day_of(spans[name]) if name in spans else partition_of(name)["date"]
 
 
 def _rows(store: Store, config: Config, days: set[str] | None,

@@ -41,9 +41,8 @@ def tiered(fresh: int, small: list[int]) -> list[int]:
     order = sorted(range(len(small)), key=lambda i: small[i])
     chosen, carry = [], fresh
     for i in order:
-        if chosen or fresh:
-            if small[i] > carry:
-                break
+        if (chosen or fresh) and small[i] > carry:
+            break
         chosen.append(i)
         carry += small[i]
     return chosen

@@ -230,7 +230,7 @@ def period(name: str) -> tuple[int, int] | None:
     except ValueError:
         return None
     end = start + timedelta(days=1) if day else datetime(year + month // 12, month % 12 + 1, 1, tzinfo=timezone.utc)
-    return _micros(start), _micros(end)
+    return micros(start), micros(end)
 
 
 def pruned(live: list[tuple[str, str, Path]], spans: dict[Path, tuple[int, int]],
@@ -242,7 +242,7 @@ def pruned(live: list[tuple[str, str, Path]], spans: dict[Path, tuple[int, int]]
     the epoch); undated partitions only with ``undated`` where a time range is asked."""
     wanted = set(sources) if sources else None
     lo, hi = (utc_day(t) if t else None for t in (since, until))
-    since, until = (_micros(t) if t else None for t in (since, until))
+    since, until = (micros(t) if t else None for t in (since, until))
     out = []
     for source, name, f in live:
         if wanted is not None and source not in wanted:
@@ -258,10 +258,15 @@ def pruned(live: list[tuple[str, str, Path]], spans: dict[Path, tuple[int, int]]
     return out
 
 
-def _micros(t: datetime) -> int:
+def micros(t: datetime) -> int:
     """``t`` in microseconds since the epoch, as the log's times are compared (a naive time is UTC's)."""
     t = t if t.tzinfo else t.replace(tzinfo=timezone.utc)
     return (t - EPOCH) // timedelta(microseconds=1)
+
+
+def day_of(us: int) -> str:
+    """The UTC day (YYYY-MM-DD) of a time in microseconds since the epoch (a commit's range gives them)."""
+    return utc_day(EPOCH + timedelta(microseconds=us))
 
 
 def _month_name(month: int) -> str:

@@ -26,7 +26,7 @@ from typing import NamedTuple
 import polars as pl
 
 from observe.schema import arrow_schema
-from observe.store.layout import EPOCH, PARTITION_NAME, UNKNOWN_DATE
+from observe.store.layout import PARTITION_NAME, UNKNOWN_DATE, micros
 from observe.store.place import LocalPlace, Place
 
 PARTITION_BY = ["source", "date"]
@@ -90,7 +90,7 @@ def _span(stats: str | None) -> tuple[int, int] | None:
     try:
         values = json.loads(stats or "{}")
         first, last = values["minValues"]["ts"], values["maxValues"]["ts"]
-        return tuple((datetime.fromisoformat(t) - EPOCH) // timedelta(microseconds=1) for t in (first, last))
+        return tuple(micros(datetime.fromisoformat(t)) for t in (first, last))
     except (ValueError, KeyError, TypeError):
         return None
 

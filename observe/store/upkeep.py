@@ -11,7 +11,7 @@ import polars as pl
 
 from observe.store.compaction import COMPACT_GRACE_S
 from observe.store.copy_marks import bring_up_to_date, removed
-from observe.store.layout import DAY_US, UNKNOWN_DATE, Partition, fresh_name, period
+from observe.store.layout import DAY_US, UNKNOWN_DATE, Partition, fresh_name, micros, period
 from observe.store.table import LOG_DIR, partition_of
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ class Upkeep:
     def _expired(self, cutoff: datetime) -> tuple[list[Path], list[Path]]:
         """The live files retention removes before ``cutoff`` (:meth:`expire`), and those it rewrites:
         the dated ones holding events on both sides of it (or whose commit gives no range)."""
-        at, spans = period(cutoff.strftime("%Y-%m-%d"))[0], self.store.spans()
+        at, spans = micros(cutoff), self.store.spans()
         written = int(cutoff.timestamp() * 1000)
         mtimes = {self.store.events / rel: mtime for rel, _, _, mtime in self.store.table.files()}
         gone, cut = [], []
