@@ -28,13 +28,16 @@ ROW_GROUP_ROWS = 128 * 1024
 ZSTD_LEVEL = 3  # zstd 1 wrote the real-shaped syslog store 6% larger to save 0.07 CPU-s of 8; compaction goes further
 
 
-# Dictionary-coded columns of a few values (or none) are a few bytes a page already: left
-# uncompressed, which spares a zstd context per page (measured: writes 14% faster, files 0.3% larger)
-PLAIN_COLUMNS = ("node", "source", "severity", "kind", "job_id", "rank", "gpu", "code", "file_id", "shape")
-
-
-# zstd level per column (columns not named are left uncompressed): ingest writes fast, compaction small
-INGEST_LEVELS = {c: ZSTD_LEVEL for c in STORED_COLUMNS if c not in PLAIN_COLUMNS}
+# zstd level per column at ingest: 3, but where a higher level finds much more for little CPU. Measured on
+# the real-shaped bench stores (syslog 754k rows, jobs 189k), every column at 3 as the base:
+# - ts at 6: 0.39 MB less of 7.3 on syslog (the microsecond deltas of sparse second-stamped lines leave
+#   repeats zstd 3's fast match finder misses), CPU within the noise (0.03 s);
+# - attrs at 9: 0.11 MB less on syslog and 0.12 MB of 1.6 on jobs (a rule's JSON keys and values repeat
+#   a few hundred bytes apart), 0.03-0.06 CPU-s.
+# The dictionary-coded columns of few values are compressed too: their RLE indices change from line to
+# line where kinds and severities interleave (job output: kind 58 KB less, store 18% smaller; syslog 1%),
+# at no measurable CPU.
+INGEST_LEVELS = {**{c: ZSTD_LEVEL for c in STORED_COLUMNS}, "ts": 6, "attrs": 9}
 
 
 COMPACT_LEVEL = 6
@@ -55,18 +58,19 @@ COMPACT_LEVELS = {c: COMPACT_TEXT_LEVEL if c in TEXT_COLUMNS else COMPACT_LEVEL 
 SEGMENT_ORDER = ("file_id", "offset")
 
 
-# Encodings measured on the bench's logs: times and offsets in input order are small deltas; a pid's
-# bytes split into streams leave zstd runs of zero high bytes; consecutive headers share prefixes
-# ("Sep  5 23:00:0", "gpu003:3034541:3034602 [1] ") that DELTA_BYTE_ARRAY stores once.
-COLUMN_ENCODINGS = {"ts": "DELTA_BINARY_PACKED", "offset": "DELTA_BINARY_PACKED", "pid": "BYTE_STREAM_SPLIT",
-                    "header": "DELTA_BYTE_ARRAY"}
+# Encodings measured on the bench's logs: times and offsets in input order are small deltas; consecutive
+# headers share prefixes ("Sep  5 23:00:0", "gpu003:3034541:3034602 [1] ") that DELTA_BYTE_ARRAY stores once.
+COLUMN_ENCODINGS = {"ts": "DELTA_BINARY_PACKED", "offset": "DELTA_BINARY_PACKED", "header": "DELTA_BYTE_ARRAY"}
 
 
 # Dictionary-coded: columns of few values, and messages: a daemon's lines repeat (sshd, cron, ganglia;
 # measured on a real-shaped syslog archive: segments 21% smaller at ingest, the writer no slower, and
 # compacted files 9% smaller than zstd 9 alone finds); pyarrow falls back to plain pages where they do not.
+# pids too: a process prints many lines, so a file holds far fewer pids than rows (syslog 0.18 MB and jobs
+# 0.05 MB smaller than their bytes split into streams); route is one of a few values (11 MB of plain
+# strings through zstd per syslog ingest otherwise).
 DICTIONARY_COLUMNS = ["node", "source", "severity", "kind", "job_id", "gpu", "program", "file_id", "code", "rank", "shape",
-                      "message"]
+                      "message", "pid", "route"]
 
 
 # min/max kept for what queries filter on (a partition holds one source; offsets are read, not filtered)
@@ -122,9 +126,8 @@ def _write(df: pl.DataFrame, f: BinaryIO, levels: dict[str, int]) -> None:
     # interpreter, whose lock the parse threads hold (dozens of writes a segment, each waiting for it)
     encoded = pa.BufferOutputStream()
     parquet().write_table(
-        table, encoded, compression={c: "zstd" if c in levels else "none" for c in STORED_COLUMNS},
-        compression_level=levels, row_group_size=ROW_GROUP_ROWS, use_dictionary=DICTIONARY_COLUMNS,
-        column_encoding=COLUMN_ENCODINGS, write_statistics=STATISTICS_COLUMNS, write_batch_size=WRITE_BATCH_ROWS,
+        table, encoded, compression="zstd", compression_level=levels, row_group_size=ROW_GROUP_ROWS,
+        use_dictionary=DICTIONARY_COLUMNS, column_encoding=COLUMN_ENCODINGS, write_statistics=STATISTICS_COLUMNS, write_batch_size=WRITE_BATCH_ROWS,
         store_schema=False)
     f.write(encoded.getvalue())
 
