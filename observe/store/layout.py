@@ -58,19 +58,20 @@ COMPACT_LEVELS = {c: COMPACT_TEXT_LEVEL if c in TEXT_COLUMNS else COMPACT_LEVEL 
 SEGMENT_ORDER = ("file_id", "offset")
 
 
-# Encodings measured on the bench's logs: times and offsets in input order are small deltas; consecutive
-# headers share prefixes ("Sep  5 23:00:0", "gpu003:3034541:3034602 [1] ") that DELTA_BYTE_ARRAY stores once.
-COLUMN_ENCODINGS = {"ts": "DELTA_BINARY_PACKED", "offset": "DELTA_BINARY_PACKED", "header": "DELTA_BYTE_ARRAY"}
+# Encodings measured on the bench's logs: times and offsets in input order are small deltas.
+COLUMN_ENCODINGS = {"ts": "DELTA_BINARY_PACKED", "offset": "DELTA_BINARY_PACKED"}
 
 
 # Dictionary-coded: columns of few values, and messages: a daemon's lines repeat (sshd, cron, ganglia;
 # measured on a real-shaped syslog archive: segments 21% smaller at ingest, the writer no slower, and
 # compacted files 9% smaller than zstd 9 alone finds); pyarrow falls back to plain pages where they do not.
 # pids too: a process prints many lines, so a file holds far fewer pids than rows (syslog 0.18 MB and jobs
-# 0.05 MB smaller than their bytes split into streams); route is one of a few values (11 MB of plain
-# strings through zstd per syslog ingest otherwise).
+# 0.05 MB smaller than their bytes split into streams); and headers, which the rows of a job's output
+# repeat ("gpu003:3034541:3034602 [1] ": jobs 0.08 MB smaller than their shared prefixes in
+# DELTA_BYTE_ARRAY, syslog the same); route is one of a few values (11 MB of plain strings through zstd
+# per syslog ingest otherwise).
 DICTIONARY_COLUMNS = ["node", "source", "severity", "kind", "job_id", "gpu", "program", "file_id", "code", "rank", "shape",
-                      "message", "pid", "route"]
+                      "message", "pid", "route", "header"]
 
 
 # min/max kept for what queries filter on (a partition holds one source; offsets are read, not filtered)
