@@ -198,6 +198,24 @@ def month_number(name: pl.Expr) -> pl.Expr:
     return key.replace_strict(MONTHS, default=None, return_dtype=pl.Int32)
 
 
+def reference_time(mtime: float, year: int | None) -> datetime:
+    """What stamps without a year are dated by: the end of the ``year`` the user said, else the file's last write
+    (a stamp more than a day after it is of the year before: December's lines read in January)."""
+    if year is not None:
+        return datetime(year, 12, 31, 23, 59, 59, tzinfo=timezone.utc)
+    return datetime.fromtimestamp(mtime, timezone.utc)
+
+
+def year_basis(reference: datetime, tz: str) -> tuple:
+    """All that :func:`yearless` reads of ``reference``: its date in ``tz`` and its year (inputs with
+    the same basis date their stamps alike, and are parsed together)."""
+    try:
+        local = reference.astimezone(ZoneInfo(tz))
+    except (ZoneInfoNotFoundError, ValueError):  # refused where it is parsed; here, only its own
+        return (reference,)
+    return local.date(), reference.year
+
+
 def yearless(month: pl.Expr, day: pl.Expr, clock: pl.Expr, reference: datetime, tz: str = _UTC,
              year: pl.Expr | None = None) -> pl.Expr:
     """Syslog ``Mon dd HH:MM:SS[.frac]`` to UTC, the year taken from ``reference``.

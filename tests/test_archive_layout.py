@@ -148,3 +148,36 @@ def test_what_users_write_names_no_directory(tmp_path: Path) -> None:
     assert archive.named_by_lines("job1234", [str(tmp_path / "gpu043" / "syslog")]) is False
     (tmp_path / "archive" / "job1234" / "messages").write_text("Nov 20 10:00:00 job1234 kernel: hello\n")
     assert archive.named_by_lines("job1234", [str(tmp_path / "archive" / "job1234" / f) for f in ("slurm-1234.out", "messages")])
+
+
+def test_many_nodes_files_are_parsed_together_each_row_its_own_node_and_year(tmp_path: Path, monkeypatch) -> None:
+    """Small files of one format are parsed as one unit whatever their nodes (a unit costs about a tenth of a
+    second however little it holds: a fleet's syslogs, a file per node, were a unit each); each row keeps its own
+    file's node, and files whose stamps without a year date differently (last written in other years) are not
+    parsed together: one dates "Jun  1" 2024, the other 2026."""
+    import os
+
+    import polars as pl
+
+    from observe.ingest import pipeline
+
+    units = []
+    parse = pipeline.parse_unit
+    monkeypatch.setattr(pipeline, "parse_unit", lambda recs, inputs, *a: units.append(len(inputs)) or parse(recs, inputs, *a))
+    watchdog = "[rank0]:[E ProcessGroupNCCL.cpp:1182] [Rank 0] NCCL watchdog thread terminated with exception: CUDA error\n"
+    inputs = []
+    for node in ("gpu001", "gpu002", "gpu003"):
+        (tmp_path / node).mkdir()
+        (tmp_path / node / "train.log").write_text(watchdog)  # no host in the lines: the node is the file's
+        inputs.append((str(tmp_path / node / "train.log"), {"node": node}))
+    for node, written in (("gpu004", datetime(2025, 3, 5, tzinfo=timezone.utc)), ("gpu005", END)):
+        f = tmp_path / node / "syslog"
+        f.parent.mkdir()
+        f.write_text(f"Jun  1 10:00:00 {node} sshd[7]: Accepted publickey for root\n")
+        os.utime(f, (written.timestamp(),) * 2)
+        inputs.append((str(f), {"node": node}))
+    ingest_inputs(inputs, Store(tmp_path / "store"), workers=1)
+    assert sorted(units) == [1, 1, 3]
+    rows = Store(tmp_path / "store").scan().select("node", "source", pl.col("ts").dt.year().alias("year")).sort("node").collect()
+    assert rows.rows() == [("gpu001", "nccl", None), ("gpu002", "nccl", None), ("gpu003", "nccl", None),
+                           ("gpu004", "syslog", 2024), ("gpu005", "syslog", 2026)]

@@ -38,9 +38,10 @@ def finalize(df: pl.DataFrame, c: Collector, ctx: Context, file_id: str | None =
     if "file_id" not in df.columns:
         df = df.with_columns(pl.lit(file_id, dtype=pl.String).alias("file_id"))
     job_hint = pl.col("_job") if "_job" in df.columns else pl.lit(ctx.job_id, dtype=pl.String)
+    given = pl.lit(ctx.node, dtype=pl.String)  # the input's node (in a batch of many, each row's own)
+    given = pl.coalesce("_node", given) if "_node" in df.columns else given
     df = df.with_columns(pl.lit(None, dtype=POLARS_SCHEMA[n]).alias(n) for n in FIELDS if n not in df.columns)
     parsed = pl.col("message").is_not_null()
-    given = pl.lit(ctx.node, dtype=pl.String)
     df = df.with_columns(
         parsed.alias("_ok"),
         pl.coalesce("message", "raw").alias("message"),
@@ -62,7 +63,7 @@ def finalize(df: pl.DataFrame, c: Collector, ctx: Context, file_id: str | None =
         .when("_ok").then(pl.lit("log")).otherwise(pl.lit("unparsed")).alias("kind"),
         pl.coalesce("severity", pl.lit("info")).alias("severity"),
         per_value(pl.col("gpu"), gpu_ids).alias("gpu"),
-    ).drop("_ok", *(["_job"] if "_job" in df.columns else []))
+    ).drop("_ok", *(c for c in ("_job", "_node") if c in df.columns))
     return conform(rules.enrich(df))
 
 
@@ -106,12 +107,13 @@ def fields_of(data: bytes, source: str, ctx: Context) -> pl.DataFrame | None:
 
 @dataclass(frozen=True)
 class ParseInput:
-    """One input inside a parse unit: its identity, job hint and offsets already stored, and what the
-    store's retention dropped (records before ``kept_from``; those without a time too when ``old``:
-    the input's file was last written before it)."""
+    """One input inside a parse unit: its identity, job and node hints and offsets already stored, and
+    what the store's retention dropped (records before ``kept_from``; those without a time too when
+    ``old``: the input's file was last written before it)."""
 
     file_id: str
     job: str | None
+    node: str | None = None
     known: pl.DataFrame = field(default_factory=no_records)  # offset, text (hash of raw) already stored
     kept_from: datetime | None = None
     old: bool = False
@@ -230,20 +232,21 @@ def _quarantined(recs: pl.DataFrame, why: str, inputs: list[ParseInput], c: Coll
     """Records no parse could read, as unparsed events of their input with ``attrs.parse_error``."""
     out = recs.select("raw", "offset", pl.col("raw").alias("message"), pl.lit("unparsed").alias("kind"),
                       pl.lit(c.source).alias("source"), pl.lit("info").alias("severity"),
-                      pl.lit(ctx.node, dtype=pl.String).alias("node"),
                       pl.lit(provenance.input_route(ctx.route, c.relayed), dtype=pl.String).alias("route"),
                       attrs_json([("parse_error", pl.lit(why))]).alias("attrs"))
-    out = _with_inputs(out, inputs)
-    job = pl.col("_job") if "_job" in out.columns else pl.lit(ctx.job_id, dtype=pl.String)
-    return conform(out.with_columns(job.alias("job_id")).drop("_job")).with_columns(recs.get_column("offset").alias("_order"))
+    out = _with_inputs(out, inputs).with_columns(
+        pl.col("_job").alias("job_id"), pl.coalesce("_node", pl.lit(ctx.node, dtype=pl.String)).alias("node"))
+    return conform(out.drop("_job", "_node")).with_columns(recs.get_column("offset").alias("_order"))
 
 
 def _with_inputs(out: pl.DataFrame, inputs: list[ParseInput]) -> pl.DataFrame:
-    """``file_id`` and ``_job`` (the job hint) of each row's input."""
+    """``file_id``, ``_job`` and ``_node`` (the job and node hints) of each row's input."""
     if len(inputs) == 1:
-        return out.with_columns(pl.lit(inputs[0].file_id).alias("file_id"), pl.lit(inputs[0].job, dtype=pl.String).alias("_job"))
+        return out.with_columns(pl.lit(inputs[0].file_id).alias("file_id"), pl.lit(inputs[0].job, dtype=pl.String).alias("_job"),
+                                pl.lit(inputs[0].node, dtype=pl.String).alias("_node"))
     # the input's index rides in the offset's high bits through the collector
     hints = pl.DataFrame({"_in": range(len(inputs)), "file_id": [i.file_id for i in inputs],
-                          "_job": [i.job for i in inputs]}, schema={"_in": pl.Int64, "file_id": pl.String, "_job": pl.String})
+                          "_job": [i.job for i in inputs], "_node": [i.node for i in inputs]},
+                         schema={"_in": pl.Int64, "file_id": pl.String, "_job": pl.String, "_node": pl.String})
     out = out.with_columns((pl.col("offset") // (1 << INPUT_BITS)).alias("_in"), (pl.col("offset") % (1 << INPUT_BITS)).alias("offset"))
     return out.join(hints, on="_in", how="left", maintain_order="left").drop("_in")

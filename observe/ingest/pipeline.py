@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import BinaryIO
 
@@ -20,6 +20,7 @@ import polars as pl
 
 from observe import collector as registry
 from observe import provenance
+from observe import timeparse as tp
 from observe.collector import Collector, Context
 from observe.ingest.parse import ParseInput, Parsed, parse_unit
 from observe.ingest.plan import SMALL_FILE_BYTES, Planned, Step, choose, identity, job_from_name
@@ -33,7 +34,7 @@ MAX_DOCUMENT_BYTES = 64 << 20  # a whole document (nvidia-smi -q -x: about 25 KB
 
 
 def _open(summary: Summary, store: Store, pipe: Pipeline, mtime: float, file_id: str, job: str | None,
-          known: pl.DataFrame | None = None) -> ParseInput:
+          node: str | None, known: pl.DataFrame | None = None) -> ParseInput:
     """One input entering the run: ``known`` (its records already stored, as planned) is asked of
     the store when not given, and again when the same identity comes twice in one run; with the
     store's retention cutoff, and whether the input was last written (``mtime``) before it."""
@@ -46,7 +47,7 @@ def _open(summary: Summary, store: Store, pipe: Pipeline, mtime: float, file_id:
         known = store.known(file_id)
     store.ledger.note([file_id])  # marked with the next segment: one marker file for many inputs
     cutoff = store.upkeep.expired_before()
-    return ParseInput(file_id, job, known, cutoff, cutoff is not None and mtime < cutoff.timestamp())
+    return ParseInput(file_id, job, node, known, cutoff, cutoff is not None and mtime < cutoff.timestamp())
 
 
 def ingest_file(path: str, store: Store, source: str = "auto", node: str | None = None,
@@ -95,8 +96,8 @@ def ingest_file(path: str, store: Store, source: str = "auto", node: str | None 
             file_id, job, known = planned.file_id, job or job_from_name(path), planned.known
         else:
             (file_id, job), known = identity(path, head, node, job, boot_time if c.source == "kernel" else None), None
-        one = _open(summary, store, pipe, mtime, file_id, job, known)
-        ctx = Context(node=node, job_id=one.job, boot_time=boot_time, boot_copies=copied, reference_time=reference_time(mtime, year),
+        one = _open(summary, store, pipe, mtime, file_id, job, node, known)
+        ctx = Context(node=node, job_id=one.job, boot_time=boot_time, boot_copies=copied, reference_time=tp.reference_time(mtime, year),
                       year_given=year is not None, tz=tz, header=sample[0] if len(sample) else None, route=route)
         summary.sources[path] = c.name
         one_unit = isinstance(stream, io.BufferedReader) and not is_stream(path) and Path(path).stat().st_size <= CHUNK_BYTES
@@ -113,35 +114,27 @@ def ingest_file(path: str, store: Store, source: str = "auto", node: str | None 
     return summary
 
 
-def reference_time(mtime: float, year: int | None) -> datetime:
-    """What stamps without a year are dated by: the end of the ``year`` the user said, else the file's last write
-    (a stamp more than a day after it is of the year before: December's lines read in January)."""
-    if year is not None:
-        return datetime(year, 12, 31, 23, 59, 59, tzinfo=timezone.utc)
-    return datetime.fromtimestamp(mtime, timezone.utc)
-
-
 def ingest_batch(planned: list[Planned], c: Collector, store: Store, pipe: Pipeline, summary: Summary, route: str,
-                 node: str | None = None, tz: str = "UTC", progress: Callable[[int], None] | None = None,
-                 year: int | None = None) -> None:
+                 tz: str = "UTC", progress: Callable[[int], None] | None = None, year: int | None = None) -> None:
     """Ingest many small files of one format and route as a few large parse units (per-file cost
-    amortised); each file's identity and records already stored are as ``planned``.
+    amortised: a unit's parse, rules and split cost about a tenth of a second however little it holds);
+    each file's node, identity and records already stored are as ``planned``, and their stamps without
+    a year are dated alike (:func:`observe.ingest.plan.tasks`).
     """
     mtime = max(p.mtime for p in planned)
-    holder = _Holder(Context(node=node, tz=tz, reference_time=reference_time(mtime, year), year_given=year is not None,
-                             route=route))
-    for buf, sizes, inputs in _batches(planned, store, pipe, summary, node, progress):
+    holder = _Holder(Context(tz=tz, reference_time=tp.reference_time(mtime, year), year_given=year is not None, route=route))
+    for buf, sizes, inputs in _batches(planned, store, pipe, summary, progress):
         pipe.submit(lambda buf=buf, sizes=sizes: joined_records([buf], c, sizes=sizes), inputs, c, holder)
 
 
-def _batches(planned: list[Planned], store: Store, pipe: Pipeline, summary: Summary, node: str | None,
+def _batches(planned: list[Planned], store: Store, pipe: Pipeline, summary: Summary,
              progress: Callable[[int], None] | None):
     """Units of up to CHUNK_BYTES from many files: ``(buffer, sizes, inputs)``, the files read one
     after another straight into the unit's buffer (each ending with a newline), as the size each had
     when opened. One newline scan each, on a worker."""
     buf, used, sizes, inputs = None, 0, [], []
     for p in planned:
-        path, job = p.path, p.opts.get("job")
+        path, job, node = p.path, p.opts.get("job"), p.opts.get("node")
         try:
             with _opened(p) as (f, data, damage):
                 size = len(data) if data is not None else os.fstat(f.fileno()).st_size  # the file opened, not the path
@@ -175,7 +168,7 @@ def _batches(planned: list[Planned], store: Store, pipe: Pipeline, summary: Summ
             yield memoryview(buf)[:used], sizes, inputs
             buf, used, sizes, inputs = _unit_buffer(n), 0, [], []
             buf[:n] = np.frombuffer(mine, np.uint8)
-        one = _open(summary, store, pipe, p.mtime, file_id, job, known)
+        one = _open(summary, store, pipe, p.mtime, file_id, job, node, known)
         if n:
             if buf[used + n - 1] != 10:
                 buf[used + n] = 10
@@ -311,7 +304,7 @@ def run_step(step: Step, store: Store, pipe: Pipeline, summary: Summary,
     head = step.inputs[0]
     if step.batch:
         ingest_batch(list(step.inputs), registry.get(head.collector), store, pipe, summary, head.opts["route"],
-                     node=head.opts.get("node"), tz=head.opts.get("tz", "UTC"), progress=progress, year=head.opts.get("year"))
+                     tz=head.opts.get("tz", "UTC"), progress=progress, year=head.opts.get("year"))
         return
     c = registry.get(head.collector) if head.collector else None
     if c is not None and c.source == "kernel" and head.opts.get("node") and not (
