@@ -293,3 +293,28 @@ def test_format_detection(lines: list[str], expected: str) -> None:
 
     best, score = registry.detect(lines)
     assert best is not None and best.name == expected and score >= 0.5, (best and best.name, score)
+
+
+def test_a_small_file_grown_after_the_plan_is_read_as_planned(store: Store, tmp_path: Path, monkeypatch) -> None:
+    """A batched file is read up to the size it had when planned (attack-31 r4): a user who extends their job
+    output after the plan (a sparse `truncate -s 6G`, no disk used) made root's ingest allocate and read all of
+    it, and a MemoryError stored none of the other inputs; what a file gains after the plan waits for the next run."""
+    from contextlib import contextmanager
+
+    from observe.ingest import pipeline
+
+    lines = [f"step {i} loss {i / 7:.4f}\n" for i in range(1200)]  # over the planning's head: opened again
+    out = tmp_path / "slurm-7.out"
+    out.write_text("".join(lines))
+    planned = out.stat().st_size
+    opened = pipeline._opened
+
+    @contextmanager
+    def grown(p):
+        os.truncate(p.path, 1 << 30)  # after the plan, before it is read
+        with opened(p) as got:
+            yield got
+
+    monkeypatch.setattr(pipeline, "_opened", grown)
+    done = ingest([str(out)], store, workers=1)
+    assert done.bytes == planned and done.stored == len(lines)

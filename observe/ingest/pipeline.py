@@ -131,13 +131,16 @@ def _batches(planned: list[Planned], store: Store, pipe: Pipeline, summary: Summ
              progress: Callable[[int], None] | None):
     """Units of up to CHUNK_BYTES from many files: ``(buffer, sizes, inputs)``, the files read one
     after another straight into the unit's buffer (each ending with a newline), as the size each had
-    when opened. One newline scan each, on a worker."""
+    when opened, at most what it had when planned. One newline scan each, on a worker."""
     buf, used, sizes, inputs = None, 0, [], []
     for p in planned:
         path, job, node = p.path, p.opts.get("job"), p.opts.get("node")
         try:
             with _opened(p) as (f, data, damage):
-                size = len(data) if data is not None else os.fstat(f.fileno()).st_size  # the file opened, not the path
+                # the file opened (not the path), up to the size planned: what was appended since is read by the
+                # next run, and a user who grows their small file after the plan (a sparse `truncate -s 6G`) never
+                # makes a unit bigger than the plan (attack-31 r4)
+                size = len(data) if data is not None else min(os.fstat(f.fileno()).st_size, p.size)
                 if buf is None or used + size + 1 > len(buf):
                     if sizes:
                         yield memoryview(buf)[:used], sizes, inputs
