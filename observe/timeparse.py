@@ -200,10 +200,14 @@ def month_number(name: pl.Expr) -> pl.Expr:
 
 def reference_time(mtime: float, year: int | None) -> datetime:
     """What stamps without a year are dated by: the end of the ``year`` the user said, else the file's last write
-    (a stamp more than a day after it is of the year before: December's lines read in January)."""
+    (a stamp more than a day after it is of the year before: December's lines read in January), else, for a
+    last write no date holds (a user's `touch -d @253402300800`: the year 10000), now (attack-31 r5)."""
     if year is not None:
         return datetime(year, 12, 31, 23, 59, 59, tzinfo=timezone.utc)
-    return datetime.fromtimestamp(mtime, timezone.utc)
+    try:
+        return datetime.fromtimestamp(mtime, timezone.utc)
+    except (ValueError, OverflowError, OSError):
+        return datetime.now(timezone.utc)
 
 
 def year_basis(reference: datetime, tz: str) -> tuple:

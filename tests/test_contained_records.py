@@ -184,3 +184,44 @@ def test_a_parser_failing_on_everything_costs_a_bounded_number_of_tries(tmp_path
     assert summary.quarantined == 20_000 and summary.stored == 20_000
     from observe.ingest.parse import BISECTIONS
     assert len(calls) <= 2 * BISECTIONS + 1
+
+
+def test_one_nodes_records_a_parser_fails_on_never_take_another_nodes_with_them(tmp_path: Path, monkeypatch) -> None:
+    """Every node's syslog of an archive is parsed in one unit; a user's lines that a parser fails on, more than
+    the bisections can isolate, are set aside with their own input's records only (attack-31 r1: past the budget,
+    the half of the unit that held them went whole, seven other nodes' records and Xids with it)."""
+    from observe.ingest import ingest_inputs
+
+    _poisoned(monkeypatch, "syslog")
+    inputs = []
+    for n in range(1, 9):
+        node = f"gpu{n:03d}"
+        f = tmp_path / node / "syslog"
+        f.parent.mkdir()
+        lines = _syslog(1000 if n == 1 else 200, set(range(1000)) if n == 1 else set()).replace("gpu001", node)
+        f.write_text(lines + f"Nov 24 11:00:00 {node} kernel: {XID_79}\n")
+        inputs.append((str(f), {"node": node}))
+    store = Store(tmp_path / "store")
+    ingest_inputs(inputs, store, workers=1)
+    df = store.scan().collect()
+    unparsed = df.filter(pl.col("kind") == "unparsed")
+    assert unparsed.get_column("node").unique().to_list() == ["gpu001"] and unparsed.height >= 1000
+    assert sorted(df.filter(pl.col("kind") == "gpu_xid").get_column("node")) == [f"gpu{n:03d}" for n in range(2, 9)]
+
+
+def test_a_head_a_parser_fails_on_names_no_node_and_stops_nothing(tmp_path: Path, monkeypatch) -> None:
+    """An archive's directories are named by their files' first lines before ingest; a record a parser fails on
+    there (a user's `logger` line at the head of a fresh syslog) names no node and the run goes on, the record
+    stored unparsed as ingest stores it (attack-31 r6: a TypeError there ended the whole run)."""
+    from typer.testing import CliRunner
+
+    from observe.cli import app
+
+    _poisoned(monkeypatch, "syslog")
+    for node, poison in (("gpu001", {0}), ("gpu002", set())):
+        (tmp_path / "logs" / node).mkdir(parents=True)
+        (tmp_path / "logs" / node / "syslog").write_text(_syslog(20, poison).replace("gpu001", node))
+    done = CliRunner().invoke(app, ["ingest", str(tmp_path / "logs"), "--store", str(tmp_path / "store")])
+    assert done.exit_code == 0 and "internal error" not in done.output, done.output
+    df = Store(tmp_path / "store").scan().collect()
+    assert df.height == 40 and df.filter(pl.col("kind") == "unparsed").height == 1

@@ -101,3 +101,17 @@ def test_ctime_localized_and_epoch() -> None:
                    datetime(2024, 3, 1, 10, tzinfo=UTC), None, None]
     assert _one(tp.epoch(pl.lit("1709283600.000001"))) == datetime(2024, 3, 1, 9, 0, 0, 1, tzinfo=UTC)
     assert _one(tp.epoch(pl.lit("1709283600"))) == datetime(2024, 3, 1, 9, tzinfo=UTC)
+
+
+def test_a_last_write_no_date_holds_dates_by_now() -> None:
+    """A file's modification time dates its stamps without a year; one past what a date holds (a user's
+    `touch -d @253402300800` on a file system that keeps it) is now, not an error that ends the run (attack-31 r5)."""
+    from datetime import datetime, timezone
+
+    from observe.timeparse import reference_time, year_basis
+
+    now = datetime.now(timezone.utc)
+    for mtime in (253402300800.0, float(2**63 - 1), -1e20):
+        got = reference_time(mtime, None)
+        assert abs((got - now).total_seconds()) < 60 and year_basis(got, "UTC")
+    assert reference_time(1_700_000_000.0, None) == datetime.fromtimestamp(1_700_000_000, timezone.utc)

@@ -86,11 +86,12 @@ def lines_naming(hosts: dict[str, list[str]], tries: int = 4) -> set[str]:
         for name, some in heads.items():
             try:
                 named |= _naming(registry.get(name), some)
-            except (ValueError, pl.exceptions.PolarsError):  # one head its parser cannot read: each alone
+            # one head its parser cannot read: each alone (any error, as ingest contains them: attack-31 r6)
+            except (Exception, pl.exceptions.PanicException):
                 for one in some:
                     try:
                         named |= _naming(registry.get(name), [one])
-                    except (ValueError, pl.exceptions.PolarsError):  # names no host: ingest says why
+                    except (Exception, pl.exceptions.PanicException):  # names no host: ingest says why
                         continue
         for host in named & rest.keys():
             del rest[host]
