@@ -140,7 +140,7 @@ def parse_syslog(records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
     parses, a space follows) at fixed positions, the others by their format; the rest of each record is
     the message. Then the refinements of the sources syslog carries, in this one step."""
     raw = records.get_column("raw")
-    ts = tp.syslog_stamp(raw.str.slice(0, 15), ctx.reference_time, ctx.tz)
+    ts = tp.syslog_stamp(raw.str.slice(0, 15), ctx.reference_of(records.get_column("offset")), ctx.tz)
     fast = (ts.is_not_null() & (raw.str.slice(15, 1) == " ")).fill_null(False)
     if fast.all():  # nearly always: no format detection, split or concatenation
         out = _rfc3164_fast(records.with_columns(ts.alias("_ts")))
@@ -271,8 +271,8 @@ def _rfc3164_regex(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
     g = split_header(part, RFC3164)
     year = pl.coalesce(pl.col("year"), pl.col("tb_date").str.slice(0, 4))
     ts = pl.coalesce(
-        tp.yearless(pl.col("mon"), pl.col("day"), pl.col("clock"), ctx.reference_time, ctx.tz, year=year),
-        tp.yearless(pl.col("mon"), pl.col("day"), pl.col("clock"), ctx.reference_time, ctx.tz),
+        tp.yearless(pl.col("mon"), pl.col("day"), pl.col("clock"), ctx.reference(), ctx.tz, year=year),
+        tp.yearless(pl.col("mon"), pl.col("day"), pl.col("clock"), ctx.reference(), ctx.tz),
     )
     host = pl.coalesce(pl.col("tb_node"), pl.col("host").str.extract(r"^([^/]+)", 1))
     ok = pl.col("msg").is_not_null() & tp.month_number(pl.col("mon")).is_not_null()  # else no header at all

@@ -123,7 +123,7 @@ def _dmesg(records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
     g = split_header(split_header(records, KMSG).rename({"msg": "kmsg"}), DMESG)
     kmsg = pl.col("kmsg").is_not_null()
     up = pl.when(kmsg).then(pl.col("usec").cast(pl.Float64, strict=False) / 1e6).otherwise(pl.col("up").cast(pl.Float64, strict=False))
-    minute = tp.yearless(pl.col("rmon"), pl.col("rday").str.strip_chars(), pl.col("rclock") + ":00", ctx.reference_time, ctx.tz)
+    minute = tp.yearless(pl.col("rmon"), pl.col("rday").str.strip_chars(), pl.col("rclock") + ":00", ctx.reference(), ctx.tz)
     boot = ctx.boot_time or boot_copies.boot_time(g, up, pl.coalesce("kmsg", "msg"), ctx.boot_copies)
     ts = pl.coalesce(tp.iso(pl.coalesce("tiso", "iso"), ctx.tz), tp.ctime(pl.col("ct"), ctx.tz), tp.since_boot(up, boot),
                      pl.when(pl.col("rmon").is_not_null()).then(minute))

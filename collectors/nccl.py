@@ -221,7 +221,7 @@ def _dated(latest: str | None, ctx: Context) -> Context:
     if latest is None:
         return ctx
     try:
-        return replace(ctx, reference_time=datetime.fromisoformat(latest).replace(tzinfo=timezone.utc))
+        return replace(ctx, reference_time=datetime.fromisoformat(latest).replace(tzinfo=timezone.utc), references=())
     except ValueError:
         return ctx
 
@@ -345,7 +345,7 @@ def _torch(part: pl.DataFrame, ctx: Context) -> pl.DataFrame:
 
 def _glog(g: pl.DataFrame, ctx: Context) -> pl.DataFrame:
     month = pl.col("md").str.head(-2).cast(pl.Int32, strict=False).replace_strict(MONTHS, default=None, return_dtype=pl.String)
-    ts = tp.yearless(month, pl.col("md").str.tail(2), pl.col("clock"), ctx.reference_time, ctx.tz)
+    ts = tp.yearless(month, pl.col("md").str.tail(2), pl.col("clock"), ctx.reference(), ctx.tz)
     return g.select(
         "raw", "offset", ts.alias("ts"), pl.col("rank").cast(pl.Int32, strict=False).alias("rank"), pl.lit("torch").alias("program"),
         pl.col("lvl").replace_strict(GLOG_SEVERITY, default=None, return_dtype=pl.String).alias("severity"),

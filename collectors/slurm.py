@@ -60,7 +60,7 @@ def _native(records: pl.DataFrame, ctx: Context) -> pl.DataFrame:
     return g.select(
         "raw", "offset", pl.coalesce(tp.iso(pl.col("stamp"), ctx.tz), tp.iso(pl.col("pystamp"), ctx.tz),
                                      tp.yearless(pl.col("mon"), pl.col("day").str.strip_chars(), pl.col("clock"),
-                                                 ctx.reference_time, ctx.tz)).alias("ts"),
+                                                 ctx.reference(), ctx.tz)).alias("ts"),
         pl.col("prog").alias("program"),
         pl.when(known).then(pl.col("msg")).otherwise(pl.col("raw")).alias("message"),
         pl.col("step").str.extract(r"^(\d+)", 1).alias("job_id"), pl.lit("slurm").alias("source"),

@@ -27,6 +27,22 @@ class Context:
     tz: str = "UTC"
     header: str | None = None  # the input's first line (column headers of sacct output)
     route: str | None = None  # how the input reached observe (observe/provenance.toml); None: unknown, untrusted
+    # each input's reference_time, by the input index records' offsets carry, where a unit of many inputs
+    # (small files parsed together) holds files last written on different days: each dated by its own
+    references: tuple[datetime, ...] = ()
+
+    def reference(self) -> datetime | pl.Expr:
+        """What dates the stamps without a year of the rows an expression is evaluated on (a frame with ``offset``):
+        ``reference_time``, or each row's input's."""
+        if not self.references:
+            return self.reference_time
+        return pl.lit(pl.Series(self.references, dtype=pl.Datetime("us", "UTC"))).gather(pl.col("offset") // (1 << INPUT_BITS))
+
+    def reference_of(self, offsets: pl.Series) -> datetime | pl.Series:
+        """:meth:`reference` for the rows of ``offsets``."""
+        if not self.references:
+            return self.reference_time
+        return pl.Series(self.references, dtype=pl.Datetime("us", "UTC")).gather(offsets // (1 << INPUT_BITS))
 
 
 class Collector:

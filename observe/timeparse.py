@@ -211,8 +211,8 @@ def reference_time(mtime: float, year: int | None) -> datetime:
 
 
 def year_basis(reference: datetime, tz: str) -> tuple:
-    """All that :func:`yearless` reads of ``reference``: its date in ``tz`` and its year (inputs with
-    the same basis date their stamps alike, and are parsed together)."""
+    """All that :func:`yearless` reads of ``reference``: its date in ``tz`` and its year (references
+    with the same basis date stamps alike)."""
     try:
         local = reference.astimezone(ZoneInfo(tz))
     except (ZoneInfoNotFoundError, ValueError):  # refused where it is parsed; here, only its own
@@ -220,17 +220,48 @@ def year_basis(reference: datetime, tz: str) -> tuple:
     return local.date(), reference.year
 
 
-def yearless(month: pl.Expr, day: pl.Expr, clock: pl.Expr, reference: datetime, tz: str = _UTC,
+def _per_reference(reference: pl.Series, tz: str, one: Callable[[pl.Series | None, datetime], pl.Series]) -> pl.Series:
+    """``one(rows, time)`` for each basis among ``reference`` (each row's time: the rows of many inputs
+    parsed together, each dated by its own file), put back in row order; ``rows`` is None where every
+    row has the one basis (nearly always: no split)."""
+    groups: dict[tuple, list[datetime]] = {}
+    for t in reference.unique().drop_nulls().to_list():
+        groups.setdefault(year_basis(t, tz), []).append(t)
+    if len(groups) <= 1:
+        return one(None, reference.drop_nulls()[0] if reference.null_count() < len(reference) else datetime.now(timezone.utc))
+    out = None
+    for times in groups.values():
+        rows = reference.is_in(times).arg_true()
+        got = one(rows, times[0])
+        out = got.clear(len(reference)) if out is None else out
+        out = out.scatter(rows, got)
+    return out
+
+
+def yearless(month: pl.Expr, day: pl.Expr, clock: pl.Expr, reference: datetime | pl.Expr, tz: str = _UTC,
              year: pl.Expr | None = None) -> pl.Expr:
-    """Syslog ``Mon dd HH:MM:SS[.frac]`` to UTC, the year taken from ``reference``.
+    """Syslog ``Mon dd HH:MM:SS[.frac]`` to UTC, the year taken from ``reference``: a time, or an
+    expression of each row's (:meth:`observe.collector.Context.reference`).
 
     A stamp dated more than a day after the reference's date belongs to the previous year
     (December lines read in January).
     """
     y = year.cast(pl.Int64, strict=False) if year is not None else pl.lit(None, dtype=pl.Int64)
+    given = year is not None
+    if isinstance(reference, pl.Expr):
+        parts = pl.struct(month.alias("month"), day.alias("day"), clock.alias("clock"), y.alias("year"), reference.alias("_ref"))
+        return parts.map_batches(lambda batch: _yearless_each(batch.struct.unnest(), tz, given),
+                                 return_dtype=UTC_US, is_elementwise=True)
     parts = pl.struct(month.alias("month"), day.alias("day"), clock.alias("clock"), y.alias("year"))
-    return parts.map_batches(lambda batch: _yearless(batch.struct.unnest(), reference, tz, year is not None),
+    return parts.map_batches(lambda batch: _yearless(batch.struct.unnest(), reference, tz, given),
                              return_dtype=UTC_US, is_elementwise=True)
+
+
+def _yearless_each(f: pl.DataFrame, tz: str, has_year: bool) -> pl.Series:
+    """:func:`_yearless` of rows with a time each (``_ref``)."""
+    rest = f.drop("_ref")
+    return _per_reference(f.get_column("_ref"), tz,
+                          lambda rows, t: _yearless(rest if rows is None else rest[rows], t, tz, has_year))
 
 
 def _yearless(f: pl.DataFrame, reference: datetime, tz: str, has_year: bool) -> pl.Series:
@@ -244,13 +275,16 @@ def _yearless(f: pl.DataFrame, reference: datetime, tz: str, has_year: bool) -> 
     return or_general(fast, text, lambda rows: _yearless_general(f[rows], reference, tz, False))
 
 
-def syslog_stamp(stamp: pl.Series, reference: datetime, tz: str = _UTC) -> pl.Series:
+def syslog_stamp(stamp: pl.Series, reference: datetime | pl.Series, tz: str = _UTC) -> pl.Series:
     """``Mmm dd HH:MM:SS[.frac]`` (English month, as RFC 3164 prints it) to UTC by fixed date formats,
-    the year taken from ``reference`` as :func:`yearless` does; null where the text has another shape.
+    the year taken from ``reference`` (a time, or each row's) as :func:`yearless` does; null where the
+    text has another shape.
 
     Lines come in bursts within one second: each run of equal stamps is parsed once (a third of
     the lines of the bench's syslogs start a run).
     """
+    if isinstance(reference, pl.Series):
+        return _per_reference(reference, tz, lambda rows, t: syslog_stamp(stamp if rows is None else stamp.gather(rows), t, tz))
     starts = stamp.ne_missing(stamp.shift(1)).scatter([0], True) if len(stamp) else stamp.is_null()
     if starts.sum() < 0.8 * len(stamp):
         return _syslog_stamp(stamp.filter(starts), reference, tz).gather(starts.cum_sum() - 1)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 import polars as pl
@@ -114,6 +114,7 @@ class ParseInput:
     file_id: str
     job: str | None
     node: str | None = None
+    reference: datetime | None = None  # what dates its stamps without a year, where it differs from the unit's
     known: pl.DataFrame = field(default_factory=no_records)  # offset, text (hash of raw) already stored
     kept_from: datetime | None = None
     old: bool = False
@@ -139,10 +140,14 @@ class Parsed:
     bisections: int = 0
     no_node: int = 0  # records of a node's own log (kernel, GPU) that name no node: neither their lines nor a hint did
     yearless: int = 0  # records whose stamps carry no year, dated by the file's modification time's year
+    years: set[int] = field(default_factory=set)  # those years
 
 
 def parse_unit(recs: pl.DataFrame, inputs: list[ParseInput], c: Collector, ctx: Context) -> Parsed:
     """Parse, classify, drop what the store already holds and split by partition (on a worker)."""
+    references = tuple(i.reference or ctx.reference_time for i in inputs)
+    if len(set(references)) > 1:  # small files parsed together, each dated by its own last write
+        ctx = replace(ctx, references=references)
     blank = blank_lines(recs.get_column("raw"))
     if blank.any():
         recs = recs.filter(~blank)
@@ -176,6 +181,7 @@ def parse_unit(recs: pl.DataFrame, inputs: list[ParseInput], c: Collector, ctx: 
     done.no_node = int(out.select(pl.col("node").is_null() & pl.col("source").is_in(NODE_OWN)).to_series().sum())
     if not ctx.year_given and YEARLESS.match(recs.get_column("raw")[0] or ""):  # a unit's lines are of one format
         done.yearless = out.height
+        done.years = {t.year for t in references}
     done.copies = boot_copies.learned(out)
     done.boots = boot_copies.boot_times(done.copies)
     done.parts = buffered_parts(out, order, ctx.tz)

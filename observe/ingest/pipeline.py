@@ -34,7 +34,7 @@ MAX_DOCUMENT_BYTES = 64 << 20  # a whole document (nvidia-smi -q -x: about 25 KB
 
 
 def _open(summary: Summary, store: Store, pipe: Pipeline, mtime: float, file_id: str, job: str | None,
-          node: str | None, known: pl.DataFrame | None = None) -> ParseInput:
+          node: str | None, known: pl.DataFrame | None = None, reference: datetime | None = None) -> ParseInput:
     """One input entering the run: ``known`` (its records already stored, as planned) is asked of
     the store when not given, and again when the same identity comes twice in one run; with the
     store's retention cutoff, and whether the input was last written (``mtime``) before it."""
@@ -47,7 +47,7 @@ def _open(summary: Summary, store: Store, pipe: Pipeline, mtime: float, file_id:
         known = store.known(file_id)
     store.ledger.note([file_id])  # marked with the next segment: one marker file for many inputs
     cutoff = store.upkeep.expired_before()
-    return ParseInput(file_id, job, node, known, cutoff, cutoff is not None and mtime < cutoff.timestamp())
+    return ParseInput(file_id, job, node, reference, known, cutoff, cutoff is not None and mtime < cutoff.timestamp())
 
 
 def ingest_file(path: str, store: Store, source: str = "auto", node: str | None = None,
@@ -118,17 +118,17 @@ def ingest_batch(planned: list[Planned], c: Collector, store: Store, pipe: Pipel
                  tz: str = "UTC", progress: Callable[[int], None] | None = None, year: int | None = None) -> None:
     """Ingest many small files of one format and route as a few large parse units (per-file cost
     amortised: a unit's parse, rules and split cost about a tenth of a second however little it holds);
-    each file's node, identity and records already stored are as ``planned``, and their stamps without
-    a year are dated alike (:func:`observe.ingest.plan.tasks`).
+    each file's node, identity and records already stored are as ``planned``, and its stamps without a
+    year are dated by its own last write (or ``year``).
     """
     mtime = max(p.mtime for p in planned)
     holder = _Holder(Context(tz=tz, reference_time=tp.reference_time(mtime, year), year_given=year is not None, route=route))
-    for buf, sizes, inputs in _batches(planned, store, pipe, summary, progress):
+    for buf, sizes, inputs in _batches(planned, store, pipe, summary, progress, year):
         pipe.submit(lambda buf=buf, sizes=sizes: joined_records([buf], c, sizes=sizes), inputs, c, holder)
 
 
 def _batches(planned: list[Planned], store: Store, pipe: Pipeline, summary: Summary,
-             progress: Callable[[int], None] | None):
+             progress: Callable[[int], None] | None, year: int | None = None):
     """Units of up to CHUNK_BYTES from many files: ``(buffer, sizes, inputs)``, the files read one
     after another straight into the unit's buffer (each ending with a newline), as the size each had
     when opened, at most what it had when planned. One newline scan each, on a worker."""
@@ -171,7 +171,7 @@ def _batches(planned: list[Planned], store: Store, pipe: Pipeline, summary: Summ
             yield memoryview(buf)[:used], sizes, inputs
             buf, used, sizes, inputs = _unit_buffer(n), 0, [], []
             buf[:n] = np.frombuffer(mine, np.uint8)
-        one = _open(summary, store, pipe, p.mtime, file_id, job, node, known)
+        one = _open(summary, store, pipe, p.mtime, file_id, job, node, known, tp.reference_time(p.mtime, year))
         if n:
             if buf[used + n - 1] != 10:
                 buf[used + n] = 10
@@ -288,7 +288,7 @@ def _store_unit(parsed: Parsed, c: Collector, ctx: Context, writer: SegmentWrite
     summary.no_node += parsed.no_node
     if parsed.yearless:
         summary.yearless += parsed.yearless
-        summary.years.add(ctx.reference_time.year)
+        summary.years |= parsed.years
     summary.parse_error = summary.parse_error or parsed.error
     summary.kinds.update(parsed.kinds)
     summary.duplicates += parsed.duplicates

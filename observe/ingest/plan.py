@@ -12,7 +12,6 @@ import polars as pl
 
 from observe import collector as registry
 from observe import provenance
-from observe import timeparse as tp
 from observe.collector import Collector
 from observe.ingest.records import sample_of
 from observe.ingest.summary import InputError
@@ -171,10 +170,10 @@ def tasks(planned: list[Planned], task_bytes: float = float("inf")) -> tuple[lis
     """The run's tasks: the first list, then the second (kernel logs with boot-relative stamps,
     which wait for the boot times the first ones tell).
 
-    Small files of a batchable format, time zone and route whose stamps without a year are dated alike
-    (:func:`observe.timeparse.year_basis`) are batch steps of up to ``task_bytes``, whatever their nodes
-    (each row keeps its input's: a syslog archive of a file per node is parsed as a few units, not one
-    per node); inputs that share an identity (a file and its rotated copy) end up in one task, in order, so
+    Small files of a batchable format, time zone and route are batch steps of up to ``task_bytes``,
+    whatever their nodes and last writes (each row keeps its input's node, and its stamps without a year
+    are dated by its input's last write: a syslog archive of a file per node is parsed as a few units,
+    not one per node); inputs that share an identity (a file and its rotated copy) end up in one task, in order, so
     that the second sees what the first stored.
     """
     groups: dict[tuple, list[Planned]] = {}
@@ -184,9 +183,7 @@ def tasks(planned: list[Planned], task_bytes: float = float("inf")) -> tuple[lis
         c = registry.get(p.collector) if p.collector else None
         if (c is not None and c.batchable and not c.whole_file and not is_stream(p.path) and p.size < SMALL_FILE_BYTES
                 and not p.compressed):
-            tz, year = p.opts.get("tz", "UTC"), p.opts.get("year")
-            dated = tp.year_basis(tp.reference_time(p.mtime, year), tz)
-            groups.setdefault((p.collector, tz, p.opts["route"], year, dated), []).append(p)
+            groups.setdefault((p.collector, p.opts.get("tz", "UTC"), p.opts["route"], p.opts.get("year")), []).append(p)
         else:
             (last if p.relative else first).append([Step((p,))])
     batches: list[Task] = []
