@@ -10,7 +10,7 @@ from collections.abc import Callable
 import polars as pl
 
 from observe import timeparse as tp
-from observe.collector import INPUT_BITS, Context, split_header
+from observe.collector import Context, input_of, split_header
 
 # What a launcher puts before each task's lines: srun --label's right-aligned ``12: `` (task id),
 # torchrun's ``[default3]:`` / ``[rank3]:``: source: pytorch/pytorch torch/distributed/elastic/multiprocessing/tail_log.py
@@ -114,11 +114,11 @@ def _pdsh_host(records: pl.DataFrame) -> pl.Series | None:
         "offset", raw.str.extract_groups(PDSH_NCCL).alias("g")).unnest("g")
     named.append(nccl.filter((pl.col("1") == pl.col("2")) | pl.col("1").str.starts_with(pl.col("2") + "."))
                  .select("offset", pl.col("1").alias("host")))
-    hosts = (pl.concat(named).drop_nulls().select((pl.col("offset") // (1 << INPUT_BITS)).alias("_in"), "host")
+    hosts = (pl.concat(named).drop_nulls().select(input_of(pl.col("offset")).alias("_in"), "host")
              .unique().collect())
     if not hosts.height:
         return None
-    label = records.select((pl.col("offset") // (1 << INPUT_BITS)).alias("_in"),
+    label = records.select(input_of(pl.col("offset")).alias("_in"),
                            raw.str.extract("^" + PDSH_LABEL, 1).alias("host"))
     hit = label.join(hosts.with_columns(pl.lit(True).alias("_hit")), on=["_in", "host"], how="left",
                      maintain_order="left").get_column("_hit")

@@ -17,7 +17,7 @@ import polars as pl
 from collectors._launchers import HOST, ROLE, RUNTIME_PREFIX, SRUN_LABEL, TASK_LABEL, TORCHRUN_LABEL, launcher_cut
 from collectors._slurm_text import SLURM_PROGRAMS, slurm_fields
 from observe import timeparse as tp
-from observe.collector import INPUT_BITS, Collector, Context, register, split_header
+from observe.collector import Collector, Context, input_of, register, split_header
 from observe.frames import any_of, scatter_rows
 
 # ASCII classes ([0-9], [A-Za-z]) where it counts: the regex engine runs them twice as fast as Unicode \w and \d
@@ -168,7 +168,7 @@ class Nccl(Collector):
         kept, before the line's own header is read. Stamps without a year (glog's ``E0303 02:13:40``)
         take it from the output's own dated lines (torchrun's, Python logging's), else from the file's
         time (a copied archive's file time says nothing of the year its job ran)."""
-        inputs = records.select((pl.col("offset") // (1 << INPUT_BITS)).alias("_in"), _latest_date().alias("_dated"))
+        inputs = records.select(input_of(pl.col("offset")).alias("_in"), _latest_date().alias("_dated"))
         per_input = inputs.group_by("_in").agg(pl.col("_dated").max())
         days = per_input.get_column("_dated").unique()
         if days.len() <= 1:

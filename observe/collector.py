@@ -13,6 +13,14 @@ import polars as pl
 INPUT_BITS = 40  # a batch's record offsets carry their input's index above these bits (observe/ingest/records.py)
 
 
+def input_of(offset: pl.Expr | pl.Series) -> pl.Expr | pl.Series:
+    """The index, in its unit, of the input a record's ``offset`` (as a collector is given it) is in."""
+    return offset // (1 << INPUT_BITS)
+
+
+UNIT_INPUTS = 1 << 16  # inputs in one parse unit at most: far below the 2**23 indices the offsets hold, whatever the files' sizes
+
+
 @dataclass(frozen=True)
 class Context:
     """What a parser may know besides the lines: hints from the command line or the file."""
@@ -34,15 +42,14 @@ class Context:
     def reference(self) -> datetime | pl.Expr:
         """What dates the stamps without a year of the rows an expression is evaluated on (a frame with ``offset``):
         ``reference_time``, or each row's input's."""
-        if not self.references:
-            return self.reference_time
-        return pl.lit(pl.Series(self.references, dtype=pl.Datetime("us", "UTC"))).gather(pl.col("offset") // (1 << INPUT_BITS))
+        return self.reference_time if not self.references else pl.lit(self._references()).gather(input_of(pl.col("offset")))
 
     def reference_of(self, offsets: pl.Series) -> datetime | pl.Series:
         """:meth:`reference` for the rows of ``offsets``."""
-        if not self.references:
-            return self.reference_time
-        return pl.Series(self.references, dtype=pl.Datetime("us", "UTC")).gather(offsets // (1 << INPUT_BITS))
+        return self.reference_time if not self.references else self._references().gather(input_of(offsets))
+
+    def _references(self) -> pl.Series:
+        return pl.Series(self.references, dtype=pl.Datetime("us", "UTC"))
 
 
 class Collector:

@@ -318,3 +318,23 @@ def test_a_small_file_grown_after_the_plan_is_read_as_planned(store: Store, tmp_
     monkeypatch.setattr(pipeline, "_opened", grown)
     done = ingest([str(out)], store, workers=1)
     assert done.bytes == planned and done.stored == len(lines)
+
+
+def test_many_tiny_files_make_units_of_a_bounded_count(store: Store, tmp_path: Path, monkeypatch) -> None:
+    """A unit holds at most UNIT_INPUTS inputs, however small: offsets carry the input's index in 23 bits, and a
+    unit of 16 MiB held 2**23 files of one byte (attack-31's note); each row keeps its own file's node."""
+    from observe.ingest import pipeline
+
+    units = []
+    parse = pipeline.parse_unit
+    monkeypatch.setattr(pipeline, "parse_unit", lambda recs, inputs, *a: units.append(len(inputs)) or parse(recs, inputs, *a))
+    monkeypatch.setattr(pipeline, "UNIT_INPUTS", 2)
+    inputs = []
+    for i in range(5):
+        f = tmp_path / f"gpu{i:03d}.log"
+        f.write_text(f"2026-11-20T06:00:0{i}+00:00 gpu{i:03d} sshd[7]: Accepted publickey for root\n")
+        inputs.append(str(f))
+    done = ingest(inputs, store, workers=1)
+    assert sorted(units) == [1, 2, 2] and done.stored == 5
+    rows = store.scan().select("node", pl.col("ts").dt.second()).sort("node").collect().rows()
+    assert rows == [(f"gpu{i:03d}", i) for i in range(5)]

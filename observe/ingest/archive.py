@@ -10,10 +10,10 @@ import polars as pl
 
 from observe import collector as registry
 from observe import provenance
-from observe.collector import Collector, Context
+from observe.collector import Collector, Context, input_of
 from observe.ingest.parse import finalize, short_host
 from observe.ingest.plan import job_from_name
-from observe.ingest.records import INPUT_BITS, blank_lines, joined_records, sample_of
+from observe.ingest.records import blank_lines, joined_records, sample_of
 from observe.reader import READ_ERRORS, read_head
 
 HEAD_BYTES = 8 << 10  # what is read of a file to learn the hosts its lines name
@@ -118,16 +118,17 @@ def _naming(c: Collector, heads: list[tuple[str, bytes]]) -> set[str]:
     fields = c.parse(recs.filter(~blank_lines(recs.get_column("raw"))), Context())
     owner = pl.Series("_host", [host for host, _ in heads], dtype=pl.String)
     named = _named(fields, owner)
-    rest = fields.filter(~(pl.col("offset") // (1 << INPUT_BITS)).is_in(named.keys()))  # the rules only on the others
-    return set(named.values()) | set(_named(finalize(rest, c, Context(), "local"), owner).values()) if rest.height else \
-        set(named.values())
+    rest = fields.filter(~input_of(pl.col("offset")).is_in(named.keys()))  # the rules only on the others
+    if rest.height:
+        named |= _named(finalize(rest, c, Context(), "local"), owner)
+    return set(named.values())
 
 
 def _named(events: pl.DataFrame, owner: pl.Series) -> dict[int, str]:
     """Head index -> its host, for the heads a row of ``events`` (offsets carrying their head's index) is the host of."""
     if "node" not in events.columns or not events.height:
         return {}
-    at = (pl.col("offset") // (1 << INPUT_BITS)).cast(pl.Int64)
+    at = input_of(pl.col("offset")).cast(pl.Int64)
     hits = events.select(at.alias("_in"), short_host(pl.col("node")).alias("_node")).with_columns(
         pl.lit(owner).gather(pl.col("_in")).alias("_host")).filter(pl.col("_node") == pl.col("_host"))
     return dict(hits.select("_in", "_host").unique().iter_rows())

@@ -15,9 +15,9 @@ from observe import boot_copies
 from observe import collector as registry
 from observe import provenance, rules
 from observe import timeparse as tp
-from observe.collector import Collector, Context, per_value
+from observe.collector import INPUT_BITS, Collector, Context, input_of, per_value
 from observe.frames import attrs_json, merge_attrs
-from observe.ingest.records import INPUT_BITS, blank_lines, joined_records
+from observe.ingest.records import blank_lines, joined_records
 from observe.pci import gpu_ids
 from observe.schema import FIELDS, OUT_OF_RANGE, POLARS_SCHEMA, bounded, conform
 from observe.store import buffered_parts, no_records
@@ -213,7 +213,7 @@ def contained(recs: pl.DataFrame, events: Callable[[pl.DataFrame], pl.DataFrame]
         return [events(recs)]
     except (Exception, pl.exceptions.PanicException) as exc:  # polars' panics are BaseExceptions
         why = f"{type(exc).__name__}: {exc}"[:300]
-        inputs = recs.get_column("offset") // (1 << INPUT_BITS)  # in order: the unit's inputs one after another
+        inputs = input_of(recs.get_column("offset"))  # in order: the unit's inputs one after another
         if inputs[0] != inputs[-1]:
             cut = int(inputs.search_sorted((inputs[0] + inputs[-1] + 1) // 2, side="left"))
             return contained(recs[:cut], events, aside, done) + contained(recs[cut:], events, aside, done)
@@ -263,5 +263,5 @@ def _with_inputs(out: pl.DataFrame, inputs: list[ParseInput]) -> pl.DataFrame:
     hints = pl.DataFrame({"_in": range(len(inputs)), "file_id": [i.file_id for i in inputs],
                           "_job": [i.job for i in inputs], "_node": [i.node for i in inputs]},
                          schema={"_in": pl.Int64, "file_id": pl.String, "_job": pl.String, "_node": pl.String})
-    out = out.with_columns((pl.col("offset") // (1 << INPUT_BITS)).alias("_in"), (pl.col("offset") % (1 << INPUT_BITS)).alias("offset"))
+    out = out.with_columns(input_of(pl.col("offset")).alias("_in"), (pl.col("offset") % (1 << INPUT_BITS)).alias("offset"))
     return out.join(hints, on="_in", how="left", maintain_order="left").drop("_in")

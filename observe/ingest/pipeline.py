@@ -21,7 +21,7 @@ import polars as pl
 from observe import collector as registry
 from observe import provenance
 from observe import timeparse as tp
-from observe.collector import Collector, Context
+from observe.collector import UNIT_INPUTS, Collector, Context
 from observe.ingest.parse import ParseInput, Parsed, parse_unit
 from observe.ingest.plan import SMALL_FILE_BYTES, Planned, Step, choose, identity, job_from_name
 from observe.ingest.records import joined_records, record_pieces, sample_of
@@ -179,7 +179,7 @@ def _batches(planned: list[Planned], store: Store, pipe: Pipeline, summary: Summ
             used += n
             sizes.append(n)
             inputs.append(one)
-        if used >= CHUNK_BYTES:
+        if used >= CHUNK_BYTES or len(sizes) >= UNIT_INPUTS:  # many tiny files: a unit of 2-byte files held 2**23
             yield memoryview(buf)[:used], sizes, inputs
             buf, used, sizes, inputs = None, 0, [], []
     if sizes:
