@@ -14,7 +14,8 @@ Layouts (generated once, reused):
 
 The peers (``bench/peers.py``) are what a user fluent in the tools would write: one columnar scan of every
 line with one header regex and the Xid / rank / job fields, to zstd Parquet, in polars and in DuckDB: the
-yardstick, CPU-s against CPU-s. The naive parser (``bench/naive.py``) is what a new user would write: per line
+yardstick, CPU-s against CPU-s. ``+kinds`` is the polars peer also naming each line's kind with observe's
+rules, as a polars user would write it (a ``when`` per rule): the same classification, not the floor. The naive parser (``bench/naive.py``) is what a new user would write: per line
 one header match, a few searches for the main event kinds, pyarrow, one process. For each it prints wall
 seconds, the ratio to the naive parser,
 CPU seconds (the whole process tree, from wait4), MB/s per core of CPU, peak RSS (summed over the tree),
@@ -127,6 +128,7 @@ def bench(layout: str, logs: Path, stores: Path, runs: int, fair: bool) -> None:
     parsers = [("observe", [sys.executable, "-m", "observe.cli", "ingest", str(logs), "--store"]),
                ("polars", [sys.executable, str(HERE / "peers.py"), "polars", str(logs)]),
                ("duckdb", [sys.executable, str(HERE / "peers.py"), "duckdb", str(logs)]),
+               ("+kinds", [sys.executable, str(HERE / "peers.py"), "polars-kinds", str(logs)]),
                ("naive", [sys.executable, str(HERE / "naive.py"), str(logs)])]
     if fair:
         parsers.append(("baseline", [sys.executable, str(HERE / "baseline.py"), str(logs)]))
@@ -155,7 +157,7 @@ def bench(layout: str, logs: Path, stores: Path, runs: int, fair: bool) -> None:
     pairs = [n[0] / o[0] for o, n in zip(results["observe"], results["naive"])]
     print(f"observe is {naive / med['observe'][0]:.2f}x the naive parser's speed (each run: "
           f"{', '.join(f'{p:.2f}x' for p in pairs)})", flush=True)
-    for peer in ("polars", "duckdb"):
+    for peer in ("polars", "duckdb", "+kinds"):
         cpu = [o[1] / p[1] for o, p in zip(results["observe"], results[peer])]
         print(f"observe takes {med['observe'][1] / med[peer][1]:.2f}x the CPU of the {peer} peer (each run: "
               f"{', '.join(f'{c:.2f}x' for c in cpu)})", flush=True)

@@ -3,12 +3,15 @@ the few fields a GPU cluster's operator asks for, zstd Parquet. The yardstick of
 
     python bench/peers.py polars INPUT_DIR OUT_DIR   # polars: scan_csv + str.extract_groups, sink_parquet
     python bench/peers.py duckdb INPUT_DIR OUT_DIR   # DuckDB: read_csv + regexp_extract, COPY ... (FORMAT parquet)
+    python bench/peers.py polars-kinds INPUT_DIR OUT_DIR   # polars, and each line's kind by observe's rules
 
 Both read every file under INPUT_DIR as lines (a separator no log holds, no quoting), take the stamp (ISO 8601,
 RFC 3164 with the year of the file's last change, or a bracketed one), host, program and pid from the header
 where there is one, the Xid code and PCI id, the rank (``[rank12]:``) and the job id of ``slurm-<id>.out``, and
 write one zstd Parquet file per input group. They do less than observe (no classification into kinds,
-continuation lines, exactly-once offsets, partitions, copies): a floor, not a rival.
+continuation lines, exactly-once offsets, partitions, copies): a floor, not a rival. ``polars-kinds`` also
+names each line's kind as a polars user would with observe's own rules (collectors/rules/*.toml): the first
+whose pattern the line matches, of the rules of the sources the group holds; the cost of classifying, apart.
 """
 from __future__ import annotations
 
@@ -31,7 +34,21 @@ def groups(root: Path) -> dict[str, list[str]]:
     return {"jobs": [f for f in files if f.endswith(".out")], "logs": [f for f in files if not f.endswith(".out")]}
 
 
-def with_polars(files: list[str], out: Path, year: int) -> None:
+SOURCES = {"jobs": ("nccl", "slurm"), "logs": ("kernel", "slurm")}  # the rules a group's lines are tried against
+
+
+def kinds(group: str):
+    """Each line's kind: the first of the group's rules (observe's patterns, in observe's order) it matches."""
+    import polars as pl
+
+    from observe.rules import load
+
+    rules = [r for r in load()[0] if r.source in SOURCES[group]]
+    return pl.coalesce([pl.when(pl.col("line").str.contains(r.pattern)).then(pl.lit(r.kind)) for r in rules]
+                       + [pl.lit("log")]).alias("kind")
+
+
+def with_polars(files: list[str], out: Path, year: int, group: str | None = None) -> None:
     import polars as pl
 
     lines = pl.scan_csv(files, separator=SEP, has_header=False, quote_char=None, new_columns=["line"],
@@ -48,7 +65,7 @@ def with_polars(files: list[str], out: Path, year: int) -> None:
              pl.col("line").str.extract(XID, 2).cast(pl.Int32, strict=False).alias("code"),
              pl.col("line").str.extract(XID, 1).alias("gpu"),
              pl.col("line").str.extract(RANK, 1).cast(pl.Int32, strict=False).alias("rank"),
-             pl.col("file").str.extract(JOB, 1).alias("job_id"), "file")
+             pl.col("file").str.extract(JOB, 1).alias("job_id"), "file", *([kinds(group)] if group else []))
      .sink_parquet(out, compression="zstd"))
 
 
@@ -76,15 +93,16 @@ def with_duckdb(files: list[str], out: Path, year: int) -> None:
 
 
 def main() -> None:
-    if len(sys.argv) != 4 or sys.argv[1] not in ("polars", "duckdb"):
+    if len(sys.argv) != 4 or sys.argv[1] not in ("polars", "duckdb", "polars-kinds"):
         sys.exit(__doc__)
     engine, root, out = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
     out.mkdir(parents=True, exist_ok=True)
     year = time.gmtime(max(p.stat().st_mtime for p in root.rglob("*") if p.is_file())).tm_year
-    write = with_polars if engine == "polars" else with_duckdb
     for name, files in groups(root).items():
-        if files:
-            write(files, out / f"{name}.parquet", year)
+        if files and engine == "duckdb":
+            with_duckdb(files, out / f"{name}.parquet", year)
+        elif files:
+            with_polars(files, out / f"{name}.parquet", year, name if engine == "polars-kinds" else None)
 
 
 if __name__ == "__main__":
