@@ -32,6 +32,7 @@ import polars as pl
 from observe.provenance import trusted
 
 COPY_WINDOW = timedelta(seconds=2)  # how far apart two routes stamp one record (a syslog's second, a clock step)
+BUCKET_US = 2 * int(COPY_WINDOW.total_seconds() * 1_000_000)  # near_another_input's buckets: two windows wide
 KEY = ("source", "node", "job_id", "rank", "message")
 STREAM = KEY[:3]  # a node's own lines, or one job's output (job output has no node of its own): copies stay within one
 
@@ -54,7 +55,7 @@ def near_another_input(lf: pl.LazyFrame) -> pl.LazyFrame:
     timed = lf.filter(pl.col("ts").is_not_null())
     shared = (timed.group_by(STREAM).agg(pl.col("file_id").n_unique().alias("_n"))
               .filter(pl.col("_n") > 1).drop("_n"))
-    width = 2 * int(COPY_WINDOW.total_seconds() * 1_000_000)
+    width = BUCKET_US
     stream, at = pl.struct(*STREAM).hash(), pl.col("ts").dt.epoch("us")
     inputs = pl.col("file_id").hash()
     busy = pl.any_horizontal([inputs.min().over(b) != inputs.max().over(b)  # an integer key per bucket

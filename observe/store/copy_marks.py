@@ -36,13 +36,16 @@ from typing import NamedTuple
 
 import polars as pl
 
-from observe.copies import KEY, STREAM, UPTIME, marks, near_another_input
+from observe.copies import BUCKET_US, KEY, STREAM, UPTIME, marks, near_another_input
 from observe.store.layout import DAY_US, UNKNOWN_DATE, fresh_name, period
 from observe.store.table import partition_of
 
 MARKED = "copies.json"  # the table version whose changes are marked, and the windows still due
 REWRITE_ROWS = 2_000_000  # rows one pass rewrites at most (at least one file); the rest stays due for the next
 NEAR_US = DAY_US  # a marked file is read with its source's files this close in time
+NEAR_PAD_US = BUCKET_US  # how far past a time range the buckets of its rows reach (observe/copies.py)
+CHUNK_ROWS = 4_000_000  # rows sought for copies at a time (their narrow columns: about half a gigabyte)
+HOUR_US = 3_600_000_000
 
 # A source and a time range, microseconds since the epoch, both ends in; (source, None, None): its rows without a time
 Window = tuple[str, "int | None", "int | None"]
@@ -121,13 +124,13 @@ def mark(store, touched: set[Window], budget: int, one: bool) -> tuple[int, set[
              for source, group in groups]
     scan = pl.concat(scans)
     mine = pl.any_horizontal([pl.col("source").eq(source) & asked[source].mine for source, _ in groups])
-    # the rows that may be copies, from narrow columns (streamed: memory is the candidates', not the partitions')
+    # the rows that may be copies, from narrow columns, some hours at a time (memory is theirs, not the scope's)
     narrow = scan.select("_row", "ts", *STREAM, "file_id")
-    candidates, marked = pl.collect_all([
-        pl.concat([near_another_input(narrow).select("_row"),
-                   scan.filter(pl.col("ts").is_null() & UPTIME.fill_null(False)).select("_row")]),
+    untimed, marked = pl.collect_all([
+        scan.filter(pl.col("ts").is_null() & UPTIME.fill_null(False)).select("_row"),
         scan.filter(pl.col("copy_of").is_not_null()).select("_row", "ts", "source", "copy_of", mine.alias("_mine"))],
         engine="streaming")
+    candidates = pl.concat([*_near(narrow, _chunks(files, store.spans(), rows)), untimed])
     if not candidates.height and not marked.height:
         return 0, set()
     some = candidates.get_column("_row").implode()
@@ -158,6 +161,38 @@ def mark(store, touched: set[Window], budget: int, one: bool) -> tuple[int, set[
         replaced.append(old)
     store.table.replace(replaced, store.durable(temps))
     return len(replaced), left
+
+
+def _chunks(files: list[Path], spans: dict[Path, tuple[int, int]], rows: dict[Path, int]) -> list[tuple[int, int]]:
+    """Time ranges (microseconds, ``[lo, hi)``) of whole hours that hold the dated rows of ``files``, about
+    CHUNK_ROWS each (at least an hour): each file's rows spread evenly over the hours of its range (else its
+    partition's). A few lines in each of many months make one range, not one a month."""
+    per_hour: dict[int, float] = {}
+    for f in files:
+        r = spans.get(f) or period(f.parent.name.removeprefix("date="))
+        if r is not None:
+            first, last = r[0] // HOUR_US, r[1] // HOUR_US
+            for hour in range(first, last + 1):
+                per_hour[hour] = per_hour.get(hour, 0.0) + rows.get(f, 0) / (last - first + 1)
+    out: list[tuple[int, int]] = []
+    held = 0.0
+    for hour in sorted(per_hour):
+        if out and held + per_hour[hour] <= CHUNK_ROWS:
+            out[-1] = (out[-1][0], (hour + 1) * HOUR_US)
+            held += per_hour[hour]
+        else:
+            out.append((hour * HOUR_US, (hour + 1) * HOUR_US))
+            held = per_hour[hour]
+    return out
+
+
+def _near(narrow: pl.LazyFrame, chunks: list[tuple[int, int]]) -> list[pl.DataFrame]:
+    """:func:`~observe.copies.near_another_input`'s rows (``_row``) of each time range of ``chunks``, one
+    range at a time, each read with the seconds either side its buckets reach: a month's partition of a
+    2,560-node fleet, 265 million rows, grouped at once held 19 GB."""
+    at = pl.col("ts").dt.epoch("us")
+    return [near_another_input(narrow.filter(at >= lo - NEAR_PAD_US, at < hi + NEAR_PAD_US))
+            .filter(at >= lo, at < hi).select("_row").collect(engine="streaming") for lo, hi in chunks]
 
 
 class _Asked(NamedTuple):
