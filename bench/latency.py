@@ -52,7 +52,7 @@ def questions(store: Path) -> tuple[list[tuple[str, list[str], str | None]], int
     from queries import jobs
 
     st = Store(store)
-    span = st.scan().select(pl.col("ts").max(), pl.col("node").drop_nulls().unique().sort().implode()).collect()
+    span = st.scan().select(pl.col("ts").max(), pl.col("node").drop_nulls().unique().sort().implode()).collect(engine="streaming")
     last, nodes = span.item(0, 0), span.item(0, 1).to_list()[:8]
     since = (last - timedelta(days=7)).isoformat()
     runs = jobs.runs_on_nodes(st)

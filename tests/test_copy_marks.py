@@ -300,3 +300,21 @@ def test_queries_read_current_marks_and_decide_again_otherwise(tmp_path: Path, m
     assert not Store(store).marks_current()
     monkeypatch.setattr(queries.search, "one_per_record", decide)
     assert observe_count(store) == 4
+
+
+def test_a_time_filter_of_many_ranges_keeps_exactly_them_and_a_read_keeps_them_all() -> None:
+    """Up to 64 time ranges are tested one by one (polars streams that, and prunes by row groups' times:
+    a lookup held a 53-million-row scope whole, 3 GB); more are looked up where rows are marked, and merged
+    into 64 that hold them all where rows are only read around them."""
+    from observe.store.copy_marks import WITHIN_TERMS, _fewer, _within
+
+    ranges = [(i * 100, i * 100 + 10) for i in range(200)]
+    frame = pl.DataFrame({"ts": pl.Series(range(0, 20_000, 5)).cast(pl.Datetime("us", "UTC"))})
+    inside = [t % 100 <= 10 for t in range(0, 20_000, 5)]
+    assert frame.select(_within(ranges)).to_series().to_list() == inside
+    assert frame.select(_within(ranges[:WITHIN_TERMS])).to_series().to_list() == [
+        t % 100 <= 10 and t < WITHIN_TERMS * 100 for t in range(0, 20_000, 5)]
+    merged = _fewer(ranges, WITHIN_TERMS)
+    assert len(merged) == WITHIN_TERMS and merged[0][0] == 0 and merged[-1][1] == ranges[-1][1]
+    read = frame.select(_within(ranges, exact=False)).to_series().to_list()
+    assert all(r for r, i in zip(read, inside) if i) and sum(read) > sum(inside)

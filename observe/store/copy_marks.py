@@ -46,6 +46,7 @@ NEAR_US = DAY_US  # a marked file is read with its source's files this close in 
 NEAR_PAD_US = BUCKET_US  # how far past a time range the buckets of its rows reach (observe/copies.py)
 CHUNK_ROWS = 4_000_000  # rows sought for copies at a time (their narrow columns: about half a gigabyte)
 HOUR_US = 3_600_000_000
+WITHIN_TERMS = 64  # time ranges a filter tests one by one (see _within)
 
 # A source and a time range, microseconds since the epoch, both ends in; (source, None, None): its rows without a time
 Window = tuple[str, "int | None", "int | None"]
@@ -126,10 +127,10 @@ def mark(store, touched: set[Window], budget: int, one: bool) -> tuple[int, set[
     mine = pl.any_horizontal([pl.col("source").eq(source) & asked[source].mine for source, _ in groups])
     # the rows that may be copies, from narrow columns, some hours at a time (memory is theirs, not the scope's)
     narrow = scan.select("_row", "ts", *STREAM, "file_id")
-    untimed, marked = pl.collect_all([
-        scan.filter(pl.col("ts").is_null() & UPTIME.fill_null(False)).select("_row"),
-        scan.filter(pl.col("copy_of").is_not_null()).select("_row", "ts", "source", "copy_of", mine.alias("_mine"))],
-        engine="streaming")
+    # each its own pass: collected together, the scope they share was held whole (16 GB at 2,560 nodes)
+    untimed = scan.filter(pl.col("ts").is_null() & UPTIME.fill_null(False)).select("_row").collect(engine="streaming")
+    marked = (scan.filter(pl.col("copy_of").is_not_null()).select("_row", "ts", "source", "copy_of", mine.alias("_mine"))
+              .collect(engine="streaming"))
     candidates = pl.concat([*_near(narrow, _chunks(files, store.spans(), rows)), untimed])
     if not candidates.height and not marked.height:
         return 0, set()
@@ -221,7 +222,7 @@ def _asked(store, touched: set[Window]) -> dict[str, _Asked]:
     for source, ranges in by_source.items():
         times = _merged(ranges)
         near = [(-1, 1 << 62)] if source in stamped else _merged([(lo - NEAR_US, hi + NEAR_US) for lo, hi in times])
-        out[source] = _Asked(near, _within(near) | pl.col("ts").is_null(),
+        out[source] = _Asked(near, _within(near, exact=False) | pl.col("ts").is_null(),
                              _within(times) | (pl.col("ts").is_null() if source in undated else pl.lit(False)))
     return out
 
@@ -236,14 +237,28 @@ def _stamped(store, sources: set[str]) -> set[str]:
     return set(found.collect(engine="streaming").get_column("source").to_list())
 
 
-def _within(ranges: list[tuple[int, int]]) -> pl.Expr:
-    """Rows whose time lies in one of the sorted, disjoint ``ranges`` (microseconds, both ends in)."""
+def _within(ranges: list[tuple[int, int]], exact: bool = True) -> pl.Expr:
+    """Rows whose time lies in one of the sorted, disjoint ``ranges`` (microseconds, both ends in). Up to
+    WITHIN_TERMS ranges are tested one by one, which polars streams and prunes row groups by; more are looked
+    up, which it cannot stream (a month's scope held whole: 3 GB at 53 million rows), or, not ``exact``,
+    merged into WITHIN_TERMS ranges that hold them all (what a pass reads around its windows)."""
     if not ranges:
         return pl.lit(False)
     at = pl.col("ts").dt.epoch("us")
+    if len(ranges) <= WITHIN_TERMS:
+        return pl.any_horizontal([at.is_between(lo, hi) for lo, hi in ranges]).fill_null(False)
+    if not exact:
+        return _within(_fewer(ranges, WITHIN_TERMS))
     i = pl.lit(pl.Series([lo for lo, _ in ranges], dtype=pl.Int64)).search_sorted(at, side="right").cast(pl.Int64) - 1
     end = pl.lit(pl.Series([hi for _, hi in ranges], dtype=pl.Int64)).gather(i.clip(0))
     return ((i >= 0) & (at <= end)).fill_null(False)
+
+
+def _fewer(ranges: list[tuple[int, int]], n: int) -> list[tuple[int, int]]:
+    """The sorted, disjoint ``ranges`` as ``n``, the narrowest gaps between them closed."""
+    kept = sorted(sorted(range(1, len(ranges)), key=lambda i: ranges[i][0] - ranges[i - 1][1])[len(ranges) - n:])
+    starts = [0, *kept]
+    return [(ranges[a][0], ranges[b - 1][1]) for a, b in zip(starts, [*kept, len(ranges)])]
 
 
 def _scope(live: list[tuple[str, str, Path]], spans: dict[Path, tuple[int, int]],
