@@ -25,6 +25,7 @@ BULK = ("log", "unparsed")  # the kinds the index leaves out: almost every row
 SOURCES = ("slurm", "syslog", "kernel", "gpu", "health")  # the sources it covers: all but jobs' output (nccl)
 SEGMENT = "_segment"  # which live segment (path below the events table) a row is of
 SEGMENT_PATH = r"(source=[^/]+/date=[^/]+/[^/]+)$"  # that path, the end of a segment's path or URL
+APPENDS = 32  # files the index holds before a refresh writes it anew in one (its reads stay a few files)
 STATS = ("kind", SEGMENT)  # the columns the index's log keeps statistics of: never text a user wrote
 
 
@@ -49,23 +50,48 @@ def scan(store, files: list, kinds: list[str]) -> pl.LazyFrame:
 
 
 def refresh(store) -> int:
-    """Bring the index up to date with the live segments; returns the segments read."""
+    """Bring the index up to date with the live segments; returns the segments read. The new segments' rows
+    are appended while every segment the index covers is live and it has fewer than APPENDS files (an
+    ingest's refresh costs what it added: rewriting a 2,560-node month's 2.4 million rows cost each one-line
+    ingest 3.8 s); otherwise (a compaction replaced segments, or the appends piled up) it is written anew."""
     live = {segment_name(store.events, path): path for source, _, path in store.live() if source in SOURCES}
     index, covered = _index(store)
     new = [path for rel, path in live.items() if rel not in covered]
     if not new and covered <= set(live):
         return 0
-    kept = (index.filter(pl.col(SEGMENT).is_in(list(live))).collect() if index is not None
-            else pl.DataFrame())
     rows = (scan_segments([store.uri(p) for p in new], store.table.options, paths_as=SEGMENT)
-            .filter(~pl.col("kind").is_in(BULK)).collect()
+            .filter(~pl.col("kind").is_in(BULK)).collect(engine="streaming")
             .with_columns(pl.col(SEGMENT).str.extract(SEGMENT_PATH))) if new else pl.DataFrame()
     marks = pl.DataFrame({SEGMENT: [segment_name(store.events, p) for p in new]}, schema={SEGMENT: pl.String})
     if rows.width and rows.get_column(SEGMENT).null_count():
         raise OSError(f"{store.name}: a segment's path is not of the table's layout (source=/date=/file)")
-    table = pl.concat([f for f in (kept, rows, marks) if f.width], how="diagonal_relaxed")
-    store.index(NAME).overwrite(table.sort("kind", "file_id", "offset", nulls_last=True), STATS)  # a file's lines together
+    table = store.index(NAME)
+    if index is not None and covered <= set(live) and len(table.snapshot()[1]) < APPENDS and _appended(table, index, rows, marks):
+        return len(new)
+    kept = index.filter(pl.col(SEGMENT).is_in(list(live))).collect(engine="streaming") if index is not None else pl.DataFrame()
+    table.overwrite(_ordered(kept, rows, marks), STATS)
     return len(new)
+
+
+def _ordered(*frames: pl.DataFrame) -> pl.DataFrame:
+    """The index's rows of ``frames``, by kind and a file's lines together."""
+    return pl.concat([f for f in frames if f.width], how="diagonal_relaxed").sort("kind", "file_id", "offset", nulls_last=True)
+
+
+def _appended(table, index: pl.LazyFrame, rows: pl.DataFrame, marks: pl.DataFrame) -> bool:
+    """Whether ``rows`` and ``marks`` were appended to the index (False where they hold a column it does not:
+    an index an older observe wrote, to be written anew)."""
+    from deltalake.exceptions import SchemaMismatchError
+
+    schema = index.collect_schema()
+    fresh = _ordered(rows, marks)
+    if not set(fresh.columns) <= set(schema.names()):
+        return False
+    try:
+        table.append(pl.concat([pl.DataFrame(schema=schema), fresh], how="diagonal_relaxed").cast(schema), STATS)
+    except SchemaMismatchError:
+        return False
+    return True
 
 
 def _index(store) -> tuple[pl.LazyFrame | None, set[str]]:

@@ -398,6 +398,10 @@ class IndexTable(Table):
         with ``df``'s columns and partitioned by ``partition`` where it was otherwise)."""
         self._write(df, stats, mode="overwrite", schema_mode="overwrite", partition_by=[partition] if partition else None)
 
+    def append(self, df: pl.DataFrame, stats: tuple[str, ...]) -> None:
+        """Add ``df``'s rows (the table's columns) in one commit."""
+        self._write(df, stats, mode="append")
+
     def replace(self, df: pl.DataFrame, stats: tuple[str, ...], partition: str, values: Iterable[str]) -> None:
         """Replace the rows of the partitions ``partition`` = each of ``values`` with ``df`` (which holds
         that column) in one commit; the other partitions stay as they are. Values are a store's partition
