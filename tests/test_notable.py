@@ -134,3 +134,17 @@ def test_a_refresh_appends_what_an_ingest_added_and_a_compaction_writes_it_anew(
     generate(tmp_path / "again", nodes=4, hours=1, seed=7, start=START.replace(hour=11))
     ingest_inputs([(f, {}) for f in input_files([str(tmp_path / "again")])], store)
     assert len(table.snapshot()[1]) == 1 and notable._covered(store, table.scan()) == _indexed(store)
+
+
+def test_an_index_written_anew_is_written_some_segments_at_a_time(store: Store, monkeypatch) -> None:
+    """Written anew, the index reads SEGMENTS_A_READ segments at a time and commits about COMMIT_ROWS rows at a
+    time (a 2,560-node month's index at once held 8 GB); each commit covers its segments whole, and reads give
+    the segments' rows."""
+    monkeypatch.setattr(notable, "SEGMENTS_A_READ", 1)
+    monkeypatch.setattr(notable, "COMMIT_ROWS", 1)  # a segment a commit
+    shutil.rmtree(store.root / "index" / notable.NAME)
+    live = _indexed(store)
+    assert notable.refresh(store) == len(live) >= 2
+    table = store.index(notable.NAME)
+    assert len(table.snapshot()[1]) == len(live) and notable._covered(store, table.scan()) == live
+    assert _searched(store, KINDS).equals(_direct(store, KINDS))

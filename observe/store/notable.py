@@ -25,7 +25,9 @@ BULK = ("log", "unparsed")  # the kinds the index leaves out: almost every row
 SOURCES = ("slurm", "syslog", "kernel", "gpu", "health")  # the sources it covers: all but jobs' output (nccl)
 SEGMENT = "_segment"  # which live segment (path below the events table) a row is of
 SEGMENT_PATH = r"(source=[^/]+/date=[^/]+/[^/]+)$"  # that path, the end of a segment's path or URL
-APPENDS = 32  # files the index holds before a refresh writes it anew in one (its reads stay a few files)
+APPENDS = 32  # files appended, beyond what writing it anew makes, before a refresh writes it anew (reads stay few)
+SEGMENTS_A_READ = 4  # segments an index written anew reads at a time
+COMMIT_ROWS = 250_000  # and rows it commits at a time, about: a commit covers its segments whole
 STATS = ("kind", SEGMENT)  # the columns the index's log keeps statistics of: never text a user wrote
 
 
@@ -51,26 +53,51 @@ def scan(store, files: list, kinds: list[str]) -> pl.LazyFrame:
 
 def refresh(store) -> int:
     """Bring the index up to date with the live segments; returns the segments read. The new segments' rows
-    are appended while every segment the index covers is live and it has fewer than APPENDS files (an
+    are appended while every segment the index covers is live and APPENDS files have not piled up (an
     ingest's refresh costs what it added: rewriting a 2,560-node month's 2.4 million rows cost each one-line
-    ingest 3.8 s); otherwise (a compaction replaced segments, or the appends piled up) it is written anew."""
+    ingest 3.8 s); otherwise (a compaction replaced segments, or the appends piled up) it is written anew,
+    SEGMENTS_A_READ segments read at a time and about COMMIT_ROWS rows committed at a time (each commit
+    whole for the segments it covers: a read takes the others from the segments meanwhile; that month's
+    index at once held 8 GB)."""
     live = {segment_name(store.events, path): path for source, _, path in store.live() if source in SOURCES}
     index, covered = _index(store)
-    new = [path for rel, path in live.items() if rel not in covered]
+    new = {rel for rel in live if rel not in covered}
     if not new and covered <= set(live):
         return 0
-    rows = (scan_segments([store.uri(p) for p in new], store.table.options, paths_as=SEGMENT)
-            .filter(~pl.col("kind").is_in(BULK)).collect(engine="streaming")
-            .with_columns(pl.col(SEGMENT).str.extract(SEGMENT_PATH))) if new else pl.DataFrame()
-    marks = pl.DataFrame({SEGMENT: [segment_name(store.events, p) for p in new]}, schema={SEGMENT: pl.String})
-    if rows.width and rows.get_column(SEGMENT).null_count():
-        raise OSError(f"{store.name}: a segment's path is not of the table's layout (source=/date=/file)")
     table = store.index(NAME)
-    if index is not None and covered <= set(live) and len(table.snapshot()[1]) < APPENDS and _appended(table, index, rows, marks):
+    if index is not None and covered <= set(live) and not _piled_up(table, index) and _appended(
+            table, index, _read(store, [live[rel] for rel in sorted(new)])):
         return len(new)
-    kept = index.filter(pl.col(SEGMENT).is_in(list(live))).collect(engine="streaming") if index is not None else pl.DataFrame()
-    table.overwrite(_ordered(kept, rows, marks), STATS)
+    rels, held, commits = sorted(live), [], 0
+    for at in range(0, max(len(rels), 1), SEGMENTS_A_READ):
+        part = rels[at:at + SEGMENTS_A_READ]
+        if index is not None:
+            held.append(index.filter(pl.col(SEGMENT).is_in([rel for rel in part if rel in covered])).collect(engine="streaming"))
+        held.append(_read(store, [live[rel] for rel in part if rel in new]))
+        if sum(f.height for f in held) >= COMMIT_ROWS or at + SEGMENTS_A_READ >= len(rels):
+            fresh = _ordered(*held)
+            table.overwrite(fresh, STATS) if commits == 0 else table.append(fresh, STATS)
+            held, commits = [], commits + 1
     return len(new)
+
+
+def _piled_up(table, index: pl.LazyFrame) -> bool:
+    """Whether the index holds APPENDS files more than writing it anew would make (one per COMMIT_ROWS rows)."""
+    files = len(table.snapshot()[1])
+    return files >= APPENDS and files >= APPENDS + index.select(pl.len()).collect().item() // COMMIT_ROWS
+
+
+def _read(store, segments: list) -> pl.DataFrame:
+    """The notable rows of ``segments`` and a row with no kind for each (it is covered)."""
+    if not segments:
+        return pl.DataFrame()
+    rows = (scan_segments([store.uri(p) for p in segments], store.table.options, paths_as=SEGMENT)
+            .filter(~pl.col("kind").is_in(BULK)).collect(engine="streaming")
+            .with_columns(pl.col(SEGMENT).str.extract(SEGMENT_PATH)))
+    if rows.get_column(SEGMENT).null_count():
+        raise OSError(f"{store.name}: a segment's path is not of the table's layout (source=/date=/file)")
+    marks = pl.DataFrame({SEGMENT: [segment_name(store.events, p) for p in segments]}, schema={SEGMENT: pl.String})
+    return _ordered(rows, marks)
 
 
 def _ordered(*frames: pl.DataFrame) -> pl.DataFrame:
@@ -78,13 +105,12 @@ def _ordered(*frames: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([f for f in frames if f.width], how="diagonal_relaxed").sort("kind", "file_id", "offset", nulls_last=True)
 
 
-def _appended(table, index: pl.LazyFrame, rows: pl.DataFrame, marks: pl.DataFrame) -> bool:
-    """Whether ``rows`` and ``marks`` were appended to the index (False where they hold a column it does not:
-    an index an older observe wrote, to be written anew)."""
+def _appended(table, index: pl.LazyFrame, fresh: pl.DataFrame) -> bool:
+    """Whether ``fresh`` was appended to the index (False where it holds a column the index does not: an
+    index an older observe wrote, to be written anew)."""
     from deltalake.exceptions import SchemaMismatchError
 
     schema = index.collect_schema()
-    fresh = _ordered(rows, marks)
     if not set(fresh.columns) <= set(schema.names()):
         return False
     try:
