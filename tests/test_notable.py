@@ -148,3 +148,18 @@ def test_an_index_written_anew_is_written_some_segments_at_a_time(store: Store, 
     table = store.index(notable.NAME)
     assert len(table.snapshot()[1]) == len(live) and notable._covered(store, table.scan()) == live
     assert _searched(store, KINDS).equals(_direct(store, KINDS))
+
+
+def test_an_index_of_fewer_columns_is_written_anew_from_the_segments(store: Store, monkeypatch) -> None:
+    """An index an older observe wrote, without a column the segments have: written anew a part at a time, a
+    part of its kept rows must not fix the columns of the rest (the segments' are read again instead)."""
+    monkeypatch.setattr(notable, "SEGMENTS_A_READ", 1)
+    monkeypatch.setattr(notable, "COMMIT_ROWS", 1)
+    table = store.index(notable.NAME)
+    older = table.scan().collect().drop("shape")
+    last = sorted(_indexed(store))[-1]
+    table.overwrite(older.filter(pl.col(notable.SEGMENT) != last), notable.STATS)  # the last segment not covered
+    assert notable.refresh(store) == 1
+    assert "shape" in table.scan().collect_schema().names()
+    assert notable._covered(store, table.scan()) == _indexed(store)
+    assert _searched(store, KINDS).equals(_direct(store, KINDS))

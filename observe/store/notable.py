@@ -68,17 +68,32 @@ def refresh(store) -> int:
     if index is not None and covered <= set(live) and not _piled_up(table, index) and _appended(
             table, index, _read(store, [live[rel] for rel in sorted(new)])):
         return len(new)
-    rels, held, commits = sorted(live), [], 0
+    if not _written_anew(store, table, live, index, covered):  # an older index's columns: from the segments alone
+        _written_anew(store, table, live, None, set())
+    return len(new)
+
+
+def _written_anew(store, table, live: dict, index: pl.LazyFrame | None, covered: set[str]) -> bool:
+    """Write the index anew (see :func:`refresh`), its rows of ``covered`` segments from ``index``; False where
+    those hold fewer columns than the segments' (an index an older observe wrote: it is then written from the
+    segments alone)."""
+    rels, held, schema = sorted(live), [], None
     for at in range(0, max(len(rels), 1), SEGMENTS_A_READ):
         part = rels[at:at + SEGMENTS_A_READ]
         if index is not None:
             held.append(index.filter(pl.col(SEGMENT).is_in([rel for rel in part if rel in covered])).collect(engine="streaming"))
-        held.append(_read(store, [live[rel] for rel in part if rel in new]))
+        held.append(_read(store, [live[rel] for rel in part if rel not in covered]))
         if sum(f.height for f in held) >= COMMIT_ROWS or at + SEGMENTS_A_READ >= len(rels):
             fresh = _ordered(*held)
-            table.overwrite(fresh, STATS) if commits == 0 else table.append(fresh, STATS)
-            held, commits = [], commits + 1
-    return len(new)
+            if schema is None:
+                table.overwrite(fresh, STATS)
+                schema = fresh.schema
+            elif set(fresh.columns) <= set(schema.names()):  # the first commit's columns, in its order
+                table.append(pl.concat([pl.DataFrame(schema=schema), fresh], how="diagonal_relaxed").cast(schema), STATS)
+            else:
+                return False
+            held = []
+    return True
 
 
 def _piled_up(table, index: pl.LazyFrame) -> bool:
