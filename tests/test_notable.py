@@ -163,3 +163,55 @@ def test_an_index_of_fewer_columns_is_written_anew_from_the_segments(store: Stor
     assert "shape" in table.scan().collect_schema().names()
     assert notable._covered(store, table.scan()) == _indexed(store)
     assert _searched(store, KINDS).equals(_direct(store, KINDS))
+
+
+def test_two_refreshes_at_once_add_each_segment_once(store: Store, tmp_path: Path, monkeypatch) -> None:
+    """Refreshes take turns (attack-32 F1: two that saw the same uncovered segments both appended them, and
+    an ingest during a compaction's rewrite appended what the rewrite then wrote again: counts doubled)."""
+    import threading
+    import time
+
+    more = tmp_path / "more"
+    generate(more, nodes=4, hours=2, seed=6, start=START.replace(hour=8))
+    monkeypatch.setattr(notable, "refresh", lambda st, wait_s=0: 0)  # the ingest leaves the index behind
+    ingest_inputs([(f, {}) for f in input_files([str(more)])], store)
+    monkeypatch.undo()
+    read = notable._read
+    monkeypatch.setattr(notable, "_read", lambda st, segments: time.sleep(0.3) or read(st, segments))
+    done = []
+    threads = [threading.Thread(target=lambda: done.append(notable.refresh(Store(store.root)))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(done)[0] == 0
+    rows = store.index(notable.NAME).scan().collect()
+    assert not rows.select(pl.struct(notable.SEGMENT, "file_id", "offset", "kind").is_duplicated().any()).item()
+    assert _searched(store, KINDS).equals(_direct(store, KINDS))
+
+
+def test_a_reader_pairs_the_covered_segments_with_the_files_it_lists(store: Store, monkeypatch) -> None:
+    """A rewrite's first commit landing between a reader's listing of the index and its reading of the covered
+    segments (attack-32 F2: the covered list of every segment was kept under the version of a commit holding a
+    few segments' rows, and the others' faults were gone from the reader's answers until the next commit)."""
+    reader = Store(store.root)
+    expected = _direct(store, KINDS)
+
+    class Killed(BaseException):
+        pass
+
+    def first_commit_only() -> None:  # `observe compact` writing the index anew, killed after its first commit
+        writer = Store(store.root)
+        live = {segment_name(writer.events, p): p for s, _, p in writer.live() if s in notable.SOURCES}
+        table = writer.index(notable.NAME)
+        monkeypatch.setattr(table, "append", lambda *a, **k: (_ for _ in ()).throw(Killed()))
+        with pytest.raises(Killed):
+            notable._written_anew(writer, table, live, None, set())
+
+    monkeypatch.setattr(notable, "SEGMENTS_A_READ", 1)
+    monkeypatch.setattr(notable, "COMMIT_ROWS", 1)
+    covered, landed = notable._covered, []
+    monkeypatch.setattr(notable, "_covered", lambda st, index, version=None: (
+        landed or landed.append(first_commit_only()) or True) and covered(st, index, version))
+    search(reader, kinds=KINDS, copies=True).collect()
+    assert landed and _searched(reader, KINDS).equals(expected)

@@ -79,5 +79,5 @@ def _refresh_notable(store: Store, summary: Summary) -> None:
 
     try:
         notable.refresh(store)
-    except (OSError, PolarsError, DeltaError) as exc:
+    except (OSError, PolarsError, DeltaError, StoreBusy) as exc:
         summary.index_pending = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]} (observe compact writes it again)"

@@ -25,6 +25,7 @@ BULK = ("log", "unparsed")  # the kinds the index leaves out: almost every row
 SOURCES = ("slurm", "syslog", "kernel", "gpu", "health")  # the sources it covers: all but jobs' output (nccl)
 SEGMENT = "_segment"  # which live segment (path below the events table) a row is of
 SEGMENT_PATH = r"(source=[^/]+/date=[^/]+/[^/]+)$"  # that path, the end of a segment's path or URL
+REFRESH_WAIT_S = 120.0  # how long a refresh waits for another to end (a fleet's index is written anew in seconds)
 APPENDS = 32  # files appended, beyond what writing it anew makes, before a refresh writes it anew (reads stay few)
 SEGMENTS_A_READ = 4  # segments an index written anew reads at a time
 COMMIT_ROWS = 250_000  # and rows it commits at a time, about: a commit covers its segments whole
@@ -51,14 +52,20 @@ def scan(store, files: list, kinds: list[str]) -> pl.LazyFrame:
     return parts[0] if len(parts) == 1 else pl.concat(parts, how="diagonal_relaxed")
 
 
-def refresh(store) -> int:
+def refresh(store, wait_s: float = REFRESH_WAIT_S) -> int:
     """Bring the index up to date with the live segments; returns the segments read. The new segments' rows
     are appended while every segment the index covers is live and APPENDS files have not piled up (an
     ingest's refresh costs what it added: rewriting a 2,560-node month's 2.4 million rows cost each one-line
     ingest 3.8 s); otherwise (a compaction replaced segments, or the appends piled up) it is written anew,
     SEGMENTS_A_READ segments read at a time and about COMMIT_ROWS rows committed at a time (each commit
     whole for the segments it covers: a read takes the others from the segments meanwhile; that month's
-    index at once held 8 GB)."""
+    index at once held 8 GB). One refresh at a time (two appended the same segments twice: attack-32 F1);
+    StoreBusy when another held it ``wait_s``."""
+    with store.lock(NAME, wait_s=wait_s):
+        return _refresh(store)
+
+
+def _refresh(store) -> int:
     live = {segment_name(store.events, path): path for source, _, path in store.live() if source in SOURCES}
     index, covered = _index(store)
     new = {rel for rel in live if rel not in covered}
@@ -136,23 +143,27 @@ def _appended(table, index: pl.LazyFrame, fresh: pl.DataFrame) -> bool:
 
 
 def _index(store) -> tuple[pl.LazyFrame | None, set[str]]:
-    """The index and the segments it covers; (None, nothing) where there is none, or it cannot be read (a
-    file gone or cut short, a damaged log): then every read goes to the segments, and the next refresh
-    writes it anew from them."""
+    """The index and the segments it covers, both of one version; (None, nothing) where there is none, or it
+    cannot be read (a file gone or cut short, a damaged log): then every read goes to the segments, and the next
+    refresh writes it anew from them."""
     from deltalake.exceptions import DeltaError
 
     try:
-        index = store.index(NAME).scan()
-        return index, _covered(store, index)
+        table = store.index(NAME)
+        snapshot = table.snapshot()
+        index = table.scan(snapshot=snapshot)
+        return index, _covered(store, index, snapshot[0])
     except (OSError, DeltaError, pl.exceptions.PolarsError):
         return None, set()
 
 
-def _covered(store, index: pl.LazyFrame | None) -> set[str]:
-    """The segments the index covers (its rows without a kind), read once per index version."""
+def _covered(store, index: pl.LazyFrame | None, version: int | None = None) -> set[str]:
+    """The segments the index covers (its rows without a kind), read once per index version: ``version``, the
+    one ``index`` was listed at (a version read after the listing paired a rewrite's first commit's rows with
+    the next version's: attack-32 F2), else the latest."""
     if index is None:
         return set()
-    version = store.index(NAME).snapshot()[0]
+    version = store.index(NAME).snapshot()[0] if version is None else version
     cached = store.notable_covered
     if cached is None or cached[0] != version:
         segments = index.filter(pl.col("kind").is_null()).select(SEGMENT).collect().get_column(SEGMENT)

@@ -426,11 +426,13 @@ class IndexTable(Table):
             self._committing(lambda: write_deltalake(
                 self.uri, table, storage_options=self.options, configuration=properties, writer_properties=packed, **how))
 
-    def scan(self, partitions: Iterable[str] | None = None, paths_as: str | None = None) -> pl.LazyFrame | None:
+    def scan(self, partitions: Iterable[str] | None = None, paths_as: str | None = None,
+             snapshot: tuple[int, list[str]] | None = None) -> pl.LazyFrame | None:
         """The rows (of the partitions named ``column=value`` alone, with ``partitions``); None while
         there is no table (or no file of those partitions). Partition columns are not in the files: with
-        ``paths_as``, a column of that name holds each row's file."""
-        version, rels = self.snapshot()
+        ``paths_as``, a column of that name holds each row's file. ``snapshot``: the version and files to read
+        (:meth:`snapshot`'s), else the latest."""
+        version, rels = snapshot or self.snapshot()
         if partitions is not None:
             prefixes = tuple(f"{p}/" for p in partitions)
             rels = [rel for rel in rels if rel.startswith(prefixes)]
