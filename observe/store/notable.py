@@ -73,7 +73,7 @@ def _refresh(store) -> int:
         return 0
     table = store.index(NAME)
     if index is not None and covered <= set(live) and not _piled_up(table, index) and _appended(
-            table, index, _read(store, [live[rel] for rel in sorted(new)])):
+            table, index.collect_schema(), _ordered(_read(store, [live[rel] for rel in sorted(new)]))):
         return len(new)
     if not _written_anew(store, table, live, index, covered):  # an older index's columns: from the segments alone
         _written_anew(store, table, live, None, set())
@@ -95,9 +95,7 @@ def _written_anew(store, table, live: dict, index: pl.LazyFrame | None, covered:
             if schema is None:
                 table.overwrite(fresh, STATS)
                 schema = fresh.schema
-            elif set(fresh.columns) <= set(schema.names()):  # the first commit's columns, in its order
-                table.append(pl.concat([pl.DataFrame(schema=schema), fresh], how="diagonal_relaxed").cast(schema), STATS)
-            else:
+            elif not _appended(table, schema, fresh):  # the first commit's columns, in its order
                 return False
             held = []
     return True
@@ -110,7 +108,7 @@ def _piled_up(table, index: pl.LazyFrame) -> bool:
 
 
 def _read(store, segments: list) -> pl.DataFrame:
-    """The notable rows of ``segments`` and a row with no kind for each (it is covered)."""
+    """The notable rows of ``segments`` and a row with no kind for each (it is covered), unordered."""
     if not segments:
         return pl.DataFrame()
     rows = (scan_segments([store.uri(p) for p in segments], store.table.options, paths_as=SEGMENT)
@@ -119,7 +117,7 @@ def _read(store, segments: list) -> pl.DataFrame:
     if rows.get_column(SEGMENT).null_count():
         raise OSError(f"{store.name}: a segment's path is not of the table's layout (source=/date=/file)")
     marks = pl.DataFrame({SEGMENT: [segment_name(store.events, p) for p in segments]}, schema={SEGMENT: pl.String})
-    return _ordered(rows, marks)
+    return pl.concat([rows, marks], how="diagonal_relaxed")
 
 
 def _ordered(*frames: pl.DataFrame) -> pl.DataFrame:
@@ -127,12 +125,11 @@ def _ordered(*frames: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([f for f in frames if f.width], how="diagonal_relaxed").sort("kind", "file_id", "offset", nulls_last=True)
 
 
-def _appended(table, index: pl.LazyFrame, fresh: pl.DataFrame) -> bool:
-    """Whether ``fresh`` was appended to the index (False where it holds a column the index does not: an
-    index an older observe wrote, to be written anew)."""
+def _appended(table, schema: pl.Schema, fresh: pl.DataFrame) -> bool:
+    """Whether ``fresh`` was appended to the index as columns ``schema`` (False where it holds a column the
+    index does not: an index an older observe wrote, to be written anew)."""
     from deltalake.exceptions import SchemaMismatchError
 
-    schema = index.collect_schema()
     if not set(fresh.columns) <= set(schema.names()):
         return False
     try:
