@@ -25,7 +25,9 @@ unless an uptime stamp ties them to their copies (a dmesg read without its boot 
 """
 from __future__ import annotations
 
+import tempfile
 from datetime import timedelta
+from pathlib import Path
 
 import polars as pl
 
@@ -34,6 +36,8 @@ from observe.provenance import trusted
 COPY_WINDOW = timedelta(seconds=2)  # how far apart two routes stamp one record (a syslog's second, a clock step)
 BUCKET_US = 2 * int(COPY_WINDOW.total_seconds() * 1_000_000)  # near_another_input's buckets: two windows wide
 KEY = ("source", "node", "job_id", "rank", "message")
+SOUGHT_ROWS = 4_000_000  # rows sought for copies at a time (their narrow columns: about half a gigabyte)
+SPLIT_GROUP_ROWS = 1 << 16  # rows the split holds for each part before writing them (a few MB a part)
 STREAM = KEY[:3]  # a node's own lines, or one job's output (job output has no node of its own): copies stay within one
 
 
@@ -47,21 +51,25 @@ UPTIME = pl.col("attrs").str.contains('"uptime"', literal=True)  # a kernel line
 
 def near_another_input(lf: pl.LazyFrame) -> pl.LazyFrame:
     """The rows of ``lf`` with a time that lie near a row of another input of their stream (source, node
-    and job: the parts of the record's key that are few). Streams only one input wrote are left out
-    first (one group-by); in the others,
-    two grids of buckets two windows wide, offset by a window, hold any two rows within a window of each
-    other in one bucket of one of them, so a bucket with one input has nothing to merge (integer keys,
-    over the stream, ``ts`` and ``file_id`` alone: cheap beside grouping by message)."""
+    and job: the parts of the record's key that are few), with their stream's and input's hashes (``_s``,
+    ``_f``: :func:`hashed`, where ``lf`` does not carry them yet). Streams only one input wrote are left
+    out first (one group-by); in the others, two grids of buckets two windows wide, offset by a window,
+    hold any two rows within a window of each other in one bucket of one of them, so a bucket with one
+    input has nothing to merge (integer keys: cheap beside grouping by message; two streams or inputs of
+    one hash only make more rows candidates, which :func:`clusters` tells apart)."""
     timed = lf.filter(pl.col("ts").is_not_null())
-    shared = (timed.group_by(STREAM).agg(pl.col("file_id").n_unique().alias("_n"))
-              .filter(pl.col("_n") > 1).drop("_n"))
-    width = BUCKET_US
-    stream, at = pl.struct(*STREAM).hash(), pl.col("ts").dt.epoch("us")
-    inputs = pl.col("file_id").hash()
+    timed = timed if "_s" in lf.collect_schema() else hashed(timed)
+    shared = timed.group_by("_s").agg(pl.col("_f").n_unique().alias("_n")).filter(pl.col("_n") > 1).select("_s")
+    width, at, stream, inputs = BUCKET_US, pl.col("ts").dt.epoch("us"), pl.col("_s"), pl.col("_f")
     busy = pl.any_horizontal([inputs.min().over(b) != inputs.max().over(b)  # an integer key per bucket
                               for b in (stream + ((at + shift) // width).cast(pl.UInt64) * 0x9E3779B97F4A7C15
                                         for shift in (0, width // 2))])
-    return timed.join(shared, on=list(STREAM), how="semi", nulls_equal=True).filter(busy)
+    return timed.join(shared, on="_s", how="semi").filter(busy)
+
+
+def hashed(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """``lf`` with its rows' stream (``_s``) and input (``_f``) as hashes: what :func:`near_another_input` reads."""
+    return lf.with_columns(_s=pl.struct(*STREAM).hash(), _f=pl.col("file_id").hash())
 
 
 def clusters(lf: pl.LazyFrame) -> pl.LazyFrame:
@@ -70,7 +78,7 @@ def clusters(lf: pl.LazyFrame) -> pl.LazyFrame:
     stamp (``_u``). Only rows near a row of another input of their source and node are
     clustered (:func:`near_another_input`), and rows without a time that carry a kernel uptime stamp."""
     up = pl.col("attrs").str.json_path_match("$.uptime")
-    timed = near_another_input(lf)
+    timed = near_another_input(lf).drop("_s", "_f")
     untimed = lf.filter(pl.col("ts").is_null() & UPTIME)
     candidates = pl.concat([timed, untimed]).select("_row", "file_id", "ts", *KEY, up.alias("_up"),
                                                     trusted().alias("_tr"))
@@ -127,8 +135,75 @@ def marks(lf: pl.LazyFrame) -> pl.LazyFrame:
     return rows.join(winner, on="_c").select("_row", "_c", copy_of)
 
 
-def one_per_record(lf: pl.LazyFrame) -> pl.LazyFrame:
-    """``lf`` (events) with the copies of each record read through other inputs left out."""
-    lf = lf.with_row_index("_row").cache()  # read once, though the plan below uses it twice
-    dropped = marks(lf).filter(pl.col("copy_of").is_not_null()).select("_row")
-    return lf.join(dropped, on="_row", how="anti", maintain_order="left").drop("_row")
+def settled(rows: pl.LazyFrame, found: pl.LazyFrame) -> pl.LazyFrame:
+    """``rows`` (``_row``, their ``copy_of`` as marked, and ``_mine``: the rows whose marks are decided
+    again) with ``_want``, their marks once ``found`` (:func:`marks` of those that may be copies, with
+    their ``_mine``) is taken where it counts: the rows of a cluster with a ``_mine`` row take the found
+    mark, the other ``_mine`` rows are kept, the rest keep theirs (a row near a changed window keeps a
+    cluster that nothing changed)."""
+    hit = found.filter(pl.col("_mine")).select("_c").unique()
+    taken = found.join(hit, on="_c", how="semi").select("_row", pl.col("copy_of").alias("_found"), _taken=pl.lit(True))
+    want = (pl.when(pl.col("_taken").fill_null(False)).then(pl.col("_found"))
+            .when(pl.col("_mine")).then(pl.lit(None, pl.String)).otherwise(pl.col("copy_of")))
+    return rows.join(taken, on="_row", how="left").with_columns(want.alias("_want")).drop("_found", "_taken")
+
+
+def candidates(lf: pl.LazyFrame) -> pl.DataFrame:
+    """The rows (``_row``) of ``lf`` that may have a copy: near a row of another input of their stream
+    (:func:`near_another_input`), and the rows without a time that carry kernel uptime stamps.
+
+    Their window functions hold what they read (deciding over a 2,560-node fleet's days at once held
+    20 GB), so more than SOUGHT_ROWS rows are first written out, narrow and hashed, in parts of whole
+    streams (one pass, a few bytes a row, in a temporary folder), and sought in one part at a time. (A
+    pass that marks the store knows its files' times and seeks some hours at a time, reading only their
+    row groups: :func:`observe.store.copy_marks.mark`, 0.78 GB and 7.1 s against 1.16 GB and 7.9 s this way
+    over a 53-million-row store.)"""
+    untimed = pl.col("ts").is_null() & UPTIME.fill_null(False)
+    n, stamped = lf.select(pl.len(), untimed.sum()).collect(engine="streaming").row(0)
+    narrow = hashed(lf.filter(pl.col("ts").is_not_null()).select("_row", "ts", *STREAM, "file_id")).select(
+        "_row", "ts", "_s", "_f")
+    found = [lf.filter(untimed).select("_row").collect(engine="streaming")] if stamped else []
+    parts = -(-n // SOUGHT_ROWS)
+    if parts <= 1:
+        return pl.concat([near_another_input(narrow).select("_row").collect(engine="streaming"), *found])
+    with tempfile.TemporaryDirectory(prefix="observe-copies-") as folder:
+        rows, split = Path(folder) / "rows.arrow", Path(folder) / "parts"
+        narrow.with_columns(_p=(pl.col("_s") % parts).cast(pl.UInt32)).sink_ipc(rows, compression="lz4")
+        _split(rows, split)
+        found += [near_another_input(pl.scan_ipc(sorted(part.iterdir()))).select("_row").collect(engine="streaming")
+                  for part in split.iterdir()]
+    return pl.concat(found)
+
+
+def _split(rows: Path, folder: Path) -> None:
+    """The rows of the Arrow file ``rows`` written again in ``folder``, a folder for each value of ``_p``,
+    some rows at a time (pyarrow's dataset writer: polars' partitioned sink is unstable)."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    some = ds.dataset(rows, format="ipc").scanner(batch_size=SPLIT_GROUP_ROWS, batch_readahead=1, fragment_readahead=1,
+                                                  use_threads=False)
+    ds.write_dataset(some, folder, format="ipc", partitioning=ds.partitioning(pa.schema([("_p", pa.uint32())])),
+                     file_options=ds.IpcFileFormat().make_write_options(compression="lz4"),
+                     max_rows_per_group=SPLIT_GROUP_ROWS, min_rows_per_group=SPLIT_GROUP_ROWS // 2, use_threads=False)
+
+
+def one_per_record(lf: pl.LazyFrame, mine: pl.Expr | None = None) -> pl.LazyFrame:
+    """``lf`` (events) with the copies of each record read through other inputs left out. With ``mine``,
+    only those rows (and the rows in a cluster with one) are decided; the others are as their ``copy_of``
+    marks them (:func:`settled`: the store's marks, current outside ``mine``).
+
+    ``lf`` is read a few times (the rows that may be copies first, then theirs alone, then all) rather
+    than held: memory is what may be copies, not what is read."""
+    lf = lf.with_row_index("_row")
+    some = candidates(lf).get_column("_row").implode()
+    full = lf.filter(pl.col("_row").is_in(some)).select("_row", "ts", *KEY, "attrs", "route", "file_id",
+                                                        *(() if mine is None else (mine.alias("_mine"),)))
+    full = full.collect(engine="streaming").lazy()
+    found = marks(full)
+    if mine is None:
+        dropped = found.filter(pl.col("copy_of").is_not_null()).select("_row").collect()
+        return lf.join(dropped.lazy(), on="_row", how="anti", maintain_order="left").drop("_row")
+    found = found.join(full.select("_row", "_mine"), on="_row").collect().lazy()
+    return (settled(lf.with_columns(mine.alias("_mine")), found).filter(pl.col("_want").is_null())
+            .drop("_row", "_mine", "_want"))

@@ -65,7 +65,7 @@ def pieces(store: Store, run: Engine, match: Match, start: datetime, span: timed
     is read from the segments: at most two days'. ``counting`` is told how many segments are counted
     first, when any are."""
     counted = partial(masked_counts, start=start)
-    if (span < timedelta(days=1) or not match.marked or match.copies or match.undated or match.nodes or match.kinds
+    if (span < timedelta(days=1) or not match.current or match.copies or match.undated or match.nodes or match.kinds
             or match.job or match.grep):
         return [run.by_node(store, match, counted, Order(("masked",)))], span, None
     since, until = on_the_hour(start - span), on_the_hour(start)

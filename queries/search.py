@@ -8,7 +8,8 @@ import polars as pl
 
 from observe.schema import SOURCES
 from observe.copies import one_per_record
-from observe.store import Store
+from observe.store import MARK, Store
+from observe.store.copy_marks import Reach
 
 def first_line(text: str | None) -> str:
     """A message's first line, for one-line listings (the consoles show its control characters escaped)."""
@@ -28,7 +29,8 @@ def check_regex(pattern: str) -> str:
 @dataclass(frozen=True)
 class Match:
     """What a search asks for: the filters and whether copies of a record are kept (``marked``: as the
-    store's marks say, each record at its kept row's time; else decided from the rows read). Split in two so
+    store's marks say, each record at its kept row's time, and decided from the rows read where the marks
+    are stale; None: decided from the rows read everywhere). Split in two so
     that an engine can read a share of the store at a time (:meth:`rows`) and put a node's rows
     together before the rest (:meth:`events`)."""
 
@@ -41,7 +43,7 @@ class Match:
     grep: str | None = None
     undated: bool = False
     copies: bool = False
-    marked: bool = False  # the rows' copy marks are current (Store.marks_current): read them, do not decide again
+    marked: tuple[Reach, ...] | None = None  # where the store's copy marks are stale (Store.stale_marks; (): nowhere)
     ordered: bool = True  # events oldest first; an analysis whose result no order changes (counts) skips the sort
 
     def __post_init__(self) -> None:
@@ -58,8 +60,9 @@ class Match:
 
     def rows(self, store: Store, files: list) -> pl.LazyFrame:
         """The matching rows of ``files`` (row groups outside the filters are not read), copies and all."""
-        lf = store.events_in(files, self.since, self.until, self.undated, kept=self.marked and not self.copies,
-                             kinds=self.kinds)
+        hybrid = bool(self.marked) and not self.copies
+        lf = store.events_in(files, self.since, self.until, self.undated, kept=self.marked is not None and not self.copies,
+                             kinds=self.kinds, stale=self._stale() if hybrid else None)
         if self.nodes:
             lf = lf.filter(pl.col("node").is_in(self.nodes))
         if self.kinds:
@@ -73,8 +76,24 @@ class Match:
     def events(self, rows: pl.LazyFrame) -> pl.LazyFrame:
         """Matching rows as events, oldest first (unless not ``ordered``), each record once unless ``copies``
         (a node's copies are all among its own rows: rows of whole nodes give the events of those nodes)."""
-        events = rows if self.copies or self.marked else one_per_record(rows)
+        if self.copies or self.current:
+            events = rows
+        elif self.marked is None:
+            events = one_per_record(rows)
+        else:  # the marks read where current, decided again where stale
+            stale, marked = self._stale(), rows.filter(self._stale()).rename({MARK: "copy_of"})
+            events = pl.concat([rows.filter(~stale).drop(MARK),
+                                one_per_record(marked, mine=self._stale("mine")).drop("copy_of")])
         return events.sort(*ORDER, nulls_last=True) if self.ordered else events
+
+    @property
+    def current(self) -> bool:
+        """Whether the store's copy marks are read everywhere (none is stale)."""
+        return self.marked == ()
+
+    def _stale(self, rows: str = "read") -> pl.Expr:
+        """The rows read to decide the stale marks again (``read``), or those whose marks are stale (``mine``)."""
+        return pl.any_horizontal([pl.col("source").eq(r.source) & getattr(r, rows)() for r in self.marked or ()])
 
 
 ORDER = ("ts", "node", "offset", "file_id", "kind")  # events' order: oldest first, and total (rows of one

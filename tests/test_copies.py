@@ -148,6 +148,27 @@ def test_a_copy_pair_is_one_record_wherever_it_falls_on_the_bucket_grid(gap_ms: 
     assert one_per_record(df.lazy()).collect().height == len(starts)
 
 
+def test_many_rows_are_sought_for_copies_a_part_of_their_streams_at_a_time(monkeypatch) -> None:
+    """More rows than SOUGHT_ROWS are written out narrow in parts of whole streams and sought for copies a
+    part at a time (their window functions hold what they read: 20 GB over a 2,560-node fleet's days at
+    once): the same records kept, in the same order, as when sought at once."""
+    import observe.copies as copies
+
+    base = datetime(2026, 11, 20, 10, 0, 0, tzinfo=timezone.utc)
+    rows = [(f"gpu{n:03d}", f, base + timedelta(minutes=i, milliseconds=300 * (f == "s")))
+            for n in range(6) for i in range(20) for f in ("d", "s")]
+    df = pl.DataFrame({"node": [n for n, _, _ in rows], "file_id": [f for _, f, _ in rows], "ts": [t for *_, t in rows]}
+                      ).with_columns(source=pl.lit("kernel"), job_id=pl.lit(None, pl.String), rank=pl.lit(None, pl.Int64),
+                                     message=pl.lit(XID), attrs=pl.lit(None, pl.String), route=pl.lit("kmsg"))
+    whole = one_per_record(df.lazy()).collect()
+    folders = []
+    real = copies.tempfile.TemporaryDirectory
+    monkeypatch.setattr(copies.tempfile, "TemporaryDirectory", lambda **kw: folders.append(kw) or real(**kw))
+    monkeypatch.setattr(copies, "SOUGHT_ROWS", 7)
+    parted = one_per_record(df.lazy()).collect()
+    assert whole.height == 120 and parted.equals(whole) and len(folders) == 1
+
+
 def test_lines_a_user_can_write_never_hide_the_kernels() -> None:
     """A syslog relays what any process sends (``logger -t kernel``): however many copies of a kernel
     record it holds, the kernel's own log (a trusted route) is what is kept."""

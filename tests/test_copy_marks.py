@@ -310,6 +310,41 @@ def test_queries_read_current_marks_and_decide_again_otherwise(tmp_path: Path, m
     assert observe_count(store) == 4
 
 
+def test_a_query_decides_again_only_where_marks_are_stale(tmp_path: Path, monkeypatch) -> None:
+    """Marks stale in a day (an ingest that could not mark: a compaction held the store) are decided again from
+    that day's rows and those a day either side; the rest are read as marked. Deciding over every row read
+    held 20 GB on a 2,560-node month whose marks were due."""
+    import queries.search
+
+    boot = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(days=10)
+    early, late = 9000.0, 9000.0 + 8 * 86400  # eight days apart
+    kernel_logs(tmp_path / "a", boot, [(early, XID), (early + 0.5, XID), (early + 100, LINK)])
+    kernel_logs(tmp_path / "b", boot, [(late, XID), (late + 100, LINK)])
+    store = tmp_path / "store"
+    for part in ("a", "b"):
+        ingest(store, str(tmp_path / part / "dmesg"), "--source", "kernel", "--node", "gpu001",
+               "--boot-time", boot.isoformat())
+    ingest(store, str(tmp_path / "a" / "syslog"))
+    monkeypatch.setattr(ingest_module, "MARK_WAIT_S", 0.0)
+    with Store(store).lock("compact"):
+        ingest(store, str(tmp_path / "b" / "syslog"))  # copies of b's dmesg, not marked as such yet
+    assert not Store(store).marks_current()
+    decide, decided = queries.search.one_per_record, []
+
+    def watched(rows, **mine):
+        decided.append(rows.select(pl.col("ts").min().alias("lo"), pl.col("ts").max().alias("hi"), pl.len()).collect().row(0))
+        return decide(rows, **mine)
+
+    monkeypatch.setattr(queries.search, "one_per_record", watched)
+    assert observe_count(store) == 5
+    (lo, hi, n), = decided
+    assert lo >= boot + timedelta(seconds=late - 86400) and hi <= boot + timedelta(seconds=late + 86400 + 100), (lo, hi)
+    assert n == 4  # b's two records, read through dmesg and the syslog
+    assert outside_counts(store)["duckdb"] == 7  # the stored marks alone count b's syslog rows too
+    assert runner.invoke(app, ["compact", "--store", str(store)]).exit_code == 0
+    assert Store(store).marks_current() and agree(store)["duckdb"] == 5
+
+
 def test_a_time_filter_of_many_ranges_keeps_exactly_them_and_a_read_keeps_them_all() -> None:
     """Up to 64 time ranges are tested one by one (polars streams that, and prunes by row groups' times:
     a lookup held a 53-million-row scope whole, 3 GB); more are looked up where rows are marked, and merged

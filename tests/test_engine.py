@@ -50,6 +50,21 @@ def test_a_search_on_ray_is_the_embedded_search(store: Store, match: Match) -> N
     assert_frame_equal(there, here)
 
 
+@pytest.mark.parametrize("engine_name", ["polars", "ray"])
+def test_marks_stale_in_a_day_are_decided_again_there_on_either_engine(store: Store, engine_name: str) -> None:
+    """Where the store says marks are stale (a day of kernel rows), each engine decides copies from the rows
+    read there and reads the marks elsewhere: the events of deciding everywhere."""
+    from observe.store.copy_marks import reach
+
+    last = store.scan(["kernel"]).select(pl.col("ts").max()).collect().item()
+    day = int((last - timedelta(days=1)).timestamp() * 1e6)
+    stale = tuple(reach(store, {("kernel", day - 86_400_000_000, day)}).values())
+    everywhere = Engine("polars").by_node(store, Match(sources=["kernel", "syslog"]), first, Order(ORDER))
+    there = Engine(engine_name).by_node(store, Match(sources=["kernel", "syslog"], marked=stale), first, Order(ORDER))
+    assert everywhere.height > 0
+    assert_frame_equal(there, everywhere)
+
+
 @pytest.mark.parametrize("buckets", [0, 1, 5])
 def test_flaky_nodes_and_gpus_on_ray_are_the_embedded_ones(store: Store, buckets: int) -> None:
     for analysis, order in ((rank_nodes, NODE_ORDER), (rank_gpus, GPU_ORDER)):

@@ -46,7 +46,7 @@ def counted(monkeypatch) -> list[int]:
 
 def _ask(store: Store, start: datetime, span: timedelta, end: datetime) -> tuple[pl.DataFrame, pl.DataFrame, str | None]:
     """(patterns from the kept baseline, patterns from the events counted again over the same hours, why not kept)."""
-    match = Match(since=start - span, until=end, ordered=False, marked=store.marks_current())
+    match = Match(since=start - span, until=end, ordered=False, marked=store.stale_marks())
     pieces, baseline_span, why = pattern_counts.pieces(store, engine("polars"), match, start, span)
     found = compare(pieces, window_span=end - start, baseline_span=baseline_span, min_count=1, min_ratio=1.5)
     since = pattern_counts.on_the_hour(start - span)
@@ -75,7 +75,7 @@ def test_the_kept_baseline_answers_as_the_events_counted_again(store: Store, cou
     again, _, _ = _ask(store, start, span, end)
     assert counted[-1] == 0  # every segment the baseline needs is counted already
     assert_frame_equal(again, direct)
-    match = Match(since=start - span, until=end, ordered=False, marked=True)
+    match = Match(since=start - span, until=end, ordered=False, marked=())
     pieces, baseline_span, _ = pattern_counts.pieces(store, engine("polars"), match, start, span)
     whole = replace(match, since=start - baseline_span)
     rows = whole.events(whole.rows(store, whole.files(store))).filter(pl.col("ts") < start).select(pl.len()).collect()
@@ -130,7 +130,7 @@ def test_a_store_it_cannot_write_to_gets_its_answer_and_the_reason(store: Store,
 
 def test_a_search_of_some_nodes_counts_its_own(store: Store, counted: list[int]) -> None:
     start, span, end = _window(store)
-    match = Match(since=start - span, until=end, nodes=["node001"], ordered=False, marked=True)
+    match = Match(since=start - span, until=end, nodes=["node001"], ordered=False, marked=())
     pieces, baseline_span, why = pattern_counts.pieces(store, engine("polars"), match, start, span)
     assert (baseline_span, why, counted) == (span, None, [])
     direct = [masked_counts(match.events(match.rows(store, match.files(store))), start=start)]
@@ -232,7 +232,7 @@ def test_a_baseline_under_a_day_is_read_from_the_segments(store: Store, counted:
     at most two days' files."""
     start, _, end = _window(store)
     span = timedelta(hours=3, minutes=20)
-    match = Match(since=start - span, until=end, ordered=False, marked=True)
+    match = Match(since=start - span, until=end, ordered=False, marked=())
     pieces, baseline_span, why = pattern_counts.pieces(store, engine("polars"), match, start, span)
     assert (baseline_span, why, counted) == (span, None, [])
     direct = [masked_counts(match.events(match.rows(store, match.files(store))), start=start)]

@@ -62,7 +62,7 @@ def query_cmd(
         st = open_store(store)
         match = Match(since=start, until=end, nodes=nodes, sources=source, kinds=kind, job=job, grep=grep)
         # checked in the order a user's mistakes come; a count needs its events in no order
-        match = replace(match, marked=existing_store(st).marks_current(), ordered=not by)
+        match = replace(match, marked=existing_store(st).stale_marks(), ordered=not by)
         rows = limit + 1 if limit else None
         if by:
             df = counts(engine(engine_name, ray_address).by_node(st, match, partial(count, by=by), Order(tuple(by))), by)
@@ -341,7 +341,7 @@ def patterns_cmd(
     except (ValueError, EngineError) as exc:
         fail(str(exc))
     st = existing_store(open_store(store))
-    match = replace(match, marked=st.marks_current())
+    match = replace(match, marked=st.stale_marks())
     try:
         if all_:
             pieces = [run.by_node(st, match, masked_counts, Order(("masked",)))]

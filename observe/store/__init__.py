@@ -327,15 +327,20 @@ class Store:
         return self.events_in(self.files(sources, since, until, undated), since, until, undated)
 
     def events_in(self, files: list[Path], since: datetime | None = None, until: datetime | None = None,
-                  undated: bool = False, kept: bool = False, kinds: list[str] | None = None) -> pl.LazyFrame:
+                  undated: bool = False, kept: bool = False, kinds: list[str] | None = None,
+                  stale: pl.Expr | None = None) -> pl.LazyFrame:
         """:meth:`scan` of some of the live segments (:meth:`files` names them): a share of a scan. With
-        ``kept``, rows marked as copies (``copy_of``, :func:`marks_current`) are left out. With ``kinds``,
+        ``kept``, rows marked as copies (``copy_of``, :meth:`stale_marks`) are left out, but for those
+        ``stale`` selects, where the marks are to be decided again: every row then carries its mark
+        (:data:`MARK`). With ``kinds``,
         only rows of those kinds are asked for: rare ones are read from the notable index where it
         covers a segment (:mod:`observe.store.notable`); the caller still filters on kind."""
         if not files:
             return pl.LazyFrame(schema=POLARS_SCHEMA)
         scan = notable.scan(self, files, kinds) if notable.wanted(kinds) else self.scan_files(files)
-        lf = from_stored(scan.filter(pl.col("copy_of").is_null()) if kept else scan)
+        if kept:
+            scan = scan.filter(pl.col("copy_of").is_null() | (pl.lit(False) if stale is None else stale))
+        lf = from_stored(scan if stale is None else scan.with_columns(pl.col("copy_of").alias(MARK)))
         keep = pl.col("ts").is_null() if undated else pl.lit(False)
         if since is not None:
             lf = lf.filter(keep | (pl.col("ts") >= since))
@@ -346,6 +351,10 @@ class Store:
     def marks_current(self) -> bool:
         """Whether every row's ``copy_of`` is up to date (:func:`observe.store.copy_marks.current`)."""
         return copy_marks.current(self)
+
+    def stale_marks(self) -> tuple[copy_marks.Reach, ...] | None:
+        """Where rows' ``copy_of`` may be out of date (:func:`observe.store.copy_marks.stale`; (): nowhere)."""
+        return copy_marks.stale(self)
 
     def known(self, file_id: str) -> pl.DataFrame:
         """Records already stored for one input: ``offset`` and ``text`` (a hash of ``raw``). Inputs
@@ -379,6 +388,9 @@ def rewrite(location: str, directory: Path, segs: list[Path], file_rows: int,
             held: int | None = None) -> tuple[list[tuple[Path, Written]], int]:
     """A batch's compaction outputs written by a store opened at ``location`` (in a pool's worker)."""
     return Store(location).compactor.rewrite(directory, segs, file_rows, held)
+
+
+MARK = "_copy_of"  # a row's stored copy mark, where a reader decides stale marks again (events have no copy_of)
 
 
 class StoreBusy(RuntimeError):

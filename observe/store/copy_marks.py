@@ -36,7 +36,7 @@ from typing import NamedTuple
 
 import polars as pl
 
-from observe.copies import BUCKET_US, KEY, STREAM, UPTIME, marks, near_another_input
+from observe.copies import BUCKET_US, KEY, SOUGHT_ROWS, STREAM, UPTIME, marks, near_another_input, settled
 from observe.store.layout import DAY_US, UNKNOWN_DATE, fresh_name, period
 from observe.store.table import partition_of
 
@@ -44,7 +44,7 @@ MARKED = "copies.json"  # the table version whose changes are marked, and the wi
 REWRITE_ROWS = 2_000_000  # rows one pass rewrites at most (at least one file); the rest stays due for the next
 NEAR_US = DAY_US  # a marked file is read with its source's files this close in time
 NEAR_PAD_US = BUCKET_US  # how far past a time range the buckets of its rows reach (observe/copies.py)
-CHUNK_ROWS = 4_000_000  # rows sought for copies at a time (their narrow columns: about half a gigabyte)
+CHUNK_ROWS = SOUGHT_ROWS  # rows sought for copies at a time
 HOUR_US = 3_600_000_000
 WITHIN_TERMS = 64  # time ranges a filter tests one by one (see _within)
 
@@ -118,7 +118,7 @@ def mark(store, touched: set[Window], budget: int, one: bool) -> tuple[int, set[
     first file whatever its rows, with ``one``). Returns the files rewritten and the windows left due."""
     if not touched:
         return 0, set()
-    asked = _asked(store, touched)
+    asked = reach(store, touched)
     groups = _scope(store.live(), store.spans(), asked)
     files = [f for _, group in groups for f in group]
     if not files:
@@ -126,10 +126,10 @@ def mark(store, touched: set[Window], budget: int, one: bool) -> tuple[int, set[
     rows = dict((store.events / rel, n) for rel, _, n, _ in store.table.files())
     starts = dict(zip(files, accumulate((rows[f] for f in files), initial=0)))  # each file's first _row
     # each source's files, their rows numbered as in the whole scope, then only those near what changed
-    scans = [store.scan_files(group).with_row_index("_row", offset=starts[group[0]]).filter(asked[source].read)
+    scans = [store.scan_files(group).with_row_index("_row", offset=starts[group[0]]).filter(asked[source].read())
              for source, group in groups]
     scan = pl.concat(scans)
-    mine = pl.any_horizontal([pl.col("source").eq(source) & asked[source].mine for source, _ in groups])
+    mine = pl.any_horizontal([pl.col("source").eq(source) & asked[source].mine() for source, _ in groups])
     # the rows that may be copies, from narrow columns, some hours at a time (memory is theirs, not the scope's)
     narrow = scan.select("_row", "ts", *STREAM, "file_id")
     # each its own pass: collected together, the scope they share was held whole (16 GB at 2,560 nodes)
@@ -142,15 +142,13 @@ def mark(store, touched: set[Window], budget: int, one: bool) -> tuple[int, set[
     some = candidates.get_column("_row").implode()
     full = scan.filter(pl.col("_row").is_in(some)).select("_row", "ts", *KEY, "attrs", "route", "file_id", "copy_of",
                                                           mine.alias("_mine")).collect(engine="streaming")
-    found = marks(full.lazy()).collect()
     # where marks change: the rows of the touched windows, and the rows of clusters one of them is in
     first = pl.Series([starts[f] for f in files], dtype=pl.Int64)
     base = (pl.concat([full.select("_row", "ts", "source", "copy_of", "_mine"), marked]).unique("_row")
-            .with_columns((pl.lit(first).search_sorted(pl.col("_row").cast(pl.Int64), side="right") - 1).alias("_file"))
-            .join(found, on="_row", how="left", suffix="_want"))
-    hit = base.filter(pl.col("_mine") & pl.col("_c").is_not_null()).get_column("_c").unique().implode()
-    want = pl.when(pl.col("_mine") | pl.col("_c").is_in(hit)).then(pl.col("copy_of_want")).otherwise(pl.col("copy_of"))
-    changed = base.filter(pl.col("copy_of").ne_missing(want)).select("_file", "_row", "ts", "source", want.alias("_want"))
+            .with_columns((pl.lit(first).search_sorted(pl.col("_row").cast(pl.Int64), side="right") - 1).alias("_file")))
+    found = marks(full.lazy()).join(full.lazy().select("_row", "_mine"), on="_row")
+    changed = (settled(base.lazy(), found).filter(pl.col("copy_of").ne_missing(pl.col("_want")))
+               .select("_file", "_row", "ts", "source", "_want").collect())
     replaced, temps, left, spent = [], [], set(), 0
     for (i,), here in sorted(changed.partition_by("_file", as_dict=True).items()):
         old = files[i]
@@ -201,19 +199,27 @@ def _near(narrow: pl.LazyFrame, chunks: list[tuple[int, int]]) -> list[pl.DataFr
             .filter(at >= lo, at < hi).select("_row").collect(engine="streaming") for lo, hi in chunks]
 
 
-class _Asked(NamedTuple):
-    """What a pass asks of one source: the times it reads (``near``: its windows and NEAR_US on either
-    side; all of them where its rows without a time were touched and carry kernel uptime stamps, which
-    tie them to copies at any time), and as filters, the rows it reads (``read``: those, and the rows
-    without a time) and the rows it marks (``mine``: the windows', and the rows without a time where
-    those were touched)."""
-    near: list[tuple[int, int]]
-    read: pl.Expr
-    mine: pl.Expr
+class Reach(NamedTuple):
+    """What marking one source's windows reaches: the times it reads (``near``: the windows and NEAR_US on
+    either side; all of them where its rows without a time were touched and carry kernel uptime stamps,
+    which tie them to copies at any time), the windows' own (``times``) and whether its rows without a
+    time were touched (``undated``). Plain data, so that a search that carries it travels to Ray's workers."""
+    source: str
+    near: tuple[tuple[int, int], ...]
+    times: tuple[tuple[int, int], ...]
+    undated: bool
+
+    def read(self) -> pl.Expr:
+        """Of the source's rows, those read: ``near``'s, and the rows without a time."""
+        return _within(list(self.near), exact=False) | pl.col("ts").is_null()
+
+    def mine(self) -> pl.Expr:
+        """Of the source's rows, those marked: the windows', and the rows without a time where those were touched."""
+        return _within(list(self.times)) | (pl.col("ts").is_null() if self.undated else pl.lit(False))
 
 
-def _asked(store, touched: set[Window]) -> dict[str, _Asked]:
-    """:class:`_Asked` of each source of the ``touched`` windows."""
+def reach(store, touched: set[Window]) -> dict[str, Reach]:
+    """:class:`Reach` of each source of the ``touched`` windows."""
     by_source: dict[str, list[tuple[int, int]]] = {}
     undated = set()
     for source, lo, hi in touched:
@@ -227,8 +233,7 @@ def _asked(store, touched: set[Window]) -> dict[str, _Asked]:
     for source, ranges in by_source.items():
         times = _merged(ranges)
         near = [(-1, 1 << 62)] if source in stamped else _merged([(lo - NEAR_US, hi + NEAR_US) for lo, hi in times])
-        out[source] = _Asked(near, _within(near, exact=False) | pl.col("ts").is_null(),
-                             _within(times) | (pl.col("ts").is_null() if source in undated else pl.lit(False)))
+        out[source] = Reach(source, tuple(near), tuple(times), source in undated)
     return out
 
 
@@ -267,9 +272,9 @@ def _fewer(ranges: list[tuple[int, int]], n: int) -> list[tuple[int, int]]:
 
 
 def _scope(live: list[tuple[str, str, Path]], spans: dict[Path, tuple[int, int]],
-           asked: dict[str, _Asked]) -> list[tuple[str, list[Path]]]:
+           asked: dict[str, Reach]) -> list[tuple[str, list[Path]]]:
     """The files a pass reads, by source: those whose range meets what it reads of the source
-    (:class:`_Asked`), and all of the source's files without a time."""
+    (:class:`Reach`), and all of the source's files without a time."""
     groups: dict[str, list[Path]] = {}
     for source, name, f in live:
         if source in asked and ((r := spans.get(f) or period(name)) is None or _meets(asked[source].near, r)):
@@ -297,9 +302,23 @@ def _meets(merged: list[tuple[int, int]], r: tuple[int, int]) -> bool:
 def current(store) -> bool:
     """Whether every row's mark is up to date: nothing added since the version last marked, nothing due
     (a reader may then count ``copy_of IS NULL`` instead of deciding again)."""
+    return stale(store) == ()
+
+
+def stale(store) -> tuple[Reach, ...] | None:
+    """Where rows' marks may be out of date, as what marking it would reach (:class:`Reach`): the windows a
+    pass left due and those of the files added since the version last marked (an ingest whose budget ran
+    out, one that ended meanwhile, a compaction between its commit and its pass); () where every mark is
+    current, None where the store was never marked. A reader reads the marks elsewhere and decides again
+    here (:func:`observe.copies.one_per_record`), which costs what is stale, not the store."""
     version, _ = store.table.snapshot()
+    if version < 0:
+        return ()
     last, due = _state(store)
-    return version >= 0 and last is not None and last <= version and not due and store.table.added(last, version) == {}
+    if last is None or last > version:
+        return None
+    added = store.table.added(last, version)
+    return tuple(reach(store, _added(store, added) | due).values()) if added or due else ()
 
 
 def _state(store) -> tuple[int | None, set[Window]]:
