@@ -517,6 +517,7 @@ def run_events(store: Store, run: Run, before: timedelta, after: timedelta, else
     which the model weighs, so that a line is never taken for earlier than it may have been.
     It also keeps a requeued job's earlier runs out, and the lines of its output that name a node only its other runs
     had (``elsewhere``: srun's "Node failure on gpu009" of the run before, printed after that run's last stamp)."""
+    marked = store.stale_marks()  # each record once as the store marks it, decided again only where stale
     anchor_lo, anchor_hi = run.start or run.end, run.end or run.start
     since = anchor_lo - before if anchor_lo else None
     until = anchor_hi + after if anchor_hi else None
@@ -526,7 +527,7 @@ def run_events(store: Store, run: Run, before: timedelta, after: timedelta, else
     printed_after = pl.when(pl.col("ts").is_null()).then(
         pl.min_horizontal(pl.max_horizontal(pl.col("ts").forward_fill().over("file_id"), start), placed))
     # the job's output: its stamped lines near the run, and its unstamped ones (placed between them)
-    mine = (search(store, since=since, until=until, job=run.job_id, undated=True)
+    mine = (search(store, since=since, until=until, job=run.job_id, undated=True, marked=marked)
             .sort("file_id", "offset").with_columns(placed.alias("_at"), printed_after.alias("printed_after")))
     inside = pl.col("_at").is_null()
     own_since = (run.start - timedelta(minutes=1) if run.start else since) if since is not None else None
@@ -539,7 +540,7 @@ def run_events(store: Store, run: Run, before: timedelta, after: timedelta, else
         pl.col("ts").is_null().alias("approx"), pl.col("_at").alias("ts"),
         pl.coalesce(pl.when(claimed.is_in(run.nodes or [])).then(claimed), "node").alias("node")).drop("_at")
     earlier = (pl.col("job_id") == run.job_id) & (pl.col("ts") < own_since) if since is not None else pl.lit(False)
-    on_nodes = (search(store, since=since, until=until, nodes=run.nodes or None)  # not the job's earlier runs' lines
+    on_nodes = (search(store, since=since, until=until, nodes=run.nodes or None, marked=marked)  # not earlier runs' lines
                 .filter(~earlier.fill_null(False))
                 .with_columns(pl.lit(False).alias("approx"), pl.lit(None, pl.Datetime("us", "UTC")).alias("printed_after")))
     return (pl.concat([on_nodes, mine], how="diagonal").unique(subset=["file_id", "offset", "kind"], keep="first", maintain_order=True)

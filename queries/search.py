@@ -102,15 +102,17 @@ ORDER = ("ts", "node", "offset", "file_id", "kind")  # events' order: oldest fir
 
 def search(store: Store, since: datetime | None = None, until: datetime | None = None,
            nodes: list[str] | None = None, sources: list[str] | None = None, kinds: list[str] | None = None,
-           job: str | None = None, grep: str | None = None, undated: bool = False, copies: bool = False) -> pl.LazyFrame:
+           job: str | None = None, grep: str | None = None, undated: bool = False, copies: bool = False,
+           marked: tuple[Reach, ...] | None = None) -> pl.LazyFrame:
     """Matching events, oldest first, each record once (:func:`one_per_record`: a kernel line kept in
     both dmesg and the syslog is one event); partitions and row groups outside the filters are not read.
 
     With ``undated``, events without a time (NCCL INFO lines) match any time range. With ``copies``,
     a record two inputs hold is there twice: for what only asks whether something happened, which a
-    copy does not change, and costs less to read.
+    copy does not change, and costs less to read. With ``marked`` (:meth:`Store.stale_marks`), the
+    store's copy marks are read where they are current instead of deciding again (:class:`Match`).
     """
-    match = Match(since, until, nodes, sources, kinds, job, grep, undated, copies)
+    match = Match(since, until, nodes, sources, kinds, job, grep, undated, copies, marked)
     return match.events(match.rows(store, match.files(store)))
 
 
