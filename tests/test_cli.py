@@ -132,6 +132,18 @@ def test_help_imports_no_data_library() -> None:
     assert done.returncode == 0 and done.stdout.strip() == "[]", (done.stdout, done.stderr[-2000:])
 
 
+def test_a_command_run_alone_has_the_help_and_errors_of_the_whole_app() -> None:
+    """`observe CMD ...` runs an app of CMD alone (typer reads every command's signature to build any one: 36 ms
+    of each call): its help, and its error on a bad option, are those of the whole app's CMD."""
+    from observe.cli import COMMANDS, _asked
+
+    for name in COMMANDS:
+        for args in ([name, "--help"], [name, "--no-such-option"]):
+            lean, whole = (CliRunner().invoke(a, args, prog_name="observe") for a in (_asked(args), app))
+            assert _asked(args) is not app and (lean.exit_code, lean.output) == (whole.exit_code, whole.output), args
+    assert _asked(["--help"]) is app and _asked(["querry"]) is app and _asked(["health", "--help"]) is app
+
+
 def test_reading_commands_import_no_pyarrow(tmp_path: Path) -> None:
     """What only reads the store (query, a count, explain, stats) needs polars and delta-rs, not pyarrow or numpy
     (0.1 s of every such command's start-up); what writes imports them when it writes."""
