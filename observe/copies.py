@@ -37,6 +37,7 @@ COPY_WINDOW = timedelta(seconds=2)  # how far apart two routes stamp one record 
 BUCKET_US = 2 * int(COPY_WINDOW.total_seconds() * 1_000_000)  # near_another_input's buckets: two windows wide
 KEY = ("source", "node", "job_id", "rank", "message")
 SOUGHT_ROWS = 4_000_000  # rows sought for copies at a time (their narrow columns: about half a gigabyte)
+BLOCK_US = 600_000_000  # a part holds a stream's rows ten minutes at a time (see candidates)
 SPLIT_GROUP_ROWS = 1 << 16  # rows the split holds for each part before writing them (a few MB a part)
 STREAM = KEY[:3]  # a node's own lines, or one job's output (job output has no node of its own): copies stay within one
 
@@ -153,25 +154,33 @@ def candidates(lf: pl.LazyFrame) -> pl.DataFrame:
     (:func:`near_another_input`), and the rows without a time that carry kernel uptime stamps.
 
     Their window functions hold what they read (deciding over a 2,560-node fleet's days at once held
-    20 GB), so more than SOUGHT_ROWS rows are first written out, narrow and hashed, in parts of whole
-    streams (one pass, a few bytes a row, in a temporary folder), and sought in one part at a time. (A
-    pass that marks the store knows its files' times and seeks some hours at a time, reading only their
-    row groups: :func:`observe.store.copy_marks.mark`, 0.78 GB and 7.1 s against 1.16 GB and 7.9 s this way
-    over a 53-million-row store.)"""
+    20 GB), so more than SOUGHT_ROWS dated rows are first written out, narrow and hashed, in parts (one
+    pass, a few bytes a row, in a temporary folder) and sought one part at a time: a part holds some
+    streams' ten minutes (BLOCK_US; one job's output is one stream, and may be millions of lines), each
+    with the rows a bucket away in the minutes either side, which find its rows near an edge a copy
+    there. (A pass that marks the store knows its files' times and seeks some hours at a time, reading
+    only their row groups: :func:`observe.store.copy_marks.mark`, 0.78 GB and 7.1 s against 1.16 GB and
+    7.9 s this way over a 53-million-row store.)"""
     untimed = pl.col("ts").is_null() & UPTIME.fill_null(False)
-    n, stamped = lf.select(pl.len(), untimed.sum()).collect(engine="streaming").row(0)
+    n, stamped = lf.select(pl.col("ts").is_not_null().sum().alias("n"), untimed.sum().alias("stamped")).collect(engine="streaming").row(0)
     narrow = hashed(lf.filter(pl.col("ts").is_not_null()).select("_row", "ts", *STREAM, "file_id")).select(
         "_row", "ts", "_s", "_f")
     found = [lf.filter(untimed).select("_row").collect(engine="streaming")] if stamped else []
     parts = -(-n // SOUGHT_ROWS)
     if parts <= 1:
         return pl.concat([near_another_input(narrow).select("_row").collect(engine="streaming"), *found])
+    at = pl.col("ts").dt.epoch("us")
+    block, into = at // BLOCK_US, at % BLOCK_US
+    rows = pl.concat([narrow.with_columns(_b=block, _own=pl.lit(True)),
+                      narrow.filter(into < BUCKET_US).with_columns(_b=block - 1, _own=pl.lit(False)),
+                      narrow.filter(into >= BLOCK_US - BUCKET_US).with_columns(_b=block + 1, _own=pl.lit(False))])
     with tempfile.TemporaryDirectory(prefix="observe-copies-") as folder:
-        rows, split = Path(folder) / "rows.arrow", Path(folder) / "parts"
-        narrow.with_columns(_p=(pl.col("_s") % parts).cast(pl.UInt32)).sink_ipc(rows, compression="lz4")
-        _split(rows, split)
-        found += [near_another_input(pl.scan_ipc(sorted(part.iterdir()))).select("_row").collect(engine="streaming")
-                  for part in split.iterdir()]
+        whole, split = Path(folder) / "rows.arrow", Path(folder) / "parts"
+        rows.with_columns(_p=(pl.struct("_s", "_b").hash() % parts).cast(pl.UInt32)).sink_ipc(whole, compression="lz4")
+        _split(whole, split)
+        whole.unlink()
+        found += [near_another_input(pl.scan_ipc(sorted(part.iterdir()))).filter("_own").select("_row")
+                  .collect(engine="streaming") for part in split.iterdir()]
     return pl.concat(found)
 
 

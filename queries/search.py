@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import polars as pl
 
 from observe.schema import SOURCES
-from observe.copies import one_per_record
+from observe.copies import BUCKET_US, one_per_record
 from observe.store import MARK, Store
 from observe.store.copy_marks import Reach
 
@@ -55,14 +55,19 @@ class Match:
             check_regex(self.grep)
 
     def files(self, store: Store) -> list:
-        """The live segments that can hold matching events (partition pruning)."""
-        return store.files(self.sources, self.since, self.until, self.undated)
+        """The live segments that can hold matching events (partition pruning), or the rows read with them."""
+        since, until = self._read_from()
+        return store.files(self.sources, since, until, self.undated)
 
     def rows(self, store: Store, files: list) -> pl.LazyFrame:
-        """The matching rows of ``files`` (row groups outside the filters are not read), copies and all."""
+        """The matching rows of ``files`` (row groups outside the filters are not read), copies and all;
+        where copies are decided, those rows a bucket past the time range too (:meth:`_read_from`)."""
         hybrid = bool(self.marked) and not self.copies
-        lf = store.events_in(files, self.since, self.until, self.undated, kept=self.marked is not None and not self.copies,
+        since, until = self._read_from()
+        lf = store.events_in(files, since, until, self.undated, kept=self.marked is not None and not self.copies,
                              kinds=self.kinds, stale=self._stale() if hybrid else None)
+        if hybrid and (since, until) != (self.since, self.until):
+            lf = lf.filter(self._timed() | self._stale())  # past the range, only what is decided
         if self.nodes:
             lf = lf.filter(pl.col("node").is_in(self.nodes))
         if self.kinds:
@@ -79,12 +84,27 @@ class Match:
         if self.copies or self.current:
             events = rows
         elif self.marked is None:
-            events = one_per_record(rows)
+            events = one_per_record(rows).filter(self._timed())
         else:  # the marks read where current, decided again where stale
             stale, marked = self._stale(), rows.filter(self._stale()).rename({MARK: "copy_of"})
             events = pl.concat([rows.filter(~stale).drop(MARK),
-                                one_per_record(marked, mine=self._stale("mine")).drop("copy_of")])
+                                one_per_record(marked, mine=self._stale("mine")).drop("copy_of").filter(self._timed())])
         return events.sort(*ORDER, nulls_last=True) if self.ordered else events
+
+    def _read_from(self) -> tuple[datetime | None, datetime | None]:
+        """The time range read: where copies are decided from the rows read, a bucket either side of the one
+        asked for, so that a record whose copies a bound falls between counts where its kept row lies, as
+        the store's marks count it (:data:`observe.copies.BUCKET_US`)."""
+        if self.copies or self.current:
+            return self.since, self.until
+        pad = timedelta(microseconds=BUCKET_US)
+        return (self.since and self.since - pad), (self.until and self.until + pad)
+
+    def _timed(self) -> pl.Expr:
+        """Rows within the time range asked for (and those without a time, with ``undated``)."""
+        keep, ts = pl.col("ts").is_null() if self.undated else pl.lit(False), pl.col("ts")
+        after = keep | (ts >= self.since) if self.since else pl.lit(True)
+        return after & (keep | (ts < self.until) if self.until else pl.lit(True))
 
     @property
     def current(self) -> bool:

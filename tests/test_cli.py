@@ -144,6 +144,21 @@ def test_a_command_run_alone_has_the_help_and_errors_of_the_whole_app() -> None:
     assert _asked(["--help"]) is app and _asked(["querry"]) is app and _asked(["health", "--help"]) is app
 
 
+def test_a_command_ended_by_sigterm_removes_its_temporary_files() -> None:
+    """A SIGTERM (`timeout`, systemd, a job's time limit) ends a command as an error does: its temporary folder
+    (a read that decides copies spills there) is removed, and it exits 143."""
+    import signal
+
+    child = ("import sys, tempfile, time\nimport observe.cli as cli\n"
+             "def held():\n    with tempfile.TemporaryDirectory() as d:\n        print(d, flush=True)\n        time.sleep(60)\n"
+             "cli.COMMANDS['stats'] = held\nsys.argv = ['observe', 'stats']\ncli.main()\n")
+    proc = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True)
+    folder = Path(proc.stdout.readline().strip())
+    assert folder.is_dir()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 143 and not folder.exists()
+
+
 def test_reading_commands_import_no_pyarrow(tmp_path: Path) -> None:
     """What only reads the store (query, a count, explain, stats) needs polars and delta-rs, not pyarrow or numpy
     (0.1 s of every such command's start-up); what writes imports them when it writes."""

@@ -341,8 +341,36 @@ def test_a_query_decides_again_only_where_marks_are_stale(tmp_path: Path, monkey
     assert lo >= boot + timedelta(seconds=late - 86400) and hi <= boot + timedelta(seconds=late + 86400 + 100), (lo, hi)
     assert n == 4  # b's two records, read through dmesg and the syslog
     assert outside_counts(store)["duckdb"] == 7  # the stored marks alone count b's syslog rows too
+    for args in (["--source", "slurm"], ["--since", "2099-01-01"], ["--until", "2000-01-01"]):  # no file to read
+        empty = runner.invoke(app, ["query", "--store", str(store), "--count-by", "source", *args])
+        assert empty.exit_code == 0 and "0 row(s)" in empty.output, (args, empty.output)
     assert runner.invoke(app, ["compact", "--store", str(store)]).exit_code == 0
     assert Store(store).marks_current() and agree(store)["duckdb"] == 5
+
+
+def test_a_time_bound_between_two_copies_counts_the_record_where_its_kept_row_lies(tmp_path: Path, monkeypatch) -> None:
+    """A record dmesg stamps at 09:59:59.6 and the syslog at 10:00:00 lies before 10:00, as its kept row (the
+    kernel's own) says: with the marks stale, `--since 10:00` reads the rows a bucket past the bound to decide
+    copies, then cuts, and counts what the current marks count."""
+    boot = datetime(2026, 11, 20, 9, 0, 0, tzinfo=timezone.utc)
+    kernel_logs(tmp_path / "logs", boot, [(3599.6, XID)])
+    store = tmp_path / "store"
+    ingest(store, str(tmp_path / "logs" / "dmesg"), "--source", "kernel", "--node", "gpu001",
+           "--boot-time", boot.isoformat())
+    monkeypatch.setattr(ingest_module, "MARK_WAIT_S", 0.0)
+    with Store(store).lock("compact"):
+        ingest(store, str(tmp_path / "logs" / "syslog"), "--year", "2026")
+
+    def counted(*args: str) -> list[int]:
+        result = runner.invoke(app, ["query", "--store", str(store), "--count-by", "source", "--format", "json", *args])
+        assert result.exit_code == 0, result.output
+        return [sum(json.loads(line)["events"] for line in result.stdout.splitlines())]
+
+    asked = [(), ("--since", "2026-11-20T10:00:00Z"), ("--until", "2026-11-20T10:00:00Z")]
+    assert not Store(store).marks_current()
+    stale = [counted(*a) for a in asked]
+    assert runner.invoke(app, ["compact", "--store", str(store)]).exit_code == 0 and Store(store).marks_current()
+    assert stale == [counted(*a) for a in asked] == [[1], [0], [1]]
 
 
 def test_a_time_filter_of_many_ranges_keeps_exactly_them_and_a_read_keeps_them_all() -> None:
@@ -361,3 +389,10 @@ def test_a_time_filter_of_many_ranges_keeps_exactly_them_and_a_read_keeps_them_a
     assert len(merged) == WITHIN_TERMS and merged[0][0] == 0 and merged[-1][1] == ranges[-1][1]
     read = frame.select(_within(ranges, exact=False)).to_series().to_list()
     assert all(r for r, i in zip(read, inside) if i) and sum(read) > sum(inside)
+    # a range a third of a day long every third day, for years: what is read around them keeps to their days,
+    # not to the merged ranges, which hold most of the years
+    day = 86_400_000_000
+    sparse = [(3 * i * day, 3 * i * day + day // 3) for i in range(500)]
+    days = pl.DataFrame({"ts": pl.Series([d * day + day // 4 for d in range(1500)]).cast(pl.Datetime("us", "UTC"))})
+    assert days.select(_within(sparse, exact=False)).to_series().to_list() == [d % 3 == 0 for d in range(1500)]
+    assert days.select(_within(_fewer(sparse, WITHIN_TERMS))).to_series().sum() > 1300  # of 1,500 days; 500 above

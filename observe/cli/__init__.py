@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
 
 import typer
@@ -27,7 +28,10 @@ for _group in (health, checkpoint, slurm, exporter):
 
 
 def main() -> None:
-    """Console-script entry point; an unexpected error is one line (OBSERVE_DEBUG=1 shows the traceback)."""
+    """Console-script entry point; an unexpected error is one line (OBSERVE_DEBUG=1 shows the traceback).
+    A SIGTERM (a `timeout`, systemd, a job's time limit) ends a command as an error does, its temporary
+    files removed and its locks let go on the way out; the daemons put handlers of their own in its place."""
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         _asked(sys.argv[1:])()
     except Exception as exc:  # a bug, not bad input: say so in one line and exit non-zero
@@ -48,6 +52,10 @@ def main() -> None:
             sys.exit(2)
         err.print(f"[red]internal error:[/red] {type(exc).__name__}: {escape(str(exc))} (set OBSERVE_DEBUG=1 for the traceback)")
         sys.exit(1)
+
+
+def _terminated(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _asked(args: list[str]) -> typer.Typer:

@@ -336,7 +336,7 @@ class Store:
         only rows of those kinds are asked for: rare ones are read from the notable index where it
         covers a segment (:mod:`observe.store.notable`); the caller still filters on kind."""
         if not files:
-            return pl.LazyFrame(schema=POLARS_SCHEMA)
+            return pl.LazyFrame(schema=POLARS_SCHEMA | ({} if stale is None else {MARK: pl.String}))
         scan = notable.scan(self, files, kinds) if notable.wanted(kinds) else self.scan_files(files)
         if kept:
             scan = scan.filter(pl.col("copy_of").is_null() | (pl.lit(False) if stale is None else stale))

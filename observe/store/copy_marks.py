@@ -47,6 +47,7 @@ NEAR_PAD_US = BUCKET_US  # how far past a time range the buckets of its rows rea
 CHUNK_ROWS = SOUGHT_ROWS  # rows sought for copies at a time
 HOUR_US = 3_600_000_000
 WITHIN_TERMS = 64  # time ranges a filter tests one by one (see _within)
+READ_DAYS = 4096  # days a read around more ranges keeps to (see _within); a read of more keeps their merged ranges
 
 # A source and a time range, microseconds since the epoch, both ends in; (source, None, None): its rows without a time
 Window = tuple[str, "int | None", "int | None"]
@@ -251,14 +252,20 @@ def _within(ranges: list[tuple[int, int]], exact: bool = True) -> pl.Expr:
     """Rows whose time lies in one of the sorted, disjoint ``ranges`` (microseconds, both ends in). Up to
     WITHIN_TERMS ranges are tested one by one, which polars streams and prunes row groups by; more are looked
     up, which it cannot stream (a month's scope held whole: 3 GB at 53 million rows), or, not ``exact``,
-    merged into WITHIN_TERMS ranges that hold them all (what a pass reads around its windows)."""
+    merged into WITHIN_TERMS ranges that hold them all (what a pass reads around its windows), kept to the
+    days the ranges are on where those are at most READ_DAYS (a user's lines every third day for years
+    merged into ranges that held all of their source)."""
     if not ranges:
         return pl.lit(False)
     at = pl.col("ts").dt.epoch("us")
     if len(ranges) <= WITHIN_TERMS:
         return pl.any_horizontal([at.is_between(lo, hi) for lo, hi in ranges]).fill_null(False)
-    if not exact:
-        return _within(_fewer(ranges, WITHIN_TERMS))
+    if not exact:  # merged ranges prune row groups; the days the ranges are on keep what is read to them
+        coarse = _within(_fewer(ranges, WITHIN_TERMS))
+        if sum(hi // DAY_US - lo // DAY_US + 1 for lo, hi in ranges) > READ_DAYS:
+            return coarse
+        days = sorted({d for lo, hi in ranges for d in range(lo // DAY_US, hi // DAY_US + 1)})
+        return coarse & at.floordiv(DAY_US).is_in(days).fill_null(False)
     i = pl.lit(pl.Series([lo for lo, _ in ranges], dtype=pl.Int64)).search_sorted(at, side="right").cast(pl.Int64) - 1
     end = pl.lit(pl.Series([hi for _, hi in ranges], dtype=pl.Int64)).gather(i.clip(0))
     return ((i >= 0) & (at <= end)).fill_null(False)
