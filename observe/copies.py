@@ -171,27 +171,28 @@ def candidates(lf: pl.LazyFrame) -> pl.DataFrame:
         return pl.concat([near_another_input(narrow).select("_row").collect(engine="streaming"), *found])
     at = pl.col("ts").dt.epoch("us")
     block, into = at // BLOCK_US, at % BLOCK_US
-    rows = pl.concat([narrow.with_columns(_b=block, _own=pl.lit(True)),
-                      narrow.filter(into < BUCKET_US).with_columns(_b=block - 1, _own=pl.lit(False)),
-                      narrow.filter(into >= BLOCK_US - BUCKET_US).with_columns(_b=block + 1, _own=pl.lit(False))])
+    edge = pl.when(into < BUCKET_US).then(block - 1).when(into >= BLOCK_US - BUCKET_US).then(block + 1)
+    part = (pl.struct("_s", "_b").hash() % parts).cast(pl.UInt32).alias("_p")
     with tempfile.TemporaryDirectory(prefix="observe-copies-") as folder:
-        whole, split = Path(folder) / "rows.arrow", Path(folder) / "parts"
-        rows.with_columns(_p=(pl.struct("_s", "_b").hash() % parts).cast(pl.UInt32)).sink_ipc(whole, compression="lz4")
-        _split(whole, split)
-        whole.unlink()
+        own, edges, split = Path(folder) / "rows.arrow", Path(folder) / "edges.arrow", Path(folder) / "parts"
+        narrow.with_columns(_b=block, _own=pl.lit(True)).with_columns(part).sink_ipc(own, compression="lz4")
+        (narrow.with_columns(_b=edge, _own=pl.lit(False)).filter(pl.col("_b").is_not_null()).with_columns(part)
+         .sink_ipc(edges, compression="lz4"))  # a row near its block's edge, in the block beside too
+        _split([own, edges], split)
+        own.unlink(), edges.unlink()
         found += [near_another_input(pl.scan_ipc(sorted(part.iterdir()))).filter("_own").select("_row")
                   .collect(engine="streaming") for part in split.iterdir()]
     return pl.concat(found)
 
 
-def _split(rows: Path, folder: Path) -> None:
-    """The rows of the Arrow file ``rows`` written again in ``folder``, a folder for each value of ``_p``,
+def _split(rows: list[Path], folder: Path) -> None:
+    """The rows of the Arrow files ``rows`` written again in ``folder``, a folder for each value of ``_p``,
     some rows at a time (pyarrow's dataset writer: polars' partitioned sink is unstable)."""
     import pyarrow as pa
     import pyarrow.dataset as ds
 
-    some = ds.dataset(rows, format="ipc").scanner(batch_size=SPLIT_GROUP_ROWS, batch_readahead=1, fragment_readahead=1,
-                                                  use_threads=False)
+    some = ds.dataset([str(r) for r in rows], format="ipc").scanner(
+        batch_size=SPLIT_GROUP_ROWS, batch_readahead=1, fragment_readahead=1, use_threads=False)
     ds.write_dataset(some, folder, format="ipc", partitioning=ds.partitioning(pa.schema([("_p", pa.uint32())])),
                      file_options=ds.IpcFileFormat().make_write_options(compression="lz4"),
                      max_rows_per_group=SPLIT_GROUP_ROWS, min_rows_per_group=SPLIT_GROUP_ROWS // 2, use_threads=False)
