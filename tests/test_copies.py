@@ -152,9 +152,9 @@ def test_a_copy_pair_is_one_record_wherever_it_falls_on_the_bucket_grid(gap_ms: 
 def test_many_rows_are_sought_for_copies_a_part_at_a_time(monkeypatch, nodes: int) -> None:
     """More dated rows than SOUGHT_ROWS are written out narrow in parts (some streams' ten minutes each, one job's
     output being one stream) and sought for copies a part at a time (their window functions hold what they read:
-    20 GB over a 2,560-node fleet's days at once): the same records kept, in the same order, as when sought at
-    once, pairs a block's edge splits included (dmesg 0.2 s before each minute, the syslog 0.1 s after); rows
-    without a time alone make no part."""
+    20 GB over a 2,560-node fleet's days at once), then clustered some streams at a time: the same records kept,
+    in the same order, as when sought at once, pairs a block's edge splits included (dmesg 0.2 s before each
+    minute, the syslog 0.1 s after), and where only some rows' marks are stale; rows without a time make no part."""
     import observe.copies as copies
 
     base = datetime(2026, 11, 20, 10, 0, 0, tzinfo=timezone.utc)  # a ten-minute block's edge, as every tenth minute
@@ -163,14 +163,19 @@ def test_many_rows_are_sought_for_copies_a_part_at_a_time(monkeypatch, nodes: in
     df = pl.DataFrame({"node": [n for n, _, _ in rows], "file_id": [f for _, f, _ in rows], "ts": [t for *_, t in rows]}
                       ).with_columns(source=pl.lit("kernel"), job_id=pl.lit(None, pl.String), rank=pl.lit(None, pl.Int64),
                                      message=pl.lit(XID), attrs=pl.lit(None, pl.String), route=pl.lit("kmsg"))
-    whole = one_per_record(df.lazy()).collect()
+    marked = df.with_columns(copy_of=pl.lit(None, pl.String))  # stored marks that kept every row: stale on gpu000
+    whole, mine = one_per_record(df.lazy()).collect(), pl.col("node") == "gpu000"
+    whole_stale = one_per_record(marked.lazy(), mine=mine).collect()
     split, parts = copies._split, []
     monkeypatch.setattr(copies, "_split", lambda rows, folder: (split(rows, folder), parts.append(len(list(folder.iterdir())))))
     monkeypatch.setattr(copies, "SOUGHT_ROWS", 7)
+    monkeypatch.setattr(copies, "CLUSTERED_ROWS", 5)  # and clustered some streams at a time
     parted = one_per_record(df.lazy()).collect()
     assert whole.height == 25 * nodes and parted.equals(whole) and len(parts) == 1 and parts[0] > 1, parts
+    assert whole_stale.height == 25 + 50 * (nodes - 1)
+    assert one_per_record(marked.lazy(), mine=mine).collect().equals(whole_stale) and len(parts) == 2
     undated = df.with_columns(pl.lit(None, pl.Datetime("us", "UTC")).alias("ts"))
-    assert one_per_record(undated.lazy()).collect().height == undated.height and len(parts) == 1
+    assert one_per_record(undated.lazy()).collect().height == undated.height and len(parts) == 2
 
 
 def test_lines_a_user_can_write_never_hide_the_kernels() -> None:

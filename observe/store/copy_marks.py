@@ -36,7 +36,7 @@ from typing import NamedTuple
 
 import polars as pl
 
-from observe.copies import BUCKET_US, KEY, SOUGHT_ROWS, STREAM, UPTIME, marks, near_another_input, settled
+from observe.copies import BUCKET_US, KEY, SOUGHT_ROWS, STREAM, UPTIME, marks_by_stream, near_another_input, settled
 from observe.store.layout import DAY_US, UNKNOWN_DATE, fresh_name, period
 from observe.store.table import partition_of
 
@@ -147,7 +147,7 @@ def mark(store, touched: set[Window], budget: int, one: bool) -> tuple[int, set[
     first = pl.Series([starts[f] for f in files], dtype=pl.Int64)
     base = (pl.concat([full.select("_row", "ts", "source", "copy_of", "_mine"), marked]).unique("_row")
             .with_columns((pl.lit(first).search_sorted(pl.col("_row").cast(pl.Int64), side="right") - 1).alias("_file")))
-    found = marks(full.lazy()).join(full.lazy().select("_row", "_mine"), on="_row")
+    found = marks_by_stream(full).lazy().join(full.lazy().select("_row", "_mine"), on="_row")
     changed = (settled(base.lazy(), found).filter(pl.col("copy_of").ne_missing(pl.col("_want")))
                .select("_file", "_row", "ts", "source", "_want").collect())
     replaced, temps, left, spent = [], [], set(), 0
