@@ -130,18 +130,23 @@ def test_a_refresh_appends_what_an_ingest_added_and_a_compaction_writes_it_anew(
     store.compactor.compact_many(store.partitions(), min_segments=1)
     assert notable.refresh(store) > 0 and len(table.snapshot()[1]) == 1
     assert _searched(store, KINDS).equals(_direct(store, KINDS))
-    monkeypatch.setattr(notable, "APPENDS", 1)  # one file already: the next refresh writes it anew
+    monkeypatch.setattr(notable, "APPENDS", 1)  # one small file already: the next refresh writes it anew
+    assert notable._piled_up(table)
+    monkeypatch.setattr(notable, "SMALL_FILE_BYTES", 0)  # a file of a rewrite's size is not an append piled up
+    assert not notable._piled_up(table)
+    monkeypatch.setattr(notable, "SMALL_FILE_BYTES", 1 << 20)
     generate(tmp_path / "again", nodes=4, hours=1, seed=7, start=START.replace(hour=11))
     ingest_inputs([(f, {}) for f in input_files([str(tmp_path / "again")])], store)
     assert len(table.snapshot()[1]) == 1 and notable._covered(store, table.scan()) == _indexed(store)
 
 
-def test_an_index_written_anew_is_written_some_segments_at_a_time(store: Store, monkeypatch) -> None:
-    """Written anew, the index reads SEGMENTS_A_READ segments at a time and commits about COMMIT_ROWS rows at a
-    time (a 2,560-node month's index at once held 8 GB); each commit covers its segments whole, and reads give
-    the segments' rows."""
+@pytest.mark.parametrize("by", ["COMMIT_ROWS", "COMMIT_BYTES"])
+def test_an_index_written_anew_is_written_some_segments_at_a_time(store: Store, monkeypatch, by: str) -> None:
+    """Written anew, the index reads SEGMENTS_A_READ segments at a time and commits about COMMIT_ROWS rows or
+    COMMIT_BYTES at a time (a 2,560-node month's index at once held 8 GB; 250,000 of its rows, nvidia-smi's
+    records of kilobytes, 1.1 GB); each commit covers its segments whole, and reads give the segments' rows."""
     monkeypatch.setattr(notable, "SEGMENTS_A_READ", 1)
-    monkeypatch.setattr(notable, "COMMIT_ROWS", 1)  # a segment a commit
+    monkeypatch.setattr(notable, by, 1)  # a segment a commit
     shutil.rmtree(store.root / "index" / notable.NAME)
     live = _indexed(store)
     assert notable.refresh(store) == len(live) >= 2

@@ -26,9 +26,11 @@ SOURCES = ("slurm", "syslog", "kernel", "gpu", "health")  # the sources it cover
 SEGMENT = "_segment"  # which live segment (path below the events table) a row is of
 SEGMENT_PATH = r"(source=[^/]+/date=[^/]+/[^/]+)$"  # that path, the end of a segment's path or URL
 REFRESH_WAIT_S = 120.0  # how long a refresh waits for another to end (a fleet's index is written anew in seconds)
-APPENDS = 32  # files appended, beyond what writing it anew makes, before a refresh writes it anew (reads stay few)
+APPENDS = 32  # small files appended before a refresh writes it anew (reads stay few)
+SMALL_FILE_BYTES = 1 << 20  # an ingest's appended file is smaller; a rewrite's commits are larger (but its last)
 SEGMENTS_A_READ = 4  # segments an index written anew reads at a time
 COMMIT_ROWS = 250_000  # and rows it commits at a time, about: a commit covers its segments whole
+COMMIT_BYTES = 256 << 20  # or bytes of rows in memory: nvidia-smi's records are kilobytes (250,000 rows held 1.1 GB)
 STATS = ("kind", SEGMENT)  # the columns the index's log keeps statistics of: never text a user wrote
 
 
@@ -54,12 +56,12 @@ def scan(store, files: list, kinds: list[str]) -> pl.LazyFrame:
 
 def refresh(store, wait_s: float = REFRESH_WAIT_S) -> int:
     """Bring the index up to date with the live segments; returns the segments read. The new segments' rows
-    are appended while every segment the index covers is live and APPENDS files have not piled up (an
+    are appended while every segment the index covers is live and APPENDS small files have not piled up (an
     ingest's refresh costs what it added: rewriting a 2,560-node month's 2.4 million rows cost each one-line
     ingest 3.8 s); otherwise (a compaction replaced segments, or the appends piled up) it is written anew,
-    SEGMENTS_A_READ segments read at a time and about COMMIT_ROWS rows committed at a time (each commit
-    whole for the segments it covers: a read takes the others from the segments meanwhile; that month's
-    index at once held 8 GB). One refresh at a time (two appended the same segments twice: attack-32 F1);
+    SEGMENTS_A_READ segments read at a time and about COMMIT_ROWS rows or COMMIT_BYTES committed at a time
+    (each commit whole for the segments it covers: a read takes the others from the segments meanwhile;
+    that month's index at once held 8 GB). One refresh at a time (two appended the same segments twice: attack-32 F1);
     StoreBusy when another held it ``wait_s``."""
     with store.lock(NAME, wait_s=wait_s):
         return _refresh(store)
@@ -72,7 +74,7 @@ def _refresh(store) -> int:
     if not new and covered <= set(live):
         return 0
     table = store.index(NAME)
-    if index is not None and covered <= set(live) and not _piled_up(table, index) and _appended(
+    if index is not None and covered <= set(live) and not _piled_up(table) and _appended(
             table, index.collect_schema(), _ordered(_read(store, [live[rel] for rel in sorted(new)]))):
         return len(new)
     if not _written_anew(store, table, live, index, covered):  # an older index's columns: from the segments alone
@@ -90,21 +92,20 @@ def _written_anew(store, table, live: dict, index: pl.LazyFrame | None, covered:
         if index is not None:
             held.append(index.filter(pl.col(SEGMENT).is_in([rel for rel in part if rel in covered])).collect(engine="streaming"))
         held.append(_read(store, [live[rel] for rel in part if rel not in covered]))
-        if sum(f.height for f in held) >= COMMIT_ROWS or at + SEGMENTS_A_READ >= len(rels):
-            fresh = _ordered(*held)
+        if (sum(f.height for f in held) >= COMMIT_ROWS or sum(f.estimated_size() for f in held) >= COMMIT_BYTES
+                or at + SEGMENTS_A_READ >= len(rels)):
+            fresh, held = _ordered(*held), []  # what was read, let go before it is written
             if schema is None:
                 table.overwrite(fresh, STATS)
                 schema = fresh.schema
             elif not _appended(table, schema, fresh):  # the first commit's columns, in its order
                 return False
-            held = []
     return True
 
 
-def _piled_up(table, index: pl.LazyFrame) -> bool:
-    """Whether the index holds APPENDS files more than writing it anew would make (one per COMMIT_ROWS rows)."""
-    files = len(table.snapshot()[1])
-    return files >= APPENDS and files >= APPENDS + index.select(pl.len()).collect().item() // COMMIT_ROWS
+def _piled_up(table) -> bool:
+    """Whether APPENDS small files (an ingest's appends; a rewrite's commits are larger) piled up."""
+    return sum(size < SMALL_FILE_BYTES for _, size, _, _ in table.files()) >= APPENDS
 
 
 def _read(store, segments: list) -> pl.DataFrame:
@@ -133,7 +134,9 @@ def _appended(table, schema: pl.Schema, fresh: pl.DataFrame) -> bool:
     if not set(fresh.columns) <= set(schema.names()):
         return False
     try:
-        table.append(pl.concat([pl.DataFrame(schema=schema), fresh], how="diagonal_relaxed").cast(schema), STATS)
+        aligned = fresh if fresh.schema == schema else pl.concat([pl.DataFrame(schema=schema), fresh],
+                                                                   how="diagonal_relaxed").cast(schema)
+        table.append(aligned, STATS)
     except SchemaMismatchError:
         return False
     return True

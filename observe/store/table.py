@@ -231,6 +231,14 @@ class Table:
             self._seen = seen
             return self._snap
 
+    def files(self) -> list[tuple[str, int, int, int]]:
+        """Each live file: (relative path, bytes, rows, modification time in ms), as its commit says."""
+        with self._lock:
+            dt = self._table()
+            if dt is None:
+                return []
+            return _adds(dt).select("path", "size_bytes", "num_records", "modification_time").rows()
+
     def spans(self) -> tuple[int, dict[str, tuple[int, int]]]:
         """The latest version and the time range of each live file whose commit gives one (a file
         committed before commits did, or without a dated row, has none): its first and last time in
@@ -318,14 +326,6 @@ class EventTable(Table):
             dt.alter.set_table_description(TABLE_DESCRIPTION)
             dt.alter.set_table_properties(self._properties())
         self._columns_checked = True
-
-    def files(self) -> list[tuple[str, int, int, int]]:
-        """Each live file: (relative path, bytes, rows, modification time in ms), as its commit says."""
-        with self._lock:
-            dt = self._table()
-            if dt is None:
-                return []
-            return _adds(dt).select("path", "size_bytes", "num_records", "modification_time").rows()
 
     def added(self, after: int, upto: int) -> dict[str, tuple[int, int] | None] | None:
         """Files the commits after version ``after`` up to ``upto`` added as new data (a compaction's
