@@ -19,6 +19,7 @@ from observe import provenance, sessions
 from observe.frames import merge_attrs
 from observe.hostlists import compact_nodes
 from observe.store import Store
+from observe.store.copy_marks import stale
 from queries import base_rate, ib_retry, jobs, node_past, ranks
 from queries.causes import Causes, load_causes
 from queries.jobs import Run, failed_run, job_runs
@@ -517,7 +518,7 @@ def run_events(store: Store, run: Run, before: timedelta, after: timedelta, else
     which the model weighs, so that a line is never taken for earlier than it may have been.
     It also keeps a requeued job's earlier runs out, and the lines of its output that name a node only its other runs
     had (``elsewhere``: srun's "Node failure on gpu009" of the run before, printed after that run's last stamp)."""
-    marked = store.stale_marks()  # each record once as the store marks it, decided again only where stale
+    marked = stale(store)  # each record once as the store marks it, decided again only where stale
     anchor_lo, anchor_hi = run.start or run.end, run.end or run.start
     since = anchor_lo - before if anchor_lo else None
     until = anchor_hi + after if anchor_hi else None

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from observe import ingest as ingest_module
 from observe.cli import app
 from observe.store import Store
-from observe.store.copy_marks import MARKED
+from observe.store.copy_marks import MARKED, current
 from observe.store.table import LOG_DIR, table_schema
 
 runner = CliRunner()
@@ -300,12 +300,12 @@ def test_queries_read_current_marks_and_decide_again_otherwise(tmp_path: Path, m
         raise AssertionError("decided again though the marks are current")
 
     monkeypatch.setattr(queries.search, "one_per_record", refused)
-    assert Store(store).marks_current() and observe_count(store) == 3
+    assert current(Store(store)) and observe_count(store) == 3
     kernel_logs(tmp_path / "more", boot, [(9500.0, LINK)])
     monkeypatch.setattr(ingest_module, "MARK_WAIT_S", 0.0)
     with Store(store).lock("compact"):
         ingest(store, str(tmp_path / "more" / "syslog"))
-    assert not Store(store).marks_current()
+    assert not current(Store(store))
     monkeypatch.setattr(queries.search, "one_per_record", decide)
     assert observe_count(store) == 4
 
@@ -328,7 +328,7 @@ def test_a_query_decides_again_only_where_marks_are_stale(tmp_path: Path, monkey
     monkeypatch.setattr(ingest_module, "MARK_WAIT_S", 0.0)
     with Store(store).lock("compact"):
         ingest(store, str(tmp_path / "b" / "syslog"))  # copies of b's dmesg, not marked as such yet
-    assert not Store(store).marks_current()
+    assert not current(Store(store))
     decide, decided = queries.search.one_per_record, []
 
     def watched(rows, **mine):
@@ -345,7 +345,7 @@ def test_a_query_decides_again_only_where_marks_are_stale(tmp_path: Path, monkey
         empty = runner.invoke(app, ["query", "--store", str(store), "--count-by", "source", *args])
         assert empty.exit_code == 0 and "0 row(s)" in empty.output, (args, empty.output)
     assert runner.invoke(app, ["compact", "--store", str(store)]).exit_code == 0
-    assert Store(store).marks_current() and agree(store)["duckdb"] == 5
+    assert current(Store(store)) and agree(store)["duckdb"] == 5
 
 
 def test_a_time_bound_between_two_copies_counts_the_record_where_its_kept_row_lies(tmp_path: Path, monkeypatch) -> None:
@@ -367,9 +367,9 @@ def test_a_time_bound_between_two_copies_counts_the_record_where_its_kept_row_li
         return [sum(json.loads(line)["events"] for line in result.stdout.splitlines())]
 
     asked = [(), ("--since", "2026-11-20T10:00:00Z"), ("--until", "2026-11-20T10:00:00Z")]
-    assert not Store(store).marks_current()
+    assert not current(Store(store))
     stale = [counted(*a) for a in asked]
-    assert runner.invoke(app, ["compact", "--store", str(store)]).exit_code == 0 and Store(store).marks_current()
+    assert runner.invoke(app, ["compact", "--store", str(store)]).exit_code == 0 and current(Store(store))
     assert stale == [counted(*a) for a in asked] == [[1], [0], [1]]
 
 

@@ -15,6 +15,7 @@ from observe.ingest import ingest_inputs
 from observe.reader import input_files
 from observe.simulate import generate
 from observe.store import Store
+from observe.store.copy_marks import current, stale
 from observe.store.layout import segment_name
 from observe.store.table import IndexTable
 from queries import pattern_counts
@@ -46,7 +47,7 @@ def counted(monkeypatch) -> list[int]:
 
 def _ask(store: Store, start: datetime, span: timedelta, end: datetime) -> tuple[pl.DataFrame, pl.DataFrame, str | None]:
     """(patterns from the kept baseline, patterns from the events counted again over the same hours, why not kept)."""
-    match = Match(since=start - span, until=end, ordered=False, marked=store.stale_marks())
+    match = Match(since=start - span, until=end, ordered=False, marked=stale(store))
     pieces, baseline_span, why = pattern_counts.pieces(store, engine("polars"), match, start, span)
     found = compare(pieces, window_span=end - start, baseline_span=baseline_span, min_count=1, min_ratio=1.5)
     since = pattern_counts.on_the_hour(start - span)
@@ -67,7 +68,7 @@ def _window(store: Store) -> tuple[datetime, timedelta, datetime]:
 
 def test_the_kept_baseline_answers_as_the_events_counted_again(store: Store, counted: list[int]) -> None:
     start, span, end = _window(store)
-    assert store.marks_current()
+    assert current(store)
     found, direct, why = _ask(store, start, span, end)
     assert why is None and direct.height >= 2 and set(direct.get_column("status")) == {"new", "frequent"}
     assert_frame_equal(found, direct)

@@ -49,6 +49,7 @@ def query_cmd(
     """
     import polars as pl
 
+    from observe.store.copy_marks import stale
     from queries.engine import Order, engine
     from queries.search import ORDER, Match, count, counts, first, first_line
 
@@ -62,7 +63,7 @@ def query_cmd(
         st = open_store(store)
         match = Match(since=start, until=end, nodes=nodes, sources=source, kinds=kind, job=job, grep=grep)
         # checked in the order a user's mistakes come; a count needs its events in no order
-        match = replace(match, marked=existing_store(st).stale_marks(), ordered=not by)
+        match = replace(match, marked=stale(existing_store(st)), ordered=not by)
         rows = limit + 1 if limit else None
         if by:
             df = counts(engine(engine_name, ray_address).by_node(st, match, partial(count, by=by), Order(tuple(by))), by)
@@ -327,6 +328,7 @@ def patterns_cmd(
     from queries import pattern_counts
     from queries.engine import EngineError, Order, engine
     from queries.patterns import compare, masked_counts, mine
+    from observe.store.copy_marks import stale
     from queries.search import Match
 
     if fmt not in ("table", "json"):
@@ -341,7 +343,7 @@ def patterns_cmd(
     except (ValueError, EngineError) as exc:
         fail(str(exc))
     st = existing_store(open_store(store))
-    match = replace(match, marked=st.stale_marks())
+    match = replace(match, marked=stale(st))
     try:
         if all_:
             pieces = [run.by_node(st, match, masked_counts, Order(("masked",)))]

@@ -330,7 +330,7 @@ class Store:
                   undated: bool = False, kept: bool = False, kinds: list[str] | None = None,
                   stale: pl.Expr | None = None) -> pl.LazyFrame:
         """:meth:`scan` of some of the live segments (:meth:`files` names them): a share of a scan. With
-        ``kept``, rows marked as copies (``copy_of``, :meth:`stale_marks`) are left out, but for those
+        ``kept``, rows marked as copies (``copy_of``, :func:`copy_marks.stale`) are left out, but for those
         ``stale`` selects, where the marks are to be decided again: every row then carries its mark
         (:data:`MARK`). With ``kinds``,
         only rows of those kinds are asked for: rare ones are read from the notable index where it
@@ -338,8 +338,7 @@ class Store:
         if not files:
             return pl.LazyFrame(schema=POLARS_SCHEMA | ({} if stale is None else {MARK: pl.String}))
         scan = notable.scan(self, files, kinds) if notable.wanted(kinds) else self.scan_files(files)
-        if kept:
-            scan = scan.filter(pl.col("copy_of").is_null() | (pl.lit(False) if stale is None else stale))
+        scan = scan.filter(pl.col("copy_of").is_null() | (pl.lit(False) if stale is None else stale)) if kept else scan
         lf = from_stored(scan if stale is None else scan.with_columns(pl.col("copy_of").alias(MARK)))
         keep = pl.col("ts").is_null() if undated else pl.lit(False)
         if since is not None:
@@ -347,14 +346,6 @@ class Store:
         if until is not None:
             lf = lf.filter(keep | (pl.col("ts") < until))
         return lf
-
-    def marks_current(self) -> bool:
-        """Whether every row's ``copy_of`` is up to date (:func:`observe.store.copy_marks.current`)."""
-        return copy_marks.current(self)
-
-    def stale_marks(self) -> tuple[copy_marks.Reach, ...] | None:
-        """Where rows' ``copy_of`` may be out of date (:func:`observe.store.copy_marks.stale`; (): nowhere)."""
-        return copy_marks.stale(self)
 
     def known(self, file_id: str) -> pl.DataFrame:
         """Records already stored for one input: ``offset`` and ``text`` (a hash of ``raw``). Inputs
