@@ -212,6 +212,24 @@ def test_an_index_write_that_loses_is_tried_again_with_every_row(tmp_path: Path,
     assert seen == [100, 100] and index.scan().collect().sort("n").equals(rows)
 
 
+def test_an_index_keeps_its_times_and_offsets_as_deltas(tmp_path: Path) -> None:
+    """An index's rows are a file's lines in order: its times and offsets are written as deltas, not as dictionaries
+    of distinct values (delta-rs's default held the real-shaped syslog's notable index 17% larger)."""
+    import pyarrow.parquet as pq
+
+    store = Store(tmp_path / "store")
+    store.make_dirs(store.root / "index")
+    at = pl.datetime_range(datetime(2026, 11, 1, tzinfo=timezone.utc), datetime(2026, 11, 2, tzinfo=timezone.utc), "7s",
+                           eager=True, time_zone="UTC")
+    rows = pl.DataFrame({"kind": "gpu_xid", "ts": at, "offset": pl.int_range(0, len(at) * 93, 93, eager=True)})
+    index = store.index("test")
+    index.overwrite(rows, ("kind",))
+    footer = pq.read_metadata(next((store.root / "index" / "test").glob("*.parquet"))).row_group(0)
+    encodings = {footer.column(i).path_in_schema: footer.column(i).encodings for i in range(footer.num_columns)}
+    assert "DELTA_BINARY_PACKED" in encodings["ts"] and "DELTA_BINARY_PACKED" in encodings["offset"], encodings
+    assert "RLE_DICTIONARY" in encodings["kind"] and index.scan().collect().equals(rows)
+
+
 def _legacy(tmp_path: Path) -> tuple[Path, int]:
     """A store in the layout observe wrote before the table: segments listed by directory, one
     compaction note whose outputs all exist (its replaced segments are gone from the reader's view)."""
