@@ -156,8 +156,9 @@ def candidates(lf: pl.LazyFrame) -> pl.DataFrame:
     (:func:`near_another_input`), and the rows without a time that carry kernel uptime stamps.
 
     Their window functions hold what they read (deciding over a 2,560-node fleet's days at once held
-    20 GB), so more than SOUGHT_ROWS dated rows are first written out, narrow and hashed, in parts (one
-    pass, a few bytes a row, in a temporary folder) and sought one part at a time: a part holds some
+    20 GB), so more than SOUGHT_ROWS dated rows are first written out, narrow and hashed, in parts (two
+    passes over ``lf`` and a split of what they wrote, about 10 bytes a row, twice that at once, in a
+    temporary folder) and sought one part at a time: a part holds some
     streams' ten minutes (BLOCK_US; one job's output is one stream, and may be millions of lines), each
     with the rows a bucket away in the minutes either side, which find its rows near an edge a copy
     there. (A pass that marks the store knows its files' times and seeks some hours at a time, reading
@@ -219,7 +220,8 @@ def one_per_record(lf: pl.LazyFrame, mine: pl.Expr | None = None) -> pl.LazyFram
     marks them (:func:`settled`: the store's marks, current outside ``mine``).
 
     ``lf`` is read a few times (the rows that may be copies first, then theirs alone, then all) rather
-    than held: memory is what may be copies, not what is read."""
+    than held: memory is what may be copies, not what is read. So it must give its rows in one order each
+    time (a scan of files, a frame in memory, filters of those: no join or group-by without an order)."""
     lf = lf.with_row_index("_row")
     some = candidates(lf).get_column("_row").implode()
     full = lf.filter(pl.col("_row").is_in(some)).select("_row", "ts", *KEY, "attrs", "route", "file_id",

@@ -43,7 +43,7 @@ class Match:
     grep: str | None = None
     undated: bool = False
     copies: bool = False
-    marked: tuple[Reach, ...] | None = None  # where the store's copy marks are stale (Store.stale_marks; (): nowhere)
+    marked: tuple[Reach, ...] | None = None  # where the store's copy marks are stale (copy_marks.stale; (): nowhere)
     ordered: bool = True  # events oldest first; an analysis whose result no order changes (counts) skips the sort
 
     def __post_init__(self) -> None:
@@ -129,7 +129,7 @@ def search(store: Store, since: datetime | None = None, until: datetime | None =
 
     With ``undated``, events without a time (NCCL INFO lines) match any time range. With ``copies``,
     a record two inputs hold is there twice: for what only asks whether something happened, which a
-    copy does not change, and costs less to read. With ``marked`` (:meth:`Store.stale_marks`), the
+    copy does not change, and costs less to read. With ``marked`` (:func:`copy_marks.stale`), the
     store's copy marks are read where they are current instead of deciding again (:class:`Match`).
     """
     match = Match(since, until, nodes, sources, kinds, job, grep, undated, copies, marked)

@@ -157,6 +157,15 @@ def test_a_command_ended_by_sigterm_removes_its_temporary_files() -> None:
     assert folder.is_dir()
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 143 and not folder.exists()
+    # a command that does not end on the first (a cleanup that hangs) ends at the second
+    stuck = child.replace("time.sleep(60)\n", "try:\n            time.sleep(60)\n        except SystemExit:\n"
+                                               "            print('stuck', flush=True)\n            time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", stuck], stdout=subprocess.PIPE, text=True)
+    proc.stdout.readline()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.stdout.readline().strip() == "stuck"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == -signal.SIGTERM
 
 
 def test_reading_commands_import_no_pyarrow(tmp_path: Path) -> None:

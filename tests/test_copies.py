@@ -16,7 +16,7 @@ from observe.cli import app
 from observe.copies import one_per_record
 from observe.exporter.central import StoreMetrics
 from observe.store import Store
-from observe.store.copy_marks import current
+from observe.store.copy_marks import stale
 
 runner = CliRunner()
 NOW = datetime.now(timezone.utc).replace(microsecond=0)
@@ -246,7 +246,7 @@ def test_a_reboots_lines_at_the_same_uptime_are_records_of_each_boot(tmp_path: P
         args = ["ingest", str(logs / name), "--source", "kernel", "--node", "gpu001", "--boot-time", at.isoformat()]
         assert runner.invoke(app, [*args, "--store", str(store)]).exit_code == 0
     st = Store(store)
-    assert current(st)
+    assert stale(st) == ()
     rows = st.scan(sources=["kernel"]).collect()
     assert rows.height == 8
     assert one_per_record(rows.lazy()).collect().height == 4

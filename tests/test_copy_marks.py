@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from observe import ingest as ingest_module
 from observe.cli import app
 from observe.store import Store
-from observe.store.copy_marks import MARKED, current
+from observe.store.copy_marks import MARKED, stale
 from observe.store.table import LOG_DIR, table_schema
 
 runner = CliRunner()
@@ -300,12 +300,12 @@ def test_queries_read_current_marks_and_decide_again_otherwise(tmp_path: Path, m
         raise AssertionError("decided again though the marks are current")
 
     monkeypatch.setattr(queries.search, "one_per_record", refused)
-    assert current(Store(store)) and observe_count(store) == 3
+    assert stale(Store(store)) == () and observe_count(store) == 3
     kernel_logs(tmp_path / "more", boot, [(9500.0, LINK)])
     monkeypatch.setattr(ingest_module, "MARK_WAIT_S", 0.0)
     with Store(store).lock("compact"):
         ingest(store, str(tmp_path / "more" / "syslog"))
-    assert not current(Store(store))
+    assert stale(Store(store)) != ()
     monkeypatch.setattr(queries.search, "one_per_record", decide)
     assert observe_count(store) == 4
 
@@ -328,7 +328,7 @@ def test_a_query_decides_again_only_where_marks_are_stale(tmp_path: Path, monkey
     monkeypatch.setattr(ingest_module, "MARK_WAIT_S", 0.0)
     with Store(store).lock("compact"):
         ingest(store, str(tmp_path / "b" / "syslog"))  # copies of b's dmesg, not marked as such yet
-    assert not current(Store(store))
+    assert stale(Store(store)) != ()
     decide, decided = queries.search.one_per_record, []
 
     def watched(rows, **mine):
@@ -345,7 +345,25 @@ def test_a_query_decides_again_only_where_marks_are_stale(tmp_path: Path, monkey
         empty = runner.invoke(app, ["query", "--store", str(store), "--count-by", "source", *args])
         assert empty.exit_code == 0 and "0 row(s)" in empty.output, (args, empty.output)
     assert runner.invoke(app, ["compact", "--store", str(store)]).exit_code == 0
-    assert current(Store(store)) and agree(store)["duckdb"] == 5
+    assert stale(Store(store)) == () and agree(store)["duckdb"] == 5
+
+
+def test_a_log_that_no_longer_says_what_changed_makes_every_mark_stale(tmp_path: Path, monkeypatch) -> None:
+    """Where the table's log no longer holds the commits since the version last marked (cleaned up), what changed
+    is unknown: every mark may be stale, and a query decides copies everywhere rather than read them (review 13:
+    the stale marks were read as current, and the syslog's unmarked copies counted twice)."""
+    from observe.store.table import EventTable
+
+    boot = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(hours=3)
+    kernel_logs(tmp_path / "logs", boot, [(9000.0, XID), (9100.5, LINK)])
+    store = tmp_path / "store"
+    ingest(store, str(tmp_path / "logs" / "dmesg"), "--source", "kernel", "--node", "gpu001",
+           "--boot-time", boot.isoformat())
+    monkeypatch.setattr(ingest_module, "MARK_WAIT_S", 0.0)
+    with Store(store).lock("compact"):
+        ingest(store, str(tmp_path / "logs" / "syslog"))
+    monkeypatch.setattr(EventTable, "added", lambda self, after, upto: None)
+    assert stale(Store(store)) is None and observe_count(store) == 2
 
 
 def test_a_time_bound_between_two_copies_counts_the_record_where_its_kept_row_lies(tmp_path: Path, monkeypatch) -> None:
@@ -367,10 +385,10 @@ def test_a_time_bound_between_two_copies_counts_the_record_where_its_kept_row_li
         return [sum(json.loads(line)["events"] for line in result.stdout.splitlines())]
 
     asked = [(), ("--since", "2026-11-20T10:00:00Z"), ("--until", "2026-11-20T10:00:00Z")]
-    assert not current(Store(store))
-    stale = [counted(*a) for a in asked]
-    assert runner.invoke(app, ["compact", "--store", str(store)]).exit_code == 0 and current(Store(store))
-    assert stale == [counted(*a) for a in asked] == [[1], [0], [1]]
+    assert stale(Store(store)) != ()
+    before = [counted(*a) for a in asked]
+    assert runner.invoke(app, ["compact", "--store", str(store)]).exit_code == 0 and stale(Store(store)) == ()
+    assert before == [counted(*a) for a in asked] == [[1], [0], [1]]
 
 
 def test_a_time_filter_of_many_ranges_keeps_exactly_them_and_a_read_keeps_them_all() -> None:

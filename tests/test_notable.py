@@ -135,6 +135,9 @@ def test_a_refresh_appends_what_an_ingest_added_and_a_compaction_writes_it_anew(
     monkeypatch.setattr(notable, "SMALL_FILE_BYTES", 0)  # a file of a rewrite's size is not an append piled up
     assert not notable._piled_up(table)
     monkeypatch.setattr(notable, "SMALL_FILE_BYTES", 1 << 20)
+    monkeypatch.setattr(notable, "COMMIT_ROWS", 1)  # nor one of a rewrite's rows, however well they compress
+    assert not notable._piled_up(table)
+    monkeypatch.setattr(notable, "COMMIT_ROWS", 250_000)
     generate(tmp_path / "again", nodes=4, hours=1, seed=7, start=START.replace(hour=11))
     ingest_inputs([(f, {}) for f in input_files([str(tmp_path / "again")])], store)
     assert len(table.snapshot()[1]) == 1 and notable._covered(store, table.scan()) == _indexed(store)

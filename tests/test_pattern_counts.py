@@ -15,7 +15,7 @@ from observe.ingest import ingest_inputs
 from observe.reader import input_files
 from observe.simulate import generate
 from observe.store import Store
-from observe.store.copy_marks import current, stale
+from observe.store.copy_marks import stale
 from observe.store.layout import segment_name
 from observe.store.table import IndexTable
 from queries import pattern_counts
@@ -68,7 +68,7 @@ def _window(store: Store) -> tuple[datetime, timedelta, datetime]:
 
 def test_the_kept_baseline_answers_as_the_events_counted_again(store: Store, counted: list[int]) -> None:
     start, span, end = _window(store)
-    assert current(store)
+    assert stale(store) == ()
     found, direct, why = _ask(store, start, span, end)
     assert why is None and direct.height >= 2 and set(direct.get_column("status")) == {"new", "frequent"}
     assert_frame_equal(found, direct)

@@ -14,7 +14,7 @@ import sys
 import typer
 
 from observe.cli import analyses, checkpoint, data, exporter, health, slurm
-from observe.cli.base import OPENED, app, damaged_segments, err, escape, one_line
+from observe.cli.base import APP, OPENED, app, damaged_segments, err, escape, one_line
 
 # the order `observe --help` lists them in: the main job first
 TOP = ["ingest", "demo", "query", "explain", "incidents", "nodes", "patterns", "stats", "compact", "retention",
@@ -55,6 +55,9 @@ def main() -> None:
 
 
 def _terminated(signum: int, _frame: object) -> None:
+    """Python runs this once the main thread is back from native code (a long polars query finishes first):
+    a second SIGTERM, or SIGKILL, ends the process at once."""
+    signal.signal(signum, signal.SIG_DFL)
     raise SystemExit(128 + signum)
 
 
@@ -64,8 +67,7 @@ def _asked(args: list[str]) -> typer.Typer:
     query's); the one asked for is the same command, with the same options and help."""
     if not args or args[0] not in COMMANDS:
         return app
-    one = typer.Typer(**{k: app.info.__dict__[k] for k in ("help", "no_args_is_help")}, add_completion=False,
-                      pretty_exceptions_enable=False, rich_markup_mode=None)
+    one = typer.Typer(**APP)
     one.callback()(lambda: None)  # a group still: `observe query ...`, not `observe ...`
     one.command(args[0])(COMMANDS[args[0]])
     return one

@@ -20,11 +20,12 @@ if TYPE_CHECKING:  # the store (polars, pyarrow) is imported by the commands tha
 
     from observe.store import Store
 
-app = typer.Typer(
+APP = dict(  # the app's settings, also those of a command run alone (observe/cli/__init__.py)
     help="Log aggregation and failure analysis for GPU training clusters run by Slurm.\n\n"
     "The store is --store, else $OBSERVE_STORE, else ./observe-store.",
     no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
 )
+app = typer.Typer(**APP)
 
 
 def _safe_console(**options: object) -> Console:

@@ -306,18 +306,13 @@ def _meets(merged: list[tuple[int, int]], r: tuple[int, int]) -> bool:
     return any(lo <= r[1] and r[0] <= hi for lo, hi in merged[max(i, 0):i + 2])
 
 
-def current(store) -> bool:
-    """Whether every row's mark is up to date: nothing added since the version last marked, nothing due
-    (a reader may then count ``copy_of IS NULL`` instead of deciding again)."""
-    return stale(store) == ()
-
-
 def stale(store) -> tuple[Reach, ...] | None:
     """Where rows' marks may be out of date, as what marking it would reach (:class:`Reach`): the windows a
     pass left due and those of the files added since the version last marked (an ingest whose budget ran
     out, one that ended meanwhile, a compaction between its commit and its pass); () where every mark is
-    current, None where the store was never marked. A reader reads the marks elsewhere and decides again
-    here (:func:`observe.copies.one_per_record`), which costs what is stale, not the store."""
+    current, None where the store was never marked or its log no longer holds what came since. A reader
+    reads the marks elsewhere and decides again here (:func:`observe.copies.one_per_record`), which costs
+    what is stale, not the store."""
     version, _ = store.table.snapshot()
     if version < 0:
         return ()
@@ -325,6 +320,8 @@ def stale(store) -> tuple[Reach, ...] | None:
     if last is None or last > version:
         return None
     added = store.table.added(last, version)
+    if added is None:  # the log no longer holds what came since: every row's mark may be stale
+        return None
     return tuple(reach(store, _added(store, added) | due).values()) if added or due else ()
 
 

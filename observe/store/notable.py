@@ -104,8 +104,9 @@ def _written_anew(store, table, live: dict, index: pl.LazyFrame | None, covered:
 
 
 def _piled_up(table) -> bool:
-    """Whether APPENDS small files (an ingest's appends; a rewrite's commits are larger) piled up."""
-    return sum(size < SMALL_FILE_BYTES for _, size, _, _ in table.files()) >= APPENDS
+    """Whether APPENDS small files (an ingest's appends; a rewrite's commits are larger, in bytes or in rows:
+    a commit of COMMIT_ROWS rows that compress well may be under SMALL_FILE_BYTES) piled up."""
+    return sum(size < SMALL_FILE_BYTES and rows < COMMIT_ROWS for _, size, rows, _ in table.files()) >= APPENDS
 
 
 def _read(store, segments: list) -> pl.DataFrame:
