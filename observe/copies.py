@@ -158,12 +158,12 @@ def candidates(lf: pl.LazyFrame) -> pl.DataFrame:
     Their window functions hold what they read (deciding over a 2,560-node fleet's days at once held
     20 GB), so more than SOUGHT_ROWS dated rows are first written out, narrow and hashed, in parts (two
     passes over ``lf`` and a split of what they wrote, about 10 bytes a row, twice that at once, in a
-    temporary folder) and sought one part at a time: a part holds some
-    streams' ten minutes (BLOCK_US; one job's output is one stream, and may be millions of lines), each
-    with the rows a bucket away in the minutes either side, which find its rows near an edge a copy
-    there. (A pass that marks the store knows its files' times and seeks some hours at a time, reading
-    only their row groups: :func:`observe.store.copy_marks.mark`, 0.78 GB and 7.1 s against 1.16 GB and
-    7.9 s this way over a 53-million-row store.)"""
+    temporary folder) and sought one part at a time: a part holds some streams' ten minutes (BLOCK_US;
+    one job's output is one stream, and may be millions of lines), each with the rows a bucket away in
+    the minutes either side, which find its rows near an edge a copy there. (A pass that marks the store
+    knows its files' times and seeks some hours at a time, reading only their row groups:
+    :func:`observe.store.copy_marks.mark`, 0.78 GB and 7.1 s against 1.16 GB and 7.9 s this way over a
+    53-million-row store.)"""
     untimed = pl.col("ts").is_null() & UPTIME.fill_null(False)
     n, stamped = (lf.select(pl.col("ts").is_not_null().sum().alias("n"), untimed.sum().alias("stamped"))
                   .collect(engine="streaming").row(0))
@@ -183,7 +183,8 @@ def candidates(lf: pl.LazyFrame) -> pl.DataFrame:
         (narrow.with_columns(_b=edge, _own=pl.lit(False)).filter(pl.col("_b").is_not_null()).with_columns(part)
          .sink_ipc(edges, compression="lz4"))  # a row near its block's edge, in the block beside too
         _split([own, edges], split)
-        own.unlink(), edges.unlink()
+        for written in (own, edges):  # split: no longer needed beside their parts
+            written.unlink()
         found += [near_another_input(pl.scan_ipc(sorted(part.iterdir()))).filter("_own").select("_row")
                   .collect(engine="streaming") for part in split.iterdir()]
     return pl.concat(found)

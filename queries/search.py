@@ -86,9 +86,10 @@ class Match:
         elif self.marked is None:
             events = one_per_record(rows).filter(self._timed())
         else:  # the marks read where current, decided again where stale
-            stale, marked = self._stale(), rows.filter(self._stale()).rename({MARK: "copy_of"})
+            stale = self._stale()
+            marked = rows.filter(stale).rename({MARK: "copy_of"})
             events = pl.concat([rows.filter(~stale).drop(MARK),
-                                one_per_record(marked, mine=self._stale("mine")).drop("copy_of").filter(self._timed())])
+                                one_per_record(marked, mine=self._stale(mine=True)).drop("copy_of").filter(self._timed())])
         return events.sort(*ORDER, nulls_last=True) if self.ordered else events
 
     def _read_from(self) -> tuple[datetime | None, datetime | None]:
@@ -111,9 +112,10 @@ class Match:
         """Whether the store's copy marks are read everywhere (none is stale)."""
         return self.marked == ()
 
-    def _stale(self, rows: str = "read") -> pl.Expr:
-        """The rows read to decide the stale marks again (``read``), or those whose marks are stale (``mine``)."""
-        return pl.any_horizontal([pl.col("source").eq(r.source) & getattr(r, rows)() for r in self.marked or ()])
+    def _stale(self, mine: bool = False) -> pl.Expr:
+        """The rows read to decide the stale marks again, or (``mine``) those whose marks are stale."""
+        return pl.any_horizontal([pl.col("source").eq(r.source) & (r.mine() if mine else r.read())
+                                  for r in self.marked or ()])
 
 
 ORDER = ("ts", "node", "offset", "file_id", "kind")  # events' order: oldest first, and total (rows of one

@@ -65,6 +65,18 @@ def kernel_logs(logs: Path, boot: datetime, records: list[tuple[float, str]]) ->
                                          for up, text in records))
 
 
+def ingest_dmesg(store: Path, logs: Path, boot: datetime) -> None:
+    """``kernel_logs``' dmesg of gpu001, its stamps dated by ``boot``."""
+    ingest(store, str(logs / "dmesg"), "--source", "kernel", "--node", "gpu001", "--boot-time", boot.isoformat())
+
+
+def ingest_unmarked(store: Path, monkeypatch, *args: str) -> None:
+    """An ingest that finds a compaction holding the store: its rows stored, their marks left to the next pass."""
+    monkeypatch.setattr(ingest_module, "MARK_WAIT_S", 0.0)
+    with Store(store).lock("compact"):
+        ingest(store, *args)
+
+
 def test_a_later_trusted_input_turns_the_stored_rows_into_copies(tmp_path: Path) -> None:
     """The syslog comes first and its rows are the records; dmesg (the kernel's own log) comes next and
     wins: the syslog's rows, stored by the earlier run, now name dmesg's input."""
@@ -73,8 +85,7 @@ def test_a_later_trusted_input_turns_the_stored_rows_into_copies(tmp_path: Path)
     store = tmp_path / "store"
     ingest(store, str(tmp_path / "logs" / "syslog"))
     assert agree(store) == {"duckdb": 3, "polars": 3, "rows": 3}
-    ingest(store, str(tmp_path / "logs" / "dmesg"), "--source", "kernel", "--node", "gpu001",
-           "--boot-time", boot.isoformat())
+    ingest_dmesg(store, tmp_path / "logs", boot)
     assert agree(store) == {"duckdb": 3, "polars": 3, "rows": 6}
     rows = pl.scan_delta(str(store / "events")).select("file_id", "copy_of", "program").collect()
     dmesg = rows.filter(pl.col("copy_of").is_null()).get_column("file_id").unique().to_list()
@@ -149,8 +160,7 @@ def test_a_compaction_holding_the_store_marks_what_an_ingest_could_not(tmp_path:
     boot = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(hours=3)
     kernel_logs(tmp_path / "logs", boot, [(9000.0, XID), (9100.5, LINK)])
     store = tmp_path / "store"
-    ingest(store, str(tmp_path / "logs" / "dmesg"), "--source", "kernel", "--node", "gpu001",
-           "--boot-time", boot.isoformat())
+    ingest_dmesg(store, tmp_path / "logs", boot)
     monkeypatch.setattr(ingest_module, "MARK_WAIT_S", 0.0)
     with Store(store).lock("compact"):
         result = runner.invoke(app, ["ingest", str(tmp_path / "logs" / "syslog"), "--store", str(store)])
@@ -171,8 +181,7 @@ def test_a_table_an_older_observe_wrote_gains_the_column_and_its_marks(tmp_path:
     kernel_logs(tmp_path / "logs", boot, [(9000.0, XID), (9000.5, XID), (9100.5, LINK)])
     store = tmp_path / "store"
     ingest(store, str(tmp_path / "logs" / "syslog"))
-    ingest(store, str(tmp_path / "logs" / "dmesg"), "--source", "kernel", "--node", "gpu001",
-           "--boot-time", boot.isoformat())
+    ingest_dmesg(store, tmp_path / "logs", boot)
     events = store / "events"
     adds = pl.DataFrame(DeltaTable(str(events)).get_add_actions(flatten=True)).to_dicts()
     for add in adds:  # the files and the table as an older observe left them
@@ -264,8 +273,7 @@ def test_a_pass_rewrites_a_bounded_number_of_rows_and_leaves_the_rest_due(tmp_pa
     ingest(store, str(tmp_path / "logs" / "syslog"), "--year", "2026")
     monkeypatch.setattr(copy_marks, "REWRITE_ROWS", 1)
     monkeypatch.setattr(ingest_module, "MARK_REWRITE_FACTOR", 0)
-    ingest(store, str(tmp_path / "logs" / "dmesg"), "--source", "kernel", "--node", "gpu001",
-           "--boot-time", boot.isoformat())
+    ingest_dmesg(store, tmp_path / "logs", boot)
     due = lambda: json.loads((store / MARKED).read_text())["due"]  # noqa: E731
     assert len(due()) == 3 and outside_counts(store)["duckdb"] == 6
     asked = []
@@ -291,8 +299,7 @@ def test_queries_read_current_marks_and_decide_again_otherwise(tmp_path: Path, m
     boot = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(hours=3)
     kernel_logs(tmp_path / "logs", boot, [(9000.0, XID), (9000.5, XID), (9100.5, LINK)])
     store = tmp_path / "store"
-    ingest(store, str(tmp_path / "logs" / "dmesg"), "--source", "kernel", "--node", "gpu001",
-           "--boot-time", boot.isoformat())
+    ingest_dmesg(store, tmp_path / "logs", boot)
     ingest(store, str(tmp_path / "logs" / "syslog"))
     decide = queries.search.one_per_record
 
@@ -302,9 +309,7 @@ def test_queries_read_current_marks_and_decide_again_otherwise(tmp_path: Path, m
     monkeypatch.setattr(queries.search, "one_per_record", refused)
     assert stale(Store(store)) == () and observe_count(store) == 3
     kernel_logs(tmp_path / "more", boot, [(9500.0, LINK)])
-    monkeypatch.setattr(ingest_module, "MARK_WAIT_S", 0.0)
-    with Store(store).lock("compact"):
-        ingest(store, str(tmp_path / "more" / "syslog"))
+    ingest_unmarked(store, monkeypatch, str(tmp_path / "more" / "syslog"))
     assert stale(Store(store)) != ()
     monkeypatch.setattr(queries.search, "one_per_record", decide)
     assert observe_count(store) == 4
@@ -322,12 +327,9 @@ def test_a_query_decides_again_only_where_marks_are_stale(tmp_path: Path, monkey
     kernel_logs(tmp_path / "b", boot, [(late, XID), (late + 100, LINK)])
     store = tmp_path / "store"
     for part in ("a", "b"):
-        ingest(store, str(tmp_path / part / "dmesg"), "--source", "kernel", "--node", "gpu001",
-               "--boot-time", boot.isoformat())
+        ingest_dmesg(store, tmp_path / part, boot)
     ingest(store, str(tmp_path / "a" / "syslog"))
-    monkeypatch.setattr(ingest_module, "MARK_WAIT_S", 0.0)
-    with Store(store).lock("compact"):
-        ingest(store, str(tmp_path / "b" / "syslog"))  # copies of b's dmesg, not marked as such yet
+    ingest_unmarked(store, monkeypatch, str(tmp_path / "b" / "syslog"))  # copies of b's dmesg, not marked as such yet
     assert stale(Store(store)) != ()
     decide, decided = queries.search.one_per_record, []
 
@@ -357,11 +359,8 @@ def test_a_log_that_no_longer_says_what_changed_makes_every_mark_stale(tmp_path:
     boot = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(hours=3)
     kernel_logs(tmp_path / "logs", boot, [(9000.0, XID), (9100.5, LINK)])
     store = tmp_path / "store"
-    ingest(store, str(tmp_path / "logs" / "dmesg"), "--source", "kernel", "--node", "gpu001",
-           "--boot-time", boot.isoformat())
-    monkeypatch.setattr(ingest_module, "MARK_WAIT_S", 0.0)
-    with Store(store).lock("compact"):
-        ingest(store, str(tmp_path / "logs" / "syslog"))
+    ingest_dmesg(store, tmp_path / "logs", boot)
+    ingest_unmarked(store, monkeypatch, str(tmp_path / "logs" / "syslog"))
     monkeypatch.setattr(EventTable, "added", lambda self, after, upto: None)
     assert stale(Store(store)) is None and observe_count(store) == 2
 
@@ -373,11 +372,8 @@ def test_a_time_bound_between_two_copies_counts_the_record_where_its_kept_row_li
     boot = datetime(2026, 11, 20, 9, 0, 0, tzinfo=timezone.utc)
     kernel_logs(tmp_path / "logs", boot, [(3599.6, XID)])
     store = tmp_path / "store"
-    ingest(store, str(tmp_path / "logs" / "dmesg"), "--source", "kernel", "--node", "gpu001",
-           "--boot-time", boot.isoformat())
-    monkeypatch.setattr(ingest_module, "MARK_WAIT_S", 0.0)
-    with Store(store).lock("compact"):
-        ingest(store, str(tmp_path / "logs" / "syslog"), "--year", "2026")
+    ingest_dmesg(store, tmp_path / "logs", boot)
+    ingest_unmarked(store, monkeypatch, str(tmp_path / "logs" / "syslog"), "--year", "2026")
 
     def counted(*args: str) -> list[int]:
         result = runner.invoke(app, ["query", "--store", str(store), "--count-by", "source", "--format", "json", *args])

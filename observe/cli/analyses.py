@@ -325,10 +325,10 @@ def patterns_cmd(
     """
     from datetime import timezone
 
+    from observe.store.copy_marks import stale
     from queries import pattern_counts
     from queries.engine import EngineError, Order, engine
     from queries.patterns import compare, masked_counts, mine
-    from observe.store.copy_marks import stale
     from queries.search import Match
 
     if fmt not in ("table", "json"):
