@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 
 import polars as pl
 
 from observe.config import rule_dirs
 from observe.frames import any_of, attrs_json, merge_attrs, scatter_rows
+from observe.memo import once
 from observe.schema import POLARS_SCHEMA, SEVERITIES, SOURCES
 
 FIELD_GROUPS = ("gpu", "code", "rank", "job_id", "pid", "node", "program")
@@ -109,7 +109,7 @@ def _literals(value: object, where: str) -> tuple[str, ...]:
     return tuple(values)
 
 
-@cache
+@once
 def _load(dirs: tuple[Path, ...]) -> tuple[tuple[Rule, ...], tuple[Catalog, ...]]:
     rules: list[Rule] = []
     catalogs: list[Catalog] = []
@@ -296,7 +296,7 @@ def _first_matches(cands: pl.DataFrame, rules: tuple[Rule, ...], by_source: dict
     return cands.join(hits.select("_i", "_rule"), on="_i").drop("_lit")
 
 
-@cache
+@once
 def _literal_rules(rules: tuple[Rule, ...]) -> pl.DataFrame:
     """(source, literal, rule) for every literal of every rule."""
     rows = [(rule.source, lit, i) for i, rule in enumerate(rules) for lit in rule.literals]
@@ -309,7 +309,7 @@ def _extract(cand: pl.LazyFrame, rule: Rule) -> pl.LazyFrame:
     return (cand.with_columns(groups) if groups is not None else cand).select(cols)
 
 
-@cache
+@once
 def _extraction(rule: Rule) -> tuple[pl.Expr | None, list[pl.Expr]]:
     """A matched row's fields for ``rule``: its groups (a struct ``_g``, or None) and the columns to select."""
     cols = [pl.col("_i"), pl.lit(rule.kind).alias("kind"), pl.lit(rule.severity).alias("severity")]

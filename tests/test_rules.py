@@ -247,3 +247,38 @@ def test_nvlink_unit_and_severity_from_corpus_lines() -> None:
     fatal = got.filter(pl.col("nvlink_severity") == "fatal")
     assert fatal.height and (fatal.get_column("code") == 149).all()
     assert got.filter(pl.col("code") == 144).item(0, "action") == "none"
+
+
+def test_threads_that_load_the_rules_at_once_compile_them_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ingest's parse threads start together and each asks for the rules: one compiles them, the others wait
+    for its result (each compiling its own copy took four times the rules' load)."""
+    import threading
+    import time
+
+    compiled: list[str] = []
+    check = rules._check_pattern
+
+    def slow_check(pattern: str, where: str) -> tuple[str, ...]:
+        compiled.append(pattern)
+        time.sleep(0.001)  # long enough that every thread asks while the first still loads
+        return check(pattern, where)
+
+    monkeypatch.setattr(rules, "_check_pattern", slow_check)
+    rules._load.cache_clear()
+    start = threading.Barrier(4)
+    loaded: list[tuple] = []
+
+    def load() -> None:
+        start.wait()
+        loaded.append(rules.load())
+
+    threads = [threading.Thread(target=load) for _ in range(4)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        rules._load.cache_clear()  # the next test's load compiles with the real check
+    assert len(loaded) == 4 and all(r is loaded[0] for r in loaded)
+    assert len(compiled) == len(ALL_RULES)
