@@ -94,7 +94,7 @@ def clusters(lf: pl.LazyFrame) -> pl.LazyFrame:
     near = ((pl.col("_at") - pl.col("_at").shift(1)) <= COPY_WINDOW).fill_null(False) \
         | ((pl.col("_up") == pl.col("_up").shift(1)) & pl.col("_at").eq_missing(pl.col("_at").shift(1))).fill_null(False)
     return rows.select("_row", "file_id", (~(same & near)).cum_sum().alias("_c"), "_tr",
-                       pl.col("ts").is_not_null().alias("_t"), pl.col("_up").is_not_null().alias("_u"))
+                       pl.col("ts").is_not_null().alias("_t"), pl.col("_up").is_not_null().alias("_u"), "_at", "_up")
 
 
 def _boot() -> pl.Expr:
@@ -126,15 +126,30 @@ def _boot() -> pl.Expr:
 def marks(lf: pl.LazyFrame) -> pl.LazyFrame:
     """The rows of ``lf`` (numbered ``_row``) that may have a copy in another input, with their cluster
     ``_c`` and, for each row that copies a record another input's row holds, that input (``copy_of``;
-    null for the rows kept)."""
+    null for the rows kept).
+
+    The inputs of a cluster are ranked (see the module's docstring: a trusted route first, then the most
+    rows, ...); a row copies a record where a row of an input ranked before its own lies within COPY_WINDOW of
+    it, or shares its uptime stamp (a dmesg read without its boot time), and names the first such input. Not
+    the whole cluster: a cluster is a chain, and rows at its two ends may be far apart (a user's lines every two
+    seconds chained two trusted Xids ten minutes apart, in kern.log.1 and kern.log, into one cluster, and the
+    second was taken for a copy of the first: attack-34)."""
     rows = clusters(lf)
     per_input = rows.group_by("_c", "file_id").agg(pl.col("_tr").any(), pl.len().alias("_n"),
                                                    pl.col("_t").sum().alias("_nt"), pl.col("_u").sum().alias("_nu"))
     order = ["_c", "_tr", "_n", "_nt", "_nu", "file_id"]
-    winner = (per_input.sort(order, descending=[False, True, True, True, True, False])
-              .unique("_c", keep="first").select("_c", pl.col("file_id").alias("_keep")))
-    copy_of = pl.when(pl.col("file_id") != pl.col("_keep")).then(pl.col("_keep")).alias("copy_of")
-    return rows.join(winner, on="_c").select("_row", "_c", copy_of)
+    ranked = (per_input.sort(order, descending=[False, True, True, True, True, False])
+              .select("_c", "file_id", pl.int_range(pl.len()).over("_c").alias("_rank")))
+    rows = rows.join(ranked, on=["_c", "file_id"]).sort("_c", "_at", "_rank", nulls_last=True)
+    at, rank, window = pl.col("_at").dt.epoch("us"), pl.col("_rank"), f"{int(COPY_WINDOW.total_seconds() * 1e6) + 1}i"
+    before = rank.rolling_min_by(at, window_size=window).over("_c")  # the first-ranked input within the window
+    after = rank.reverse().rolling_min_by(-at.reverse(), window_size=window).reverse().over("_c")  # (its rows sorted)
+    timed = rows.filter(pl.col("_at").is_not_null()).with_columns(pl.min_horizontal(before, after).alias("_first"))
+    stamped = (rows.filter(pl.col("_at").is_null())
+               .with_columns(pl.when(pl.col("_up").is_not_null()).then(rank.min().over("_c", "_up")).alias("_first")))
+    first = pl.concat([timed, stamped]).join(ranked.rename({"_rank": "_first", "file_id": "_of"}), on=["_c", "_first"],
+                                             how="left")
+    return first.select("_row", "_c", pl.when(pl.col("_first") < rank).then(pl.col("_of")).alias("copy_of"))
 
 
 def settled(rows: pl.LazyFrame, found: pl.LazyFrame) -> pl.LazyFrame:

@@ -294,3 +294,33 @@ def test_a_users_forged_lines_neither_split_a_record_nor_join_two_boots(tmp_path
         assert result.exit_code == 0, result.output
     assert runner.invoke(app, ["ingest", str(tmp_path / "syslog.2"), "--year", "2026", "--store", str(two)]).exit_code == 0
     assert _trusted_count(two, "--grep", "^Linux version") == 2
+
+
+def test_a_users_chain_of_lines_never_makes_one_trusted_record_a_copy_of_another(tmp_path: Path) -> None:
+    """(attack-34 F1) Two trusted Xid 79s ten minutes apart, one in kern.log.1 and one in kern.log (rotated between
+    them), and a user's `logger -t kernel` of the same text every two seconds in between, which rsyslog wrote to
+    syslog and user.log: the chain of the user's lines makes one cluster of them all, but a record is a copy only
+    of a kept row within the copy window of it. Both trusted Xids count, and each shows in `health faults`."""
+    t = datetime(2026, 11, 28, 2, 0, 0, tzinfo=timezone.utc)
+
+    def line(at: datetime, text: str) -> str:
+        return f"{at:%Y-%m-%dT%H:%M:%S.%f}+00:00 gpu001 kernel: {text}\n"
+
+    (tmp_path / "kern.log.1").write_text(line(t - timedelta(minutes=5), "Linux version 6.8.0 (buildd@lcy02)") + line(t, XID))
+    (tmp_path / "kern.log").write_text(line(t + timedelta(minutes=10), "eth0: renamed from veth3a1")
+                                       + line(t + timedelta(minutes=10, seconds=1), XID))
+    forged = "".join(line(t + timedelta(seconds=s), XID) for s in range(1, 602, 2))
+    (tmp_path / "syslog").write_text(forged)
+    (tmp_path / "user.log").write_text(forged)
+    store = tmp_path / "store"
+    for args in ([str(tmp_path / "kern.log.1"), str(tmp_path / "kern.log"), "--source", "kernel", "--node", "gpu001"],
+                 [str(tmp_path / "syslog"), str(tmp_path / "user.log")]):
+        result = runner.invoke(app, ["ingest", *args, "--store", str(store)])
+        assert result.exit_code == 0, result.output
+    assert _trusted_count(store, "--kind", "gpu_xid") == 2
+    faults = runner.invoke(app, ["health", "faults", "--since", "2026-11-27", "--format", "json", "--store", str(store)])
+    assert faults.exit_code == 0, faults.output
+    confirmed = [json.loads(x) for x in faults.stdout.splitlines()]
+    assert sorted(f["first_ts"] for f in confirmed if f["confirmed"]) == ["2026-11-28 02:00:00", "2026-11-28 02:10:01"]
+    forged = [f for f in confirmed if not f["confirmed"]]  # the user's: evidence, each line once (syslog = user.log)
+    assert len(forged) == 1 and forged[0]["lines"] < 301, forged
