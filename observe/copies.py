@@ -12,12 +12,13 @@ How copies are told apart from repeats: rows of one source, node, job, rank and 
 (a cluster), or carry the same kernel uptime stamp (``attrs.uptime``) at times as far apart as the
 kernel's clock may drift from the wall clock over that uptime (a dmesg time is a boot time plus the
 stamp; BOOT_APART_S and DRIFT): a node that reboots prints its first lines at the same stamps again,
-and those are each boot's records. In each cluster an input of a
-trusted route (observe/provenance.toml: the kernel's own log, not a syslog that relays what any
-process sends) wins over the others, so that lines a user can write never hide the kernel's; then the
-input holding the most rows (a burst of ten identical Xid lines is ten records, not one; an input
-that missed some of a burst loses to the one that has them all); ties go to the input whose rows
-have times, then to the one with kernel uptime stamps, then to the smaller ``file_id``. Its rows are kept, the other inputs' rows of the cluster are not.
+and those are each boot's records. A cluster's inputs are ranked: an input of a trusted route
+(observe/provenance.toml: the kernel's own log, not a syslog that relays what any process sends)
+first, so that lines a user can write never hide the kernel's; then the input holding the most rows (a
+burst of ten identical Xid lines is ten records, not one; an input that missed some of a burst loses to
+the one that has them all); ties go to the input whose rows have times, then to the one with kernel
+uptime stamps, then to the smaller ``file_id``. A row is a copy where a row of an input ranked before
+its own lies within COPY_WINDOW of it (or shares its uptime stamp), not wherever the chain reaches.
 The store writes the outcome into each row (``copy_of``, :mod:`observe.store.copy_marks`), so that
 engines other than observe count each record once too.
 Rows of one input are never merged; rows without a time (NCCL INFO lines) are left as they are,
