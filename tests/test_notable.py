@@ -130,17 +130,37 @@ def test_a_refresh_appends_what_an_ingest_added_and_a_compaction_writes_it_anew(
     store.compactor.compact_many(store.partitions(), min_segments=1)
     assert notable.refresh(store) > 0 and len(table.snapshot()[1]) == 1
     assert _searched(store, KINDS).equals(_direct(store, KINDS))
-    monkeypatch.setattr(notable, "APPENDS", 1)  # one small file already: the next refresh writes it anew
-    assert notable._piled_up(table)
-    monkeypatch.setattr(notable, "SMALL_FILE_BYTES", 0)  # a file of a rewrite's size is not an append piled up
-    assert not notable._piled_up(table)
-    monkeypatch.setattr(notable, "SMALL_FILE_BYTES", 1 << 20)
-    monkeypatch.setattr(notable, "COMMIT_ROWS", 1)  # nor one of a rewrite's rows, however well they compress
-    assert not notable._piled_up(table)
-    monkeypatch.setattr(notable, "COMMIT_ROWS", 250_000)
+    monkeypatch.setattr(notable, "APPENDS", 1)
+    assert not notable._piled_up(table)  # just written anew: no append followed
     generate(tmp_path / "again", nodes=4, hours=1, seed=7, start=START.replace(hour=11))
     ingest_inputs([(f, {}) for f in input_files([str(tmp_path / "again")])], store)
+    assert len(table.snapshot()[1]) == 2 and notable._piled_up(table)  # one append: the next refresh writes it anew
+    generate(tmp_path / "third", nodes=4, hours=1, seed=8, start=START.replace(hour=13))
+    ingest_inputs([(f, {}) for f in input_files([str(tmp_path / "third")])], store)
     assert len(table.snapshot()[1]) == 1 and notable._covered(store, table.scan()) == _indexed(store)
+    assert _searched(store, KINDS).equals(_direct(store, KINDS))
+
+
+def test_an_index_written_anew_in_many_small_commits_is_appended_to_after(store: Store, tmp_path: Path,
+                                                                         monkeypatch) -> None:
+    """(attack-34 F3) A rewrite cut into commits by COMMIT_BYTES (kilobyte records: nvidia-smi's, or a user's
+    long lines a rule names) leaves small files, as appends do: taken for appends piled up, they made every later
+    refresh, each one-line ingest's, a rewrite that made the same small files again. The commits say which
+    they are: the next ingest's refresh appends."""
+    monkeypatch.setattr(notable, "COMMIT_BYTES", 1)  # every read of segments its own commit
+    monkeypatch.setattr(notable, "SEGMENTS_A_READ", 1)
+    table = store.index(notable.NAME)
+    shutil.rmtree(table.root)
+    store = Store(store.root)
+    table = store.index(notable.NAME)
+    assert notable.refresh(store) == len(_indexed(store))
+    written = set(table.snapshot()[1])
+    monkeypatch.setattr(notable, "APPENDS", len(written) - 1)  # fewer than the rewrite's commits
+    assert len(written) > notable.APPENDS and not notable._piled_up(table)
+    generate(tmp_path / "more", nodes=2, hours=1, seed=9, start=START.replace(hour=9))
+    ingest_inputs([(f, {}) for f in input_files([str(tmp_path / "more")])], store)
+    assert written < set(table.snapshot()[1]) and len(table.snapshot()[1]) == len(written) + 1
+    assert _searched(store, KINDS).equals(_direct(store, KINDS))
 
 
 @pytest.mark.parametrize("by", ["COMMIT_ROWS", "COMMIT_BYTES"])

@@ -26,8 +26,8 @@ SOURCES = ("slurm", "syslog", "kernel", "gpu", "health")  # the sources it cover
 SEGMENT = "_segment"  # which live segment (path below the events table) a row is of
 SEGMENT_PATH = r"(source=[^/]+/date=[^/]+/[^/]+)$"  # that path, the end of a segment's path or URL
 REFRESH_WAIT_S = 120.0  # how long a refresh waits for another to end (a fleet's index is written anew in seconds)
-APPENDS = 32  # small files appended before a refresh writes it anew (reads stay few)
-SMALL_FILE_BYTES = 1 << 20  # an ingest's appended file is smaller; a rewrite's commits are larger (but its last)
+APPENDS = 32  # refreshes' appends since the index was last written anew, before a refresh writes it anew
+APPENDED, ANEW = "appended", "anew"  # the notes of a refresh's append and of the commits that write the index anew
 SEGMENTS_A_READ = 4  # segments an index written anew reads at a time
 COMMIT_ROWS = 250_000  # and rows it commits at a time, about: a commit covers its segments whole
 COMMIT_BYTES = 256 << 20  # or bytes of rows in memory: nvidia-smi's records are kilobytes (250,000 rows held 1.1 GB)
@@ -56,7 +56,8 @@ def scan(store, files: list, kinds: list[str]) -> pl.LazyFrame:
 
 def refresh(store, wait_s: float = REFRESH_WAIT_S) -> int:
     """Bring the index up to date with the live segments; returns the segments read. The new segments' rows
-    are appended while every segment the index covers is live and APPENDS small files have not piled up (an
+    are appended while every segment the index covers is live and fewer than APPENDS appends followed its last
+    rewrite (an
     ingest's refresh costs what it added: rewriting a 2,560-node month's 2.4 million rows cost each one-line
     ingest 3.8 s); otherwise (a compaction replaced segments, or the appends piled up) it is written anew,
     SEGMENTS_A_READ segments read at a time and about COMMIT_ROWS rows or COMMIT_BYTES committed at a time
@@ -75,7 +76,7 @@ def _refresh(store) -> int:
         return 0
     table = store.index(NAME)
     if index is not None and covered <= set(live) and not _piled_up(table) and _appended(
-            table, index.collect_schema(), _ordered(_read(store, [live[rel] for rel in sorted(new)]))):
+            table, index.collect_schema(), _ordered(_read(store, [live[rel] for rel in sorted(new)])), APPENDED):
         return len(new)
     if not _written_anew(store, table, live, index, covered):  # an older index's columns: from the segments alone
         _written_anew(store, table, live, None, set())
@@ -96,17 +97,20 @@ def _written_anew(store, table, live: dict, index: pl.LazyFrame | None, covered:
                 or at + SEGMENTS_A_READ >= len(rels)):
             fresh, held = _ordered(*held), []  # what was read, let go before it is written
             if schema is None:
-                table.overwrite(fresh, STATS)
+                table.overwrite(fresh, STATS, note=ANEW)
                 schema = fresh.schema
-            elif not _appended(table, schema, fresh):  # the first commit's columns, in its order
+            elif not _appended(table, schema, fresh, ANEW):  # the first commit's columns, in its order
                 return False
     return True
 
 
 def _piled_up(table) -> bool:
-    """Whether APPENDS small files (an ingest's appends; a rewrite's commits are larger, in bytes or in rows:
-    a commit of COMMIT_ROWS rows that compress well may be under SMALL_FILE_BYTES) piled up."""
-    return sum(size < SMALL_FILE_BYTES and rows < COMMIT_ROWS for _, size, rows, _ in table.files()) >= APPENDS
+    """Whether the last APPENDS commits were all refreshes' appends: the files they added are many, and writing
+    the index anew makes them few. Told by the commits' notes, not the files' sizes: a rewrite's commits cut
+    by COMMIT_BYTES may compress small too, and taken for appends they made every later refresh a rewrite
+    (attack-34 F3)."""
+    notes = table.notes(APPENDS)
+    return len(notes) == APPENDS and all(note == APPENDED for note in notes)
 
 
 def _read(store, segments: list) -> pl.DataFrame:
@@ -127,9 +131,9 @@ def _ordered(*frames: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([f for f in frames if f.width], how="diagonal_relaxed").sort("kind", "file_id", "offset", nulls_last=True)
 
 
-def _appended(table, schema: pl.Schema, fresh: pl.DataFrame) -> bool:
-    """Whether ``fresh`` was appended to the index as columns ``schema`` (False where it holds a column the
-    index does not: an index an older observe wrote, to be written anew)."""
+def _appended(table, schema: pl.Schema, fresh: pl.DataFrame, note: str) -> bool:
+    """Whether ``fresh`` was appended to the index as columns ``schema`` in a commit noted ``note`` (False where
+    it holds a column the index does not: an index an older observe wrote, to be written anew)."""
     from deltalake.exceptions import SchemaMismatchError
 
     if not set(fresh.columns) <= set(schema.names()):
@@ -137,7 +141,7 @@ def _appended(table, schema: pl.Schema, fresh: pl.DataFrame) -> bool:
     try:
         aligned = fresh if fresh.schema == schema else pl.concat([pl.DataFrame(schema=schema), fresh],
                                                                    how="diagonal_relaxed").cast(schema)
-        table.append(aligned, STATS)
+        table.append(aligned, STATS, note=note)
     except SchemaMismatchError:
         return False
     return True

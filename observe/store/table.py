@@ -34,6 +34,9 @@ LOG_DIR = "_delta_log"
 ORPHAN_HOURS = 24  # a file no commit names (a crash between writing and committing) goes after this
 COMMIT_TRIES = 5  # a commit that loses to another writer (delta-rs retries most conflicts itself)
 SETTLED_NS = 2 * 10**9  # a log directory changed this recently is listed again
+NOTE = "observe.note"  # an index commit's note of what wrote it, in its commitInfo (IndexTable.notes)
+
+
 DELTA_COLUMNS = ("ts", "offset", "hour")  # an index's times and offsets, a file's in order: small deltas (delta-rs's
 # dictionary pages of distinct times held the real-shaped syslog's notable index 17% larger)
 INDEX_LEVEL = 3  # a derived table's zstd level (delta-rs writes snappy otherwise: the notable index 1.7x larger)
@@ -395,14 +398,24 @@ class IndexTable(Table):
     copied into every commit after it (a megabyte each, kept for the log's retention). No time travel
     is asked of a derived table: its log is kept a day."""
 
-    def overwrite(self, df: pl.DataFrame, stats: tuple[str, ...], partition: str | None = None) -> None:
+    def overwrite(self, df: pl.DataFrame, stats: tuple[str, ...], partition: str | None = None,
+                  note: str | None = None) -> None:
         """Replace the table's rows with ``df`` in one commit (creating it the first time, or again
-        with ``df``'s columns and partitioned by ``partition`` where it was otherwise)."""
-        self._write(df, stats, mode="overwrite", schema_mode="overwrite", partition_by=[partition] if partition else None)
+        with ``df``'s columns and partitioned by ``partition`` where it was otherwise); ``note``: what
+        :meth:`notes` gives of the commit."""
+        self._write(df, stats, note, mode="overwrite", schema_mode="overwrite",
+                    partition_by=[partition] if partition else None)
 
-    def append(self, df: pl.DataFrame, stats: tuple[str, ...]) -> None:
-        """Add ``df``'s rows (the table's columns) in one commit."""
-        self._write(df, stats, mode="append")
+    def append(self, df: pl.DataFrame, stats: tuple[str, ...], note: str | None = None) -> None:
+        """Add ``df``'s rows (the table's columns) in one commit (``note``: see :meth:`overwrite`)."""
+        self._write(df, stats, note, mode="append")
+
+    def notes(self, commits: int) -> list[str | None]:
+        """The notes of the last ``commits`` commits, the latest first (fewer where the log holds fewer;
+        None for a commit without one): what wrote them, read from the log's last entries alone."""
+        with self._lock:
+            dt = self._table()
+            return [] if dt is None else [entry.get(NOTE) for entry in dt.history(limit=commits)]
 
     def replace(self, df: pl.DataFrame, stats: tuple[str, ...], partition: str, values: Iterable[str]) -> None:
         """Replace the rows of the partitions ``partition`` = each of ``values`` with ``df`` (which holds
@@ -412,11 +425,11 @@ class IndexTable(Table):
         if not values or not all(PARTITION_VALUE.fullmatch(v) for v in values):
             raise ValueError(f"{self.uri}: not partition names: {values}")
         where = f"{partition} IN ({', '.join(repr(v) for v in values)})"
-        self._write(df, stats, mode="overwrite", partition_by=[partition], predicate=where)
+        self._write(df, stats, None, mode="overwrite", partition_by=[partition], predicate=where)
 
-    def _write(self, df: pl.DataFrame, stats: tuple[str, ...], **how) -> None:
+    def _write(self, df: pl.DataFrame, stats: tuple[str, ...], note: str | None, **how) -> None:
         import pyarrow as pa
-        from deltalake import ColumnProperties, WriterProperties, write_deltalake
+        from deltalake import ColumnProperties, CommitProperties, WriterProperties, write_deltalake
 
         def rows() -> pa.RecordBatchReader:  # some rows converted at a time (anew for each try of the commit):
             # Arrow's copy of the whole frame held 0.3 GB more for 0.2 GB of rows
@@ -432,8 +445,10 @@ class IndexTable(Table):
             dt = self._table()
             if dt is not None and any(dt.metadata().configuration.get(k) != v for k, v in properties.items()):
                 dt.alter.set_table_properties(properties)  # a table written before these properties
+            noted = CommitProperties(custom_metadata={NOTE: note}) if note else None
             self._committing(lambda: write_deltalake(
-                self.uri, rows(), storage_options=self.options, configuration=properties, writer_properties=packed, **how))
+                self.uri, rows(), storage_options=self.options, configuration=properties, writer_properties=packed,
+                commit_properties=noted, **how))
 
     def scan(self, partitions: Iterable[str] | None = None, paths_as: str | None = None,
              snapshot: tuple[int, list[str]] | None = None) -> pl.LazyFrame | None:
