@@ -11,23 +11,28 @@ import os
 import stat
 import tomllib
 from datetime import datetime, timedelta, timezone
-from functools import cache
 from pathlib import Path
 
 import polars as pl
 
 from observe.config import rule_dirs
 from observe.frames import attrs_json, merge_attrs, scatter_rows
+from observe.memo import once
 
 BUILTIN = Path(__file__).with_name("provenance.toml")
 KEYS = {"trusted_routes", "system_uid_max", "job_output_sources", "future_tolerance_s"}
 
 
-@cache
 def policy() -> dict:
-    """The built-in provenance policy with a site's keys (``$OBSERVE_RULES/provenance.toml``) over it."""
+    """The built-in provenance policy with a site's keys (``$OBSERVE_RULES/provenance.toml``) over it: the
+    directories the rules are read from now (:func:`observe.rules.load` follows them too)."""
+    return _policy(tuple(rule_dirs()[1:]))
+
+
+@once
+def _policy(site_dirs: tuple[Path, ...]) -> dict:
     doc: dict = {}
-    for path in [BUILTIN, *(d / "provenance.toml" for d in rule_dirs()[1:])]:
+    for path in [BUILTIN, *(d / "provenance.toml" for d in site_dirs)]:
         if path.is_file():
             site = tomllib.loads(path.read_text())
             unknown = set(site) - KEYS

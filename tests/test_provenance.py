@@ -190,3 +190,15 @@ def test_the_collector_keeps_each_files_route(tmp_path: Path) -> None:
     df = shipped(tmp_path / "central").scan().collect().filter(pl.col("source") != "health")
     got = sorted(df.select("route", "source", "node", "kind").unique().rows())
     assert got == [("job_output", "nccl", "gpu001", "log"), ("system_file", "kernel", "gpu001", "gpu_xid")]
+
+
+def test_the_policy_follows_the_rules_directories_as_the_rules_do(tmp_path: Path, monkeypatch) -> None:
+    """(attack-34 F5) The rules are read from ``$OBSERVE_RULES`` as it is when asked; the trusted routes of the
+    same directories were read once a process, so a process that changed it ran the new rules under the old trust."""
+    (tmp_path / "provenance.toml").write_text('trusted_routes = ["kmsg", "syslog_file"]\n')
+    monkeypatch.delenv("OBSERVE_RULES", raising=False)
+    assert not provenance.is_trusted("syslog_file")
+    monkeypatch.setenv("OBSERVE_RULES", str(tmp_path))
+    assert provenance.is_trusted("syslog_file") and not provenance.is_trusted("system_file")
+    monkeypatch.delenv("OBSERVE_RULES")
+    assert not provenance.is_trusted("syslog_file") and provenance.is_trusted("system_file")
