@@ -52,6 +52,10 @@ DRIFT = 1e-3
 UPTIME = pl.col("attrs").str.contains('"uptime"', literal=True)  # a kernel line's uptime stamp ties copies without a time
 
 
+class SpillFailed(OSError):
+    """:func:`candidates` could not write or read its temporary files (a full ``$TMPDIR``): one line, naming it."""
+
+
 def near_another_input(lf: pl.LazyFrame) -> pl.LazyFrame:
     """The rows of ``lf`` with a time that lie near a row of another input of their stream (source, node
     and job: the parts of the record's key that are few), with their stream's and input's hashes (``_s``,
@@ -193,17 +197,22 @@ def candidates(lf: pl.LazyFrame) -> pl.DataFrame:
     block, into = at // BLOCK_US, at % BLOCK_US
     edge = pl.when(into < BUCKET_US).then(block - 1).when(into >= BLOCK_US - BUCKET_US).then(block + 1)
     part = (pl.struct("_s", "_b").hash() % parts).cast(pl.UInt32).alias("_p")
-    with tempfile.TemporaryDirectory(prefix="observe-copies-") as folder:
-        own, edges, split = Path(folder) / "rows.arrow", Path(folder) / "edges.arrow", Path(folder) / "parts"
-        narrow.with_columns(_b=block, _own=pl.lit(True)).with_columns(part).sink_ipc(own, compression="lz4")
-        (narrow.with_columns(_b=edge, _own=pl.lit(False)).filter(pl.col("_b").is_not_null()).with_columns(part)
-         .sink_ipc(edges, compression="lz4"))  # a row near its block's edge, in the block beside too
-        _split([own, edges], split)
-        for written in (own, edges):  # split: no longer needed beside their parts
-            written.unlink()
-        found += [near_another_input(pl.scan_ipc(sorted(part.iterdir()))).filter("_own").select("_row")
-                  .collect(engine="streaming") for part in split.iterdir()]
+    try:
+        with tempfile.TemporaryDirectory(prefix="observe-copies-") as folder:
+            own, edges, split = Path(folder) / "rows.arrow", Path(folder) / "edges.arrow", Path(folder) / "parts"
+            narrow.with_columns(_b=block, _own=pl.lit(True)).with_columns(part).sink_ipc(own, compression="lz4")
+            (narrow.with_columns(_b=edge, _own=pl.lit(False)).filter(pl.col("_b").is_not_null()).with_columns(part)
+             .sink_ipc(edges, compression="lz4"))  # a row near its block's edge, in the block beside too
+            _split([own, edges], split)
+            for written in (own, edges):  # split: no longer needed beside their parts
+                written.unlink()
+            found += [near_another_input(pl.scan_ipc(sorted(part.iterdir()))).filter("_own").select("_row")
+                      .collect(engine="streaming") for part in split.iterdir()]
+    except OSError as exc:  # a full or unwritable $TMPDIR (a user can fill /tmp): the machine's state, not a bug
+        raise SpillFailed(f"deciding which of {n:,} rows are copies writes about {n * 20 // 1_000_000 + 1:,} MB "
+                          f"to {tempfile.gettempdir()} (TMPDIR) and failed: {exc}") from None
     return pl.concat(found)
+
 
 
 def _split(rows: list[Path], folder: Path) -> None:

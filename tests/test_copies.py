@@ -324,3 +324,34 @@ def test_a_users_chain_of_lines_never_makes_one_trusted_record_a_copy_of_another
     assert sorted(f["first_ts"] for f in confirmed if f["confirmed"]) == ["2026-11-28 02:00:00", "2026-11-28 02:10:01"]
     forged = [f for f in confirmed if not f["confirmed"]]  # the user's: evidence, each line once (syslog = user.log)
     assert len(forged) == 1 and forged[0]["lines"] < 301, forged
+
+
+def test_a_full_temporary_folder_is_one_line_naming_it(monkeypatch, capsys) -> None:
+    """(attack-34 F4) Deciding copies over many rows spills to $TMPDIR, which users can fill: that is said in one
+    line naming the folder, exit 2, not as an internal error."""
+    import sys
+
+    import observe.cli as cli
+    import observe.copies as copies
+
+    def full(rows, folder):
+        raise OSError(28, "No space left on device")
+
+    at = datetime(2026, 11, 20, 10, 0, 0, tzinfo=timezone.utc)
+    df = pl.DataFrame({"file_id": ["d", "s"] * 8, "ts": [at + timedelta(minutes=i // 2) for i in range(16)]}).with_columns(
+        source=pl.lit("kernel"), node=pl.lit("gpu001"), job_id=pl.lit(None, pl.String), rank=pl.lit(None, pl.Int64),
+        message=pl.lit(XID), attrs=pl.lit(None, pl.String), route=pl.lit("kmsg"))
+    monkeypatch.setattr(copies, "SOUGHT_ROWS", 4)
+    monkeypatch.setattr(copies, "_split", full)
+    with pytest.raises(copies.SpillFailed, match=r"16 rows .* to .* \(TMPDIR\) and failed: .*No space left"):
+        one_per_record(df.lazy()).collect()
+
+    def asked(argv):
+        return lambda: one_per_record(df.lazy()).collect()
+
+    monkeypatch.setattr(cli, "_asked", asked)
+    monkeypatch.setattr(sys, "argv", ["observe", "query"])
+    with pytest.raises(SystemExit) as ended:
+        cli.main()
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert ended.value.code == 2 and len(lines) == 1 and lines[0].startswith("error:") and "TMPDIR" in lines[0], lines

@@ -75,13 +75,14 @@ def _asked(args: list[str]) -> typer.Typer:
 
 def _fail_store(exc: Exception) -> None:
     """A store that is not safe to use, of an old layout or holding files of a newer one, found where a command
-    met it (a planted link, an old store, an upgraded collector's files): bad input, one line and exit 2. Only a
-    command that opened a store can raise them."""
+    met it (a planted link, an old store, an upgraded collector's files), or a temporary folder too full to decide
+    copies in: bad input, one line and exit 2. Only a command that opened a store can raise them."""
     if "observe.store" not in sys.modules:
         return
     from observe.store import LegacyLayout, UnsafeStore
 
-    if isinstance(exc, (UnsafeStore, LegacyLayout)):
+    copies = sys.modules.get("observe.copies")
+    if isinstance(exc, (UnsafeStore, LegacyLayout, *((copies.SpillFailed,) if copies else ()))):
         err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(2)
     newer = re.search(r"extra column in file outside of expected schema: (\w+)", str(exc))
