@@ -22,7 +22,7 @@ INTERFACES = ("observe.cli", "observe.exporter", "observe.simulate", "observe.he
 ANALYSES = ("queries", "observe.health")
 SHARED = ("observe.timeparse", "observe.hostname", "observe.sessions", "observe.printable", "observe.provenance",
           "observe.redact", "observe.spans", "observe.hostlists", "observe.pci", "observe.job_states", "observe.config",
-          "observe.frames")
+          "observe.frames", "observe.memo")
 
 
 def _modules() -> dict[str, Path]:
