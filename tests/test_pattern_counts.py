@@ -117,7 +117,7 @@ def test_other_masks_count_again(store: Store, tmp_path: Path, monkeypatch, coun
 
 
 def test_a_store_it_cannot_write_to_gets_its_answer_and_the_reason(store: Store, monkeypatch, counted: list[int]) -> None:
-    def refused(self, df, stats, **how):
+    def refused(self, df, stats, note, **how):
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(IndexTable, "_write", refused)
