@@ -74,6 +74,20 @@ def near_another_input(lf: pl.LazyFrame) -> pl.LazyFrame:
     return timed.join(shared, on="_s", how="semi").filter(busy)
 
 
+def sharing_a_stamp(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """The kernel rows of ``lf`` with a time (``_row``) whose uptime stamp another input of their stream also
+    holds: one record's copies, however far apart the kernel's clock drift placed them (dmesg's time is a boot
+    time plus the stamp; :func:`clusters` tells boots apart), which :func:`near_another_input` does not find
+    past its buckets (a 50 ppm drift put one Xid's dmesg and kern.log copies 21 s apart: counted twice,
+    attack-35)."""
+    up = pl.col("attrs").str.json_path_match("$.uptime")
+    rows = (lf.filter(pl.col("source") == "kernel", pl.col("ts").is_not_null(), UPTIME.fill_null(False))
+            .select("_row", *STREAM, "file_id", up.alias("_up")))
+    shared = (rows.group_by(*STREAM, "_up").agg(pl.col("file_id").n_unique().alias("_n"))
+              .filter(pl.col("_n") > 1).drop("_n"))
+    return rows.join(shared, on=[*STREAM, "_up"], how="semi", nulls_equal=True).select("_row")
+
+
 def hashed(lf: pl.LazyFrame) -> pl.LazyFrame:
     """``lf`` with its rows' stream (``_s``) and input (``_f``) as hashes: what :func:`near_another_input` reads."""
     return lf.with_columns(_s=pl.struct(*STREAM).hash(), _f=pl.col("file_id").hash())
@@ -83,17 +97,22 @@ def clusters(lf: pl.LazyFrame) -> pl.LazyFrame:
     """Rows (``_row`` and their ``file_id``) that may have a copy in another input, with their cluster
     ``_c``, whether their route is trusted (``_tr``) and whether they carry a time (``_t``) and an uptime
     stamp (``_u``). Only rows near a row of another input of their source and node are
-    clustered (:func:`near_another_input`), and rows without a time that carry a kernel uptime stamp."""
+    clustered (:func:`near_another_input`), rows whose uptime stamp another input holds (:func:`sharing_a_stamp`),
+    and rows without a time that carry a kernel uptime stamp."""
     up = pl.col("attrs").str.json_path_match("$.uptime")
-    timed = near_another_input(lf).drop("_s", "_f")
+    near = near_another_input(lf).select("_row")
+    timed = lf.join(pl.concat([near, sharing_a_stamp(lf)]).unique("_row"), on="_row", how="semi")
     untimed = lf.filter(pl.col("ts").is_null() & UPTIME)
     candidates = pl.concat([timed, untimed]).select("_row", "file_id", "ts", *KEY, up.alias("_up"),
                                                     trusted().alias("_tr"))
     several = candidates.group_by(KEY).agg(pl.col("file_id").n_unique().alias("_inputs")).filter(pl.col("_inputs") > 1)
     rows = candidates.join(several.select(KEY), on=list(KEY), how="semi", nulls_equal=True)
-    # copies that share an uptime stamp are placed at the earliest of their boot's times, so they chain
+    # copies that share an uptime stamp are placed at the earliest of their boot's times, so they chain: its
+    # trusted rows' earliest where it has any (a relayed line a user dated back must not move where they lie)
     rows = rows.sort([*KEY, "_up", "ts"], nulls_last=True).with_columns(_boot=_boot())
-    at = pl.when(pl.col("_up").is_not_null()).then(pl.col("ts").min().over([*KEY, "_up", "_boot"])).otherwise("ts")
+    boot = [*KEY, "_up", "_boot"]
+    earliest = pl.coalesce(pl.col("ts").filter("_tr").min().over(boot), pl.col("ts").min().over(boot))
+    at = pl.when(pl.col("_up").is_not_null()).then(earliest).otherwise("ts")
     rows = rows.with_columns(at.alias("_at")).sort([*KEY, "_at", "_up"], nulls_last=True)
     same = pl.all_horizontal([pl.col(k).eq_missing(pl.col(k).shift(1)) for k in KEY])
     near = ((pl.col("_at") - pl.col("_at").shift(1)) <= COPY_WINDOW).fill_null(False) \
@@ -146,12 +165,18 @@ def marks(lf: pl.LazyFrame) -> pl.LazyFrame:
     ranked = (per_input.sort(order, descending=[False, True, True, True, True, False])
               .select("_c", "file_id", pl.int_range(pl.len()).over("_c").alias("_rank")))
     rows = rows.join(ranked, on=["_c", "file_id"]).sort("_c", "_at", "_rank", nulls_last=True)
-    at, rank, window = pl.col("_at").dt.epoch("us"), pl.col("_rank"), f"{int(COPY_WINDOW.total_seconds() * 1e6) + 1}i"
-    before = rank.rolling_min_by(at, window_size=window).over("_c")  # the first-ranked input within the window
-    after = rank.reverse().rolling_min_by(-at.reverse(), window_size=window).reverse().over("_c")  # (its rows sorted)
-    timed = rows.filter(pl.col("_at").is_not_null()).with_columns(pl.min_horizontal(before, after).alias("_first"))
+    at, rank, up = pl.col("_at").dt.epoch("us"), pl.col("_rank"), pl.col("_up")
+    # the first-ranked input with a row within the window (its rows sorted by time): any row for a row without
+    # an uptime stamp; for one with a stamp, a row without one or with the same (two stamps are two records)
+    window = f"{int(COPY_WINDOW.total_seconds() * 1e6) + 1}i"
+    near = [pl.min_horizontal(r.rolling_min_by(at, window_size=window).over("_c"),
+                              r.reverse().rolling_min_by(-at.reverse(), window_size=window).reverse().over("_c"))
+            for r in (rank, pl.when(up.is_null()).then(rank))]
+    same = rank.min().over("_c", "_up", "_at")  # one stamp, one place (its boot's earliest time, see clusters)
+    timed = rows.filter(pl.col("_at").is_not_null()).with_columns(
+        pl.when(up.is_null()).then(near[0]).otherwise(pl.min_horizontal(near[1], same)).alias("_first"))
     stamped = (rows.filter(pl.col("_at").is_null())
-               .with_columns(pl.when(pl.col("_up").is_not_null()).then(rank.min().over("_c", "_up")).alias("_first")))
+               .with_columns(pl.when(up.is_not_null()).then(rank.min().over("_c", "_up")).alias("_first")))
     first = pl.concat([timed, stamped]).join(ranked.rename({"_rank": "_first", "file_id": "_of"}), on=["_c", "_first"],
                                              how="left")
     return first.select("_row", "_c", pl.when(pl.col("_first") < rank).then(pl.col("_of")).alias("copy_of"))
@@ -189,7 +214,8 @@ def candidates(lf: pl.LazyFrame) -> pl.DataFrame:
                   .collect(engine="streaming").row(0))
     narrow = hashed(lf.filter(pl.col("ts").is_not_null()).select("_row", "ts", *STREAM, "file_id")).select(
         "_row", "ts", "_s", "_f")
-    found = [lf.filter(untimed).select("_row").collect(engine="streaming")] if stamped else []
+    found = [sharing_a_stamp(lf).collect(engine="streaming"),
+             *([lf.filter(untimed).select("_row").collect(engine="streaming")] if stamped else [])]
     parts = -(-n // SOUGHT_ROWS)
     if parts <= 1:
         return pl.concat([near_another_input(narrow).select("_row").collect(engine="streaming"), *found])

@@ -355,3 +355,70 @@ def test_a_full_temporary_folder_is_one_line_naming_it(monkeypatch, capsys) -> N
         cli.main()
     lines = capsys.readouterr().err.strip().splitlines()
     assert ended.value.code == 2 and len(lines) == 1 and lines[0].startswith("error:") and "TMPDIR" in lines[0], lines
+
+
+def _kernel_lines(path: Path, boot: datetime, records: list[tuple[float, str]], wall: float = 1.0,
+                  stamped: bool = True) -> None:
+    """kern.log as rsyslog writes it (RFC 3339 times), each line's time the boot plus its uptime times ``wall`` (the
+    kernel's clock against the wall clock), with or without the kernel's uptime stamp."""
+    path.write_text("".join(f"{boot + timedelta(seconds=up * wall):%Y-%m-%dT%H:%M:%S.%f}+00:00 gpu001 kernel: "
+                            + (f"[{up:12.6f}] " if stamped else "") + f"{text}\n" for up, text in records))
+
+
+def _ingested(store: Path, *args: str) -> None:
+    result = runner.invoke(app, ["ingest", *args, "--store", str(store)])
+    assert result.exit_code == 0, result.output
+
+
+def test_one_uptime_stamp_is_one_record_however_far_the_clock_drifted(tmp_path: Path) -> None:
+    """(attack-35 F1) dmesg and kern.log keep one Xid 48 with its uptime stamp; the kernel's clock ran 50 ppm slow
+    for ten days, so dmesg, dated by kern.log's copies, places it 43 s from kern.log's line: one record (the copies of
+    a stamp may lie a minute and a thousandth of the uptime apart), not two rows two seconds apart or none."""
+    boot = datetime(2026, 11, 18, tzinfo=timezone.utc)
+    xid = "NVRM: Xid (PCI:0000:3b:00): 48, pid=1234, name=python, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 0, subpartition 0."
+    records = [(3600.0 * (1 - 50e-6), "mlx5_core 0000:1a:00.0 mlx5_0: Port: 1 Link UP"), (864000.0 * (1 - 50e-6), xid)]
+    _kernel_lines(tmp_path / "kern.log", boot, records, wall=1 / (1 - 50e-6))
+    (tmp_path / "dmesg").write_text("".join(f"[{up:12.6f}] {text}\n" for up, text in records))
+    store = tmp_path / "store"
+    _ingested(store, str(tmp_path / "kern.log"), str(tmp_path / "dmesg"), "--source", "kernel", "--node", "gpu001")
+    assert _trusted_count(store, "--kind", "gpu_xid") == 1
+
+
+def test_a_relayed_line_dated_back_does_not_move_a_trusted_records_copies_apart(tmp_path: Path) -> None:
+    """(attack-35 F2) A central syslog keeps the sender's time: a user sends one Xid's text and uptime stamp dated 20 s
+    before the kernel printed it. Its copies in dmesg (stamped) and kern.log (unstamped) are still one trusted record,
+    before and after compaction: where a stamp's copies are placed is the trusted rows' earliest time."""
+    boot = datetime(2026, 11, 28, tzinfo=timezone.utc)
+    trap = "traps: a.out[{}] general protection fault ip:401000 sp:7ffd error:0 in a.out[401000+1000]"
+    records = sorted([(7150.5 + 3 * i, trap.format(1000 + i)) for i in range(20)] + [(7200.123456, XID)])
+    (tmp_path / "dmesg").write_text("".join(f"[{up:12.6f}] {text}\n" for up, text in records))
+    _kernel_lines(tmp_path / "kern.log", boot, records, stamped=False)
+    (tmp_path / "remote.log").write_text(f"{boot + timedelta(seconds=7180.123456):%Y-%m-%dT%H:%M:%S.%f}+00:00 gpu001 "
+                                         f"kernel: [ 7200.123456] {XID}\n")
+    store = tmp_path / "store"
+    _ingested(store, str(tmp_path / "kern.log"), "--source", "kernel", "--node", "gpu001")
+    _ingested(store, str(tmp_path / "dmesg"), "--source", "kernel", "--node", "gpu001", "--boot-time", boot.isoformat())
+    _ingested(store, str(tmp_path / "remote.log"))
+    assert _trusted_count(store, "--kind", "gpu_xid") == 1
+    assert runner.invoke(app, ["compact", "--store", str(store)]).exit_code == 0
+    assert _trusted_count(store, "--kind", "gpu_xid") == 1
+
+
+def test_two_uptime_stamps_are_two_records_however_close(tmp_path: Path) -> None:
+    """(attack-35 F3) A storm of one identical Xid 119 a second, each line with its own uptime stamp: a saved dmesg
+    holds the first 61, kern.log the last 70 less six it missed. Lines a second apart with different stamps are two
+    records, not copies: 101, and a `--since` read counts the same from the store's marks and deciding again."""
+    boot = datetime(2026, 11, 28, tzinfo=timezone.utc)
+    xid = ("NVRM: Xid (PCI:0000:3b:00): 119, pid=2031, name=python, Timeout after 6s of waiting for RPC response from "
+           "GPU0 GSP! Expected function 76 (GSP_RM_CONTROL) (0x20802a02 0x8).")
+    ups = [7200.0 + i + 0.000001 * i for i in range(101)]
+    _kernel_lines(tmp_path / "kern.log", boot, [(u, xid) for i, u in enumerate(ups) if i >= 31 and not 35 <= i <= 40])
+    (tmp_path / "dmesg").write_text("".join(f"[{u:12.6f}] {xid}\n" for u in ups[:61]))
+    store = tmp_path / "store"
+    _ingested(store, str(tmp_path / "kern.log"), "--source", "kernel", "--node", "gpu001")
+    _ingested(store, str(tmp_path / "dmesg"), "--source", "kernel", "--node", "gpu001", "--boot-time", boot.isoformat())
+    assert _trusted_count(store, "--kind", "gpu_xid") == 101
+    since = (boot + timedelta(seconds=7250)).isoformat()
+    assert _trusted_count(store, "--kind", "gpu_xid", "--since", since) == 51
+    (store / "copies.json").unlink()  # every mark stale: decided again at read time
+    assert _trusted_count(store, "--kind", "gpu_xid", "--since", since) == 51

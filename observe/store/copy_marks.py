@@ -36,7 +36,8 @@ from typing import NamedTuple
 
 import polars as pl
 
-from observe.copies import BUCKET_US, KEY, SOUGHT_ROWS, STREAM, UPTIME, marks_by_stream, near_another_input, settled
+from observe.copies import (BUCKET_US, KEY, SOUGHT_ROWS, STREAM, UPTIME, marks_by_stream, near_another_input,
+                            settled, sharing_a_stamp)
 from observe.store.layout import DAY_US, UNKNOWN_DATE, fresh_name, period
 from observe.store.table import partition_of
 
@@ -137,7 +138,8 @@ def mark(store, touched: set[Window], budget: int, one: bool) -> tuple[int, set[
     untimed = scan.filter(pl.col("ts").is_null() & UPTIME.fill_null(False)).select("_row").collect(engine="streaming")
     marked = (scan.filter(pl.col("copy_of").is_not_null()).select("_row", "ts", "source", "copy_of", mine.alias("_mine"))
               .collect(engine="streaming"))
-    candidates = pl.concat([*_near(narrow, _chunks(files, store.spans(), rows)), untimed])
+    stamped = sharing_a_stamp(scan).collect(engine="streaming")
+    candidates = pl.concat([*_near(narrow, _chunks(files, store.spans(), rows)), untimed, stamped])
     if not candidates.height and not marked.height:
         return 0, set()
     some = candidates.get_column("_row").implode()
