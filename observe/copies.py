@@ -42,6 +42,9 @@ CLUSTERED_ROWS = 1_000_000  # rows that may be copies clustered at a time (see m
 BLOCK_US = 600_000_000  # a part holds a stream's rows ten minutes at a time (see candidates)
 SPLIT_GROUP_ROWS = 1 << 16  # rows the split holds for each part before writing them (a few MB a part)
 STREAM = KEY[:3]  # a node's own lines, or one job's output (job output has no node of its own): copies stay within one
+# the key as clusters are made: the message as two hashes of it, so that the sorts and groups that make them do not
+# carry the text (30,000 2-KB lines in two inputs held 1.5 GB: attack-35 F4); two 64-bit hashes of one text
+CLUSTERED = (*KEY[:-1], "_m0", "_m1")
 
 
 # How far apart the times of one record's copies with one uptime stamp may lie: a dmesg time is a boot
@@ -103,18 +106,20 @@ def clusters(lf: pl.LazyFrame) -> pl.LazyFrame:
     near = near_another_input(lf).select("_row")
     timed = lf.join(pl.concat([near, sharing_a_stamp(lf)]).unique("_row"), on="_row", how="semi")
     untimed = lf.filter(pl.col("ts").is_null() & UPTIME)
-    candidates = pl.concat([timed, untimed]).select("_row", "file_id", "ts", *KEY, up.alias("_up"),
-                                                    trusted().alias("_tr"))
-    several = candidates.group_by(KEY).agg(pl.col("file_id").n_unique().alias("_inputs")).filter(pl.col("_inputs") > 1)
-    rows = candidates.join(several.select(KEY), on=list(KEY), how="semi", nulls_equal=True)
+    text = pl.col("message")
+    candidates = pl.concat([timed, untimed]).select("_row", "file_id", "ts", *KEY[:-1], text.hash(0).alias("_m0"),
+                                                    text.hash(1).alias("_m1"), up.alias("_up"), trusted().alias("_tr"))
+    several = (candidates.group_by(CLUSTERED).agg(pl.col("file_id").n_unique().alias("_inputs"))
+               .filter(pl.col("_inputs") > 1))
+    rows = candidates.join(several.select(CLUSTERED), on=list(CLUSTERED), how="semi", nulls_equal=True)
     # copies that share an uptime stamp are placed at the earliest of their boot's times, so they chain: its
     # trusted rows' earliest where it has any (a relayed line a user dated back must not move where they lie)
-    rows = rows.sort([*KEY, "_up", "ts"], nulls_last=True).with_columns(_boot=_boot())
-    boot = [*KEY, "_up", "_boot"]
+    rows = rows.sort([*CLUSTERED, "_up", "ts"], nulls_last=True).with_columns(_boot=_boot())
+    boot = [*CLUSTERED, "_up", "_boot"]
     earliest = pl.coalesce(pl.col("ts").filter("_tr").min().over(boot), pl.col("ts").min().over(boot))
     at = pl.when(pl.col("_up").is_not_null()).then(earliest).otherwise("ts")
-    rows = rows.with_columns(at.alias("_at")).sort([*KEY, "_at", "_up"], nulls_last=True)
-    same = pl.all_horizontal([pl.col(k).eq_missing(pl.col(k).shift(1)) for k in KEY])
+    rows = rows.with_columns(at.alias("_at")).sort([*CLUSTERED, "_at", "_up"], nulls_last=True)
+    same = pl.all_horizontal([pl.col(k).eq_missing(pl.col(k).shift(1)) for k in CLUSTERED])
     near = ((pl.col("_at") - pl.col("_at").shift(1)) <= COPY_WINDOW).fill_null(False) \
         | ((pl.col("_up") == pl.col("_up").shift(1)) & pl.col("_at").eq_missing(pl.col("_at").shift(1))).fill_null(False)
     return rows.select("_row", "file_id", (~(same & near)).cum_sum().alias("_c"), "_tr",
@@ -130,7 +135,7 @@ def _boot() -> pl.Expr:
     forged lines a minute apart must not join two boots); a row of another route is of the trusted boot
     whose times lie within the drift of its own, else of none (a boot of its own route's rows); a row
     without a time (a dmesg read without its boot time) is of the latest trusted boot."""
-    group = [*KEY, "_up"]
+    group = [*CLUSTERED, "_up"]
     ts, trusted_row = pl.col("ts"), pl.col("_tr") & pl.col("ts").is_not_null()
     allow = pl.duration(microseconds=((BOOT_APART_S + pl.col("_up").cast(pl.Float64, strict=False).fill_null(0) * DRIFT)
                                       * 1e6).cast(pl.Int64))
