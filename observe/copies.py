@@ -103,8 +103,8 @@ def clusters(lf: pl.LazyFrame) -> pl.LazyFrame:
     clustered (:func:`near_another_input`), rows whose uptime stamp another input holds (:func:`sharing_a_stamp`),
     and rows without a time that carry a kernel uptime stamp."""
     up = pl.col("attrs").str.json_path_match("$.uptime")
-    near = near_another_input(lf).select("_row")
-    timed = lf.join(pl.concat([near, sharing_a_stamp(lf)]).unique("_row"), on="_row", how="semi")
+    close = pl.concat([near_another_input(lf).select("_row"), sharing_a_stamp(lf)]).unique("_row")
+    timed = lf.join(close, on="_row", how="semi")
     untimed = lf.filter(pl.col("ts").is_null() & UPTIME)
     text = pl.col("message")
     candidates = pl.concat([timed, untimed]).select("_row", "file_id", "ts", *KEY[:-1], text.hash(0).alias("_m0"),
@@ -243,7 +243,6 @@ def candidates(lf: pl.LazyFrame) -> pl.DataFrame:
         raise SpillFailed(f"deciding which of {n:,} rows are copies writes about {n * 20 // 1_000_000 + 1:,} MB "
                           f"to {tempfile.gettempdir()} (TMPDIR) and failed: {exc}") from None
     return pl.concat(found)
-
 
 
 def _split(rows: list[Path], folder: Path) -> None:

@@ -57,9 +57,8 @@ def scan(store, files: list, kinds: list[str]) -> pl.LazyFrame:
 def refresh(store, wait_s: float = REFRESH_WAIT_S) -> int:
     """Bring the index up to date with the live segments; returns the segments read. The new segments' rows
     are appended while every segment the index covers is live and fewer than APPENDS appends followed its last
-    rewrite (an
-    ingest's refresh costs what it added: rewriting a 2,560-node month's 2.4 million rows cost each one-line
-    ingest 3.8 s); otherwise (a compaction replaced segments, or the appends piled up) it is written anew,
+    rewrite (an ingest's refresh costs what it added: rewriting a 2,560-node month's 2.4 million rows cost each
+    one-line ingest 3.8 s); otherwise (a compaction replaced segments, or the appends piled up) it is written anew,
     SEGMENTS_A_READ segments read at a time and about COMMIT_ROWS rows or COMMIT_BYTES committed at a time
     (each commit whole for the segments it covers: a read takes the others from the segments meanwhile;
     that month's index at once held 8 GB). One refresh at a time (two appended the same segments twice: attack-32 F1);

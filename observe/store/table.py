@@ -35,8 +35,6 @@ ORPHAN_HOURS = 24  # a file no commit names (a crash between writing and committ
 COMMIT_TRIES = 5  # a commit that loses to another writer (delta-rs retries most conflicts itself)
 SETTLED_NS = 2 * 10**9  # a log directory changed this recently is listed again
 NOTE = "observe.note"  # an index commit's note of what wrote it, in its commitInfo (IndexTable.notes)
-
-
 DELTA_COLUMNS = ("ts", "offset", "hour")  # an index's times and offsets, a file's in order: small deltas (delta-rs's
 # dictionary pages of distinct times held the real-shaped syslog's notable index 17% larger)
 INDEX_LEVEL = 3  # a derived table's zstd level (delta-rs writes snappy otherwise: the notable index 1.7x larger)
